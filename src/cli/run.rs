@@ -1,0 +1,137 @@
+//! `skillgate run <skill|path> [--k v ...]`: runs one skill and prints its result.
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::Args;
+use serde_json::Value;
+
+use crate::cascade;
+use crate::cli::{FAILED, USAGE, args};
+use crate::context::log::LogConfig;
+use crate::error::{ErrorKind, SkillError};
+use crate::kernel::{InvokeOptions, Kernel, ToolRef};
+use crate::skills::loader;
+use crate::skills::tool::Tool;
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// A skill name, or a path to a skill file. Without it, the project's main skill runs.
+    pub skill: Option<String>,
+    /// Args for the skill: `--key value`, `--arg key=value`, `--arg-json '{..}'`, `--set key=value`.
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "ARGS"
+    )]
+    pub rest: Vec<String>,
+}
+
+pub async fn run(project: &Path, log: LogConfig, cli: &RunArgs) -> ExitCode {
+    let kernel = Kernel::builder(project).log_config(log).build();
+    let index = kernel.registry().current();
+    // A name, a path to a skill file, or nothing (the project's main skill).
+    let tool: Arc<Tool> = match resolve(&kernel, project, cli.skill.as_deref()) {
+        Ok(tool) => tool,
+        Err(err) => return usage(&err.to_string()),
+    };
+    let schema = cascade::merged_for(&index, &tool)
+        .ok()
+        .and_then(|m| m.metadata.get("params").cloned())
+        .filter(|p| !p.is_null());
+    let parsed = match args::parse(&cli.rest, schema.as_ref()) {
+        Ok(parsed) => parsed,
+        Err(message) => return usage(&message),
+    };
+    let tool = if parsed.overrides.is_empty() {
+        tool
+    } else {
+        // Overrides start a new generation; resolve again so the cascade sees them.
+        kernel.registry().set_overrides(parsed.overrides);
+        match resolve(&kernel, project, cli.skill.as_deref()) {
+            Ok(tool) => tool,
+            Err(err) => return usage(&err.to_string()),
+        }
+    };
+    let interactive = std::io::stdin().is_terminal() && std::io::stdout().is_terminal();
+    let args = Value::Object(parsed.args);
+    let name = tool.name.clone();
+    let outcome = if interactive {
+        kernel
+            .invoke_interactive(ToolRef::Def(tool), args, InvokeOptions::default())
+            .await
+    } else {
+        kernel
+            .invoke(ToolRef::Def(tool), args, InvokeOptions::default())
+            .await
+    };
+    match outcome {
+        Ok(result) => {
+            print_result(result.as_deref());
+            ExitCode::SUCCESS
+        }
+        Err(err) if err.kind() == ErrorKind::InvalidArgs && err.tool() == Some(name.as_str()) => {
+            usage(&err.to_string())
+        }
+        Err(err) => {
+            eprintln!("error: {err}");
+            ExitCode::from(FAILED)
+        }
+    }
+}
+
+fn is_path(s: &str) -> bool {
+    s.contains('/') || s.ends_with(".md")
+}
+
+fn resolve(kernel: &Kernel, project: &Path, skill: Option<&str>) -> Result<Arc<Tool>, SkillError> {
+    let index = kernel.registry().current();
+    match skill {
+        Some(s) if is_path(s) => {
+            let path = PathBuf::from(s);
+            let tool = Arc::new(loader::load_file(&path)?);
+            // A file that is also on the search path is the same tool: use the indexed one so
+            // its cascade is cached.
+            match index.get(&tool.name) {
+                Some(known) if known.origin == tool.origin => Ok(known.clone()),
+                _ => Ok(tool),
+            }
+        }
+        Some(name) => index.find(name).cloned(),
+        None => index
+            .tools()
+            .find(|t| t.is_main && matches!(&t.source, crate::skills::Source::File(p) if p.parent() == std::path::absolute(project).ok().as_deref()))
+            .cloned()
+            .ok_or_else(|| {
+                SkillError::new(
+                    ErrorKind::NotFound,
+                    "no skill given and the project has no main skill (main.skill.md with `role: main`)",
+                )
+            }),
+    }
+}
+
+fn print_result(result: Option<&Value>) {
+    match result {
+        None => {}
+        Some(Value::String(s)) => {
+            if s.ends_with('\n') {
+                print!("{s}");
+            } else {
+                println!("{s}");
+            }
+        }
+        Some(other) => println!(
+            "{}",
+            serde_json::to_string_pretty(other).unwrap_or_else(|_| other.to_string())
+        ),
+    }
+}
+
+fn usage(message: &str) -> ExitCode {
+    eprintln!("error: {message}");
+    eprintln!("usage: skillgate run <skill|path> [--key value ...]   (see `skillgate run --help`)");
+    ExitCode::from(USAGE)
+}

@@ -1,0 +1,304 @@
+//! The context of one invocation: envelope, args, locals, nonlocals, globals, run, and the manager
+//! operations on them.
+//!
+//! A `Context` is a cheap handle (`Arc` inside). Immutable parts (id, parent, target, args,
+//! interactive, signal wiring) sit outside the lock; mutable parts sit in one `State` behind a
+//! mutex that is never held across an `await`. JSON parts that are shared between contexts
+//! (nonlocals, `run.tool`, `locals.config`, `locals.prompt`) are `Arc`s copied on write, which is
+//! how nonlocals are "shallow-copied parent to child" without copying anything until a write.
+
+pub mod abort;
+pub mod access;
+pub mod history;
+pub mod id;
+pub mod log;
+pub mod path;
+pub mod serialize;
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, OnceLock};
+
+use parking_lot::Mutex;
+use serde_json::{Map, Value};
+use tokio_util::sync::CancellationToken;
+
+use crate::cascade::Entry;
+use crate::error::{ErrorKind, Result, SkillError};
+use crate::kernel::Kernel;
+use crate::skills::index::SearchIndex;
+use crate::skills::patterns::AllowedTools;
+use crate::skills::tool::Tool;
+
+pub use history::History;
+
+/// Handle to one invocation's context. Cloning shares it.
+#[derive(Clone)]
+pub struct Context(pub(crate) Arc<Inner>);
+
+pub(crate) struct Inner {
+    pub(crate) id: u64,
+    pub(crate) parent: Option<Context>,
+    /// The served context for chain entries; `None` means the context serves itself.
+    pub(crate) target: Option<Context>,
+    pub(crate) args: Arc<Value>,
+    pub(crate) interactive: bool,
+    pub(crate) kernel: Kernel,
+    pub(crate) aborted: AtomicBool,
+    pub(crate) abort_reason: OnceLock<String>,
+    pub(crate) token: OnceLock<CancellationToken>,
+    pub(crate) state: Mutex<State>,
+}
+
+/// Everything mutable about a context.
+pub(crate) struct State {
+    /// The internal tool definition (`refresh` replaces it).
+    pub(crate) tool: Arc<Tool>,
+    /// Where `invoke` from this context looks tools up.
+    pub(crate) index: Arc<SearchIndex>,
+    pub(crate) locals: Locals,
+    pub(crate) nonlocals: Arc<Map<String, Value>>,
+    pub(crate) run: Run,
+    pub(crate) chain: Chain,
+    /// Values that are not JSON (connections, response handles), by dotted path.
+    pub(crate) extensions: Option<HashMap<String, Arc<dyn Any + Send + Sync>>>,
+}
+
+pub(crate) struct Locals {
+    pub(crate) result: Option<Arc<Value>>,
+    pub(crate) error: Option<SkillError>,
+    pub(crate) history: History,
+    pub(crate) config: Arc<Value>,
+    pub(crate) prompt: Option<Arc<Value>>,
+    /// Per-invocation flags that never pass to children.
+    pub(crate) untrusted_ref: bool,
+    pub(crate) allowed_tools: Option<Arc<AllowedTools>>,
+    pub(crate) internals: Map<String, Value>,
+    /// Every other key middleware put on locals.
+    pub(crate) other: Map<String, Value>,
+}
+
+pub(crate) struct Run {
+    pub(crate) origin: Arc<Value>,
+    pub(crate) middleware: Arc<Value>,
+    pub(crate) tool: Arc<Value>,
+}
+
+/// The chain being walked by `next()`.
+#[derive(Default)]
+pub(crate) struct Chain {
+    pub(crate) entries: Arc<Vec<Entry>>,
+    pub(crate) pos: usize,
+    pub(crate) finished: bool,
+    pub(crate) invoke_hooks: Arc<Vec<Entry>>,
+    pub(crate) invoke_pos: usize,
+    pub(crate) next_hooks: Arc<Vec<Entry>>,
+    /// Entries taken by `next()` whose `$next` hooks are still being applied: (entry, hooks done).
+    pub(crate) pending: Vec<(Entry, usize)>,
+}
+
+impl fmt::Debug for Context {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Context")
+            .field("id", &self.id())
+            .field("tool", &self.tool_name())
+            .finish()
+    }
+}
+
+impl Context {
+    /// `envelope.id`.
+    pub fn id(&self) -> String {
+        id::format(self.0.id)
+    }
+
+    /// `envelope.parent`.
+    pub fn parent(&self) -> Option<&Context> {
+        self.0.parent.as_ref()
+    }
+
+    /// `envelope.target`: the served context for middleware, else this context.
+    pub fn target(&self) -> Context {
+        self.0.target.clone().unwrap_or_else(|| self.clone())
+    }
+
+    /// `envelope.hasOtherTarget`.
+    pub fn has_other_target(&self) -> bool {
+        self.0.target.is_some()
+    }
+
+    /// `ctxTarget(ctx)`: the served context, or an error if this context is not middleware.
+    pub fn ctx_target(&self) -> Result<Context> {
+        self.0.target.clone().ok_or_else(|| {
+            SkillError::failed(format!(
+                "`{}` was not invoked as middleware: its target is itself",
+                self.tool_name()
+            ))
+        })
+    }
+
+    /// `args`, as given at invocation (set once).
+    pub fn args(&self) -> Arc<Value> {
+        self.0.args.clone()
+    }
+
+    /// `run.interactive`.
+    pub fn interactive(&self) -> bool {
+        self.0.interactive
+    }
+
+    pub fn kernel(&self) -> &Kernel {
+        &self.0.kernel
+    }
+
+    pub fn tool(&self) -> Arc<Tool> {
+        self.0.state.lock().tool.clone()
+    }
+
+    pub fn tool_name(&self) -> String {
+        self.0.state.lock().tool.name.clone()
+    }
+
+    pub fn same(&self, other: &Context) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+
+    /// `nonlocals.rootContextId`.
+    pub fn root_id(&self) -> String {
+        self.0
+            .state
+            .lock()
+            .nonlocals
+            .get("rootContextId")
+            .and_then(Value::as_str)
+            .map_or_else(|| self.id(), str::to_string)
+    }
+
+    /// `locals.result` (`None` is undefined).
+    pub fn result(&self) -> Option<Arc<Value>> {
+        self.0.state.lock().locals.result.clone()
+    }
+
+    /// Sets `locals.result` without finishing the chain.
+    pub fn set_result(&self, value: Option<Value>) {
+        self.0.state.lock().locals.result = value.map(Arc::new);
+    }
+
+    /// `locals.error`.
+    pub fn error(&self) -> Option<SkillError> {
+        self.0.state.lock().locals.error.clone()
+    }
+
+    /// `finish(value)`: sets the result and stops the chain.
+    pub fn finish(&self, value: Value) {
+        let mut state = self.0.state.lock();
+        state.locals.result = Some(Arc::new(value));
+        state.chain.finished = true;
+    }
+
+    /// `fail(error)`: records `locals.error` and returns the error to propagate with `?`/`Err`.
+    pub fn fail(&self, error: impl Into<SkillError>) -> SkillError {
+        let error = error.into();
+        self.0.state.lock().locals.error = Some(error.clone());
+        error
+    }
+
+    /// True once the chain stopped (a result was returned or `finish` was called).
+    pub fn is_finished(&self) -> bool {
+        self.0.state.lock().chain.finished
+    }
+
+    /// Appends a frame to `locals.history` (the only write history allows).
+    pub fn push_history(&self, tool: &str, args: Value) {
+        let mut state = self.0.state.lock();
+        state.locals.history =
+            state
+                .locals
+                .history
+                .push(Arc::from(tool), Arc::new(args), id::now_ms());
+    }
+
+    /// `locals.prompt.expanded`, if the tool has a prompt.
+    pub fn prompt_expanded(&self) -> Option<String> {
+        let state = self.0.state.lock();
+        state
+            .locals
+            .prompt
+            .as_ref()
+            .and_then(|p| p.get("expanded"))
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    }
+
+    /// The search index lookups from this context use.
+    pub fn index(&self) -> Arc<SearchIndex> {
+        self.0.state.lock().index.clone()
+    }
+
+    /// Marks this context's own `invoke` calls as untrusted: only bare tool names pass.
+    pub fn mark_untrusted(&self) {
+        self.0.state.lock().locals.untrusted_ref = true;
+    }
+
+    /// Installs the `allowed-tools` policy checked on every `invoke` from this context.
+    pub fn restrict_tools(&self, policy: Option<Arc<AllowedTools>>) {
+        self.0.state.lock().locals.allowed_tools = policy;
+    }
+
+    /// Stores a non-JSON value at a path; it serializes as absent.
+    pub fn set_extension(&self, path: &str, value: Arc<dyn Any + Send + Sync>) {
+        self.0
+            .state
+            .lock()
+            .extensions
+            .get_or_insert_with(HashMap::new)
+            .insert(path.to_string(), value);
+    }
+
+    /// A non-JSON value stored at `path` here or, for `nonlocals.*` paths, on an ancestor.
+    pub fn extension<T: Any + Send + Sync>(&self, path: &str) -> Option<Arc<T>> {
+        let mut ctx = Some(self);
+        while let Some(c) = ctx {
+            let found =
+                c.0.state
+                    .lock()
+                    .extensions
+                    .as_ref()
+                    .and_then(|m| m.get(path).cloned());
+            if let Some(value) = found {
+                return value.downcast::<T>().ok();
+            }
+            if !path.starts_with("nonlocals.") {
+                return None;
+            }
+            ctx = c.parent();
+        }
+        None
+    }
+
+    /// Emits a log event stamped with this run's `rootContextId` (`log(event)`).
+    pub fn log(&self, event: impl Into<Value>) -> Result<Arc<Value>> {
+        let mut stamp = Map::new();
+        stamp.insert("rootContextId".into(), Value::String(self.root_id()));
+        stamp.insert("contextId".into(), Value::String(self.id()));
+        stamp.insert("tool".into(), Value::String(self.tool_name()));
+        stamp.insert("timestamp".into(), Value::from(id::now_ms()));
+        self.0.kernel.logs().log(&event.into(), stamp)
+    }
+
+    /// Recent log events of this run (`tail(opts)`).
+    pub fn tail(&self, opts: &Value) -> Vec<Value> {
+        self.0.kernel.logs().tail(&self.root_id(), opts)
+    }
+
+    /// Reads or changes log settings for this run, or globally (`configure(opts)`).
+    pub fn configure(&self, opts: &Value) -> Result<Value> {
+        self.0.kernel.logs().configure(&self.root_id(), opts)
+    }
+
+    pub(crate) fn immutable(what: &str) -> SkillError {
+        SkillError::new(ErrorKind::Immutable, what.to_string())
+    }
+}

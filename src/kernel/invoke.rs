@@ -1,0 +1,419 @@
+//! The eight invocation steps: `$NAME` extraction, lookup, child context, tool data, history,
+//! authority and cascade (cached), chain, run.
+
+use std::sync::Arc;
+use std::sync::OnceLock;
+use std::sync::atomic::AtomicBool;
+
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use parking_lot::Mutex;
+use serde_json::{Map, Value};
+use tokio_util::sync::CancellationToken;
+
+use crate::cascade::entry::parse_extra;
+use crate::cascade::interpolate;
+use crate::cascade::{self, Entry, EntryKind, Resolved};
+use crate::context::{Chain, Context, History, Inner, Locals, Run, State, id};
+use crate::error::{ErrorKind, Result, SkillError};
+use crate::kernel::Kernel;
+use crate::kernel::options::{InvokeOptions, ToolRef, extract_dollar_keys};
+use crate::skills::index::SearchIndex;
+use crate::skills::patterns::ToolInfo;
+use crate::skills::tool::Tool;
+
+/// Output of an invocation: `locals.result` (`None` is undefined).
+pub type Output = Option<Arc<Value>>;
+
+impl Context {
+    /// `invoke(ref, args, options)`: runs a tool in an isolated child context.
+    ///
+    /// Refs from a context marked untrusted must be bare tool names, and a context with an
+    /// `allowed-tools` policy may only invoke what the policy admits.
+    pub fn invoke(
+        &self,
+        tool: impl Into<ToolRef>,
+        args: Value,
+        options: InvokeOptions,
+    ) -> BoxFuture<'static, Result<Output>> {
+        let tool = tool.into();
+        let (untrusted, policy, index) = {
+            let state = self.0.state.lock();
+            (
+                state.locals.untrusted_ref,
+                state.locals.allowed_tools.clone(),
+                state.index.clone(),
+            )
+        };
+        if untrusted && !tool.is_bare_name() {
+            let err = SkillError::new(
+                ErrorKind::Denied,
+                format!(
+                    "untrusted code may only invoke bare tool names ([a-z0-9-]); `{}` was refused",
+                    tool.describe()
+                ),
+            );
+            return futures::future::ready(Err(err)).boxed();
+        }
+        let request = Request {
+            kernel: self.0.kernel.clone(),
+            caller: Some(self.clone()),
+            index,
+            tool,
+            args: Arc::new(args),
+            options,
+            interactive: false,
+            policy,
+        };
+        run(request).boxed()
+    }
+
+    /// Invokes a chain entry's tool for the served context `self`.
+    pub(crate) fn invoke_entry(
+        &self,
+        name: &str,
+        args: Arc<Value>,
+        locals: Map<String, Value>,
+        nonlocals: Map<String, Value>,
+    ) -> BoxFuture<'static, Result<Output>> {
+        let mut options = InvokeOptions::default();
+        options.context.target = Some(self.clone());
+        options.context.locals = locals;
+        options.context.nonlocals = nonlocals;
+        let request = Request {
+            kernel: self.0.kernel.clone(),
+            caller: Some(self.clone()),
+            index: self.index(),
+            tool: ToolRef::Name(name.to_string()),
+            args,
+            options,
+            interactive: false,
+            policy: None,
+        };
+        run(request).boxed()
+    }
+}
+
+/// Starts a run with no parent.
+pub(crate) async fn invoke_root(
+    kernel: &Kernel,
+    tool: ToolRef,
+    args: Value,
+    options: InvokeOptions,
+    interactive: bool,
+) -> Result<Output> {
+    let request = Request {
+        kernel: kernel.clone(),
+        caller: None,
+        index: kernel.registry().current(),
+        tool,
+        args: Arc::new(args),
+        options,
+        interactive,
+        policy: None,
+    };
+    run(request).await
+}
+
+struct Request {
+    kernel: Kernel,
+    caller: Option<Context>,
+    index: Arc<SearchIndex>,
+    tool: ToolRef,
+    args: Arc<Value>,
+    options: InvokeOptions,
+    interactive: bool,
+    policy: Option<Arc<crate::skills::patterns::AllowedTools>>,
+}
+
+async fn run(mut request: Request) -> Result<Output> {
+    // 1. `$NAME` extraction.
+    if request
+        .args
+        .as_object()
+        .is_some_and(|m| m.keys().any(|k| k.starts_with('$')))
+    {
+        let args = (*request.args).clone();
+        request.args = Arc::new(extract_dollar_keys(args, &mut request.options)?);
+    }
+    // 2. Resolve the ref.
+    let tool = match &request.tool {
+        ToolRef::Name(name) => request.index.find(name)?.clone(),
+        ToolRef::Def(tool) => tool.clone(),
+    };
+    if let Some(policy) = &request.policy
+        && !policy.is_empty()
+    {
+        let info = ToolInfo {
+            name: &tool.name,
+            tags: &tool.tags,
+        };
+        policy
+            .check(info, &request.args)
+            .map_err(|d| SkillError::new(ErrorKind::Denied, d.message))?;
+    }
+    if request.options.detached {
+        request.options.detached = false;
+        tokio::spawn(async move {
+            if let Err(err) = Box::pin(pipeline(request, tool)).await {
+                tracing::debug!(error = %err, "detached invocation failed");
+            }
+        });
+        return Ok(None);
+    }
+    pipeline(request, tool).await
+}
+
+/// Steps 3 to 8 for a resolved tool.
+async fn pipeline(request: Request, tool: Arc<Tool>) -> Result<Output> {
+    let Request {
+        kernel,
+        caller,
+        index,
+        args,
+        mut options,
+        interactive,
+        ..
+    } = request;
+    // 6–7. Authority and cascade, cached per registry generation.
+    let resolved = cascade::resolved_for(&index, &tool)?;
+    // 3–5. Child context with the tool's data and a history frame.
+    let seed = std::mem::take(&mut options.context);
+    let parent = seed.parent.clone().or(caller);
+    let ctx = create(
+        &kernel,
+        parent,
+        seed.target.clone(),
+        index,
+        tool,
+        args,
+        interactive,
+    );
+    apply_seed(&ctx, seed.locals, seed.nonlocals, seed.run)?;
+    let _link = seed.signal.map(|outer| link_signal(&ctx, outer));
+    // 8. The chain.
+    install_chain(&ctx, &resolved)?;
+    let is_root = ctx.parent().is_none();
+    let outcome = ctx.next().await;
+    if is_root {
+        kernel.logs().end_run(&ctx.id());
+    }
+    match outcome {
+        Ok(_) => Ok(ctx.result()),
+        Err(err) => {
+            let err = if err.tool().is_none() {
+                err.with_tool(ctx.tool_name())
+            } else {
+                err
+            };
+            let mut state = ctx.0.state.lock();
+            if state.locals.error.is_none() {
+                state.locals.error = Some(err.clone());
+            }
+            Err(err)
+        }
+    }
+}
+
+fn create(
+    kernel: &Kernel,
+    parent: Option<Context>,
+    target: Option<Context>,
+    index: Arc<SearchIndex>,
+    tool: Arc<Tool>,
+    args: Arc<Value>,
+    interactive: bool,
+) -> Context {
+    let id = id::next_id();
+    let (nonlocals, history) = match &parent {
+        Some(p) => {
+            let state = p.0.state.lock();
+            (state.nonlocals.clone(), state.locals.history.clone())
+        }
+        None => {
+            let mut map = Map::new();
+            map.insert("rootContextId".into(), Value::String(id::format(id)));
+            (Arc::new(map), History::default())
+        }
+    };
+    let history = history.push(Arc::from(tool.name.as_str()), args.clone(), id::now_ms());
+    let state = State {
+        index,
+        locals: Locals {
+            result: None,
+            error: None,
+            history,
+            config: kernel.base_config(),
+            prompt: tool.prompt.clone(),
+            untrusted_ref: false,
+            allowed_tools: None,
+            internals: Map::new(),
+            other: Map::new(),
+        },
+        nonlocals,
+        run: Run {
+            origin: tool.origin.clone(),
+            middleware: Arc::new(Value::Null),
+            tool: tool.decl.clone(),
+        },
+        chain: Chain::default(),
+        extensions: None,
+        tool,
+    };
+    Context(Arc::new(Inner {
+        id,
+        target,
+        parent,
+        args,
+        interactive,
+        kernel: kernel.clone(),
+        aborted: AtomicBool::new(false),
+        abort_reason: OnceLock::new(),
+        token: OnceLock::new(),
+        state: Mutex::new(state),
+    }))
+}
+
+/// Overlays the seed's locals, nonlocals and run onto the new context.
+fn apply_seed(
+    ctx: &Context,
+    locals: Map<String, Value>,
+    nonlocals: Map<String, Value>,
+    run: Map<String, Value>,
+) -> Result<()> {
+    if !nonlocals.is_empty() {
+        let mut state = ctx.0.state.lock();
+        let map = Arc::make_mut(&mut state.nonlocals);
+        for (k, v) in nonlocals {
+            map.insert(k, v);
+        }
+    }
+    for (key, value) in locals {
+        match (key.as_str(), value) {
+            ("internals", Value::Object(fields)) => {
+                for (k, v) in fields {
+                    ctx.set(&format!("locals.internals.{k}"), v)?;
+                }
+            }
+            ("config", Value::Object(fields)) => {
+                let mut state = ctx.0.state.lock();
+                if let Value::Object(config) = Arc::make_mut(&mut state.locals.config) {
+                    config.extend(fields);
+                }
+            }
+            (_, value) => ctx.set(&format!("locals.{key}"), value)?,
+        }
+    }
+    for (key, value) in run {
+        ctx.set(&format!("run.{key}"), value)?;
+    }
+    Ok(())
+}
+
+/// Aborts `ctx` when `outer` is cancelled; the returned guard stops watching.
+fn link_signal(ctx: &Context, outer: CancellationToken) -> tokio_util::sync::DropGuard {
+    let done = CancellationToken::new();
+    let guard = done.clone().drop_guard();
+    let ctx = ctx.clone();
+    tokio::spawn(async move {
+        tokio::select! {
+            () = outer.cancelled() => ctx.abort(Some("aborted by the caller's signal")),
+            () = done.cancelled() => {}
+        }
+    });
+    guard
+}
+
+/// Step 8: the sorted chain, extra middleware, dynamic interpolation and hooks.
+fn install_chain(ctx: &Context, resolved: &Resolved) -> Result<()> {
+    let (extra_local, extra_inherited, quiet) = {
+        let state = ctx.0.state.lock();
+        (
+            state.locals.other.get("middleware").cloned(),
+            state.nonlocals.get("middleware").cloned(),
+            state.nonlocals.get("debug") == Some(&Value::Bool(false)),
+        )
+    };
+    let mut metadata = resolved.metadata.clone();
+    let mut entries = resolved.entries.clone();
+    if resolved.dynamic {
+        let mut value = (*metadata).clone();
+        interpolate::context_pass(&mut value, &|path| ctx.get(path).ok().flatten());
+        let mut list = (*entries).clone();
+        for entry in list
+            .iter_mut()
+            .filter(|e| matches!(e.kind, EntryKind::Tool))
+        {
+            if let Some(v) = value.get(&*entry.name) {
+                entry.args = Arc::new(v.clone());
+            }
+        }
+        metadata = Arc::new(value);
+        entries = Arc::new(list);
+    }
+    if extra_local.is_some() || extra_inherited.is_some() {
+        let mut list = (*entries).clone();
+        for extra in [extra_inherited, extra_local].into_iter().flatten() {
+            apply_extra(&mut list, &extra)?;
+        }
+        entries = Arc::new(crate::cascade::order::sort(list)?);
+    }
+    let mut state = ctx.0.state.lock();
+    state.run.middleware = metadata;
+    state.chain = Chain {
+        entries,
+        invoke_hooks: if quiet {
+            Arc::default()
+        } else {
+            resolved.invoke_hooks.clone()
+        },
+        next_hooks: if quiet {
+            Arc::default()
+        } else {
+            resolved.next_hooks.clone()
+        },
+        ..Chain::default()
+    };
+    Ok(())
+}
+
+/// Override (same name), remove (`remove: true`) or append (new name) extra middleware.
+fn apply_extra(list: &mut Vec<Entry>, extra: &Value) -> Result<()> {
+    for (entry, remove) in parse_extra(extra)? {
+        let existing = list
+            .iter()
+            .position(|e| e.name == entry.name && !e.is_sentinel());
+        match (existing, remove) {
+            (Some(i), true) => {
+                list.remove(i);
+            }
+            (None, true) => {}
+            (Some(i), false) => {
+                let original = &list[i];
+                let replaced = Entry {
+                    before: if entry.has_constraints() {
+                        entry.before.clone()
+                    } else {
+                        original.before.clone()
+                    },
+                    after: if entry.has_constraints() {
+                        entry.after.clone()
+                    } else {
+                        original.after.clone()
+                    },
+                    ..entry
+                };
+                list[i] = replaced;
+            }
+            (None, false) => {
+                let entry = if entry.has_constraints() {
+                    entry
+                } else {
+                    entry.with_default_order()
+                };
+                list.push(entry);
+            }
+        }
+    }
+    Ok(())
+}

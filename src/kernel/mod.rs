@@ -1,0 +1,154 @@
+//! The orchestrator: the registry, globals and logs shared by every context, and the entry
+//! points that start a run.
+//!
+//! `invoke.rs` holds the eight invocation steps, `chain.rs` the onion (`next`, `inject`, hooks).
+
+pub mod chain;
+pub mod invoke;
+pub mod options;
+pub mod schema;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+use serde_json::{Map, Value, json};
+
+pub use options::{ContextSeed, InvokeOptions, ToolRef};
+
+use crate::context::log::{LogConfig, LogHub};
+use crate::error::Result;
+use crate::skills::registry::{Registry, RegistryConfig};
+use crate::skills::tool::Tool;
+
+/// Shared state of all runs in a process. Cheap to clone.
+#[derive(Clone)]
+pub struct Kernel(Arc<KernelInner>);
+
+struct KernelInner {
+    registry: Registry,
+    globals: RwLock<Map<String, Value>>,
+    logs: LogHub,
+    /// What `locals.config` starts as: `{ cwd, library, runtime }`.
+    base_config: Arc<Value>,
+    schemas: schema::SchemaCache,
+}
+
+/// Builds a kernel for a project folder.
+pub struct KernelBuilder {
+    config: RegistryConfig,
+    natives: Vec<Tool>,
+    log: LogConfig,
+    log_capacity: usize,
+}
+
+impl KernelBuilder {
+    /// Adds a skill folder after the ones already configured.
+    pub fn skill_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.config.skill_dirs.push(dir.into());
+        self
+    }
+
+    /// Replaces the skill folders.
+    pub fn skill_dirs(mut self, dirs: Vec<PathBuf>) -> Self {
+        self.config.skill_dirs = dirs;
+        self
+    }
+
+    /// Registers a native tool (it shadows a built-in of the same name).
+    pub fn native(mut self, tool: Tool) -> Self {
+        self.natives.push(tool);
+        self
+    }
+
+    /// Metadata overrides applied as the top cascade level (the command line's `--set`).
+    pub fn overrides(mut self, overrides: Map<String, Value>) -> Self {
+        self.config.overrides = overrides;
+        self
+    }
+
+    pub fn log_config(mut self, log: LogConfig) -> Self {
+        self.log = log;
+        self
+    }
+
+    /// How many log events the ring buffer keeps.
+    pub fn log_capacity(mut self, capacity: usize) -> Self {
+        self.log_capacity = capacity;
+        self
+    }
+
+    pub fn build(self) -> Kernel {
+        let mut natives: Vec<Arc<Tool>> = self.natives.into_iter().map(Arc::new).collect();
+        natives.extend(crate::middleware::builtins().into_iter().map(Arc::new));
+        let cwd = self.config.project_dir.display().to_string();
+        let base_config = json!({
+            "cwd": cwd,
+            "library": "skillgate",
+            "runtime": { "name": "skillgate", "version": env!("CARGO_PKG_VERSION") },
+        });
+        let mut globals = Map::new();
+        globals.insert("config".into(), base_config.clone());
+        globals.insert("tools".into(), json!({}));
+        globals.insert("cache".into(), json!({}));
+        Kernel(Arc::new(KernelInner {
+            registry: Registry::new(self.config, natives),
+            globals: RwLock::new(globals),
+            logs: LogHub::new(self.log_capacity, self.log),
+            base_config: Arc::new(base_config),
+            schemas: schema::SchemaCache::default(),
+        }))
+    }
+}
+
+impl Kernel {
+    /// A builder for the project in `project_dir` (skills from `<project_dir>/skills`).
+    pub fn builder(project_dir: impl Into<PathBuf>) -> KernelBuilder {
+        KernelBuilder {
+            config: RegistryConfig::for_project(project_dir),
+            natives: Vec::new(),
+            log: LogConfig::default(),
+            log_capacity: 4096,
+        }
+    }
+
+    pub fn registry(&self) -> &Registry {
+        &self.0.registry
+    }
+
+    pub fn globals(&self) -> &RwLock<Map<String, Value>> {
+        &self.0.globals
+    }
+
+    pub fn logs(&self) -> &LogHub {
+        &self.0.logs
+    }
+
+    pub(crate) fn base_config(&self) -> Arc<Value> {
+        self.0.base_config.clone()
+    }
+
+    pub(crate) fn schemas(&self) -> &schema::SchemaCache {
+        &self.0.schemas
+    }
+
+    /// Starts a run: invokes `tool` as a root context (no parent, not interactive).
+    pub async fn invoke(
+        &self,
+        tool: impl Into<ToolRef>,
+        args: Value,
+        options: InvokeOptions,
+    ) -> Result<Option<Arc<Value>>> {
+        invoke::invoke_root(self, tool.into(), args, options, false).await
+    }
+
+    /// Starts a run from a terminal: `run.interactive` is true for the root only.
+    pub async fn invoke_interactive(
+        &self,
+        tool: impl Into<ToolRef>,
+        args: Value,
+        options: InvokeOptions,
+    ) -> Result<Option<Arc<Value>>> {
+        invoke::invoke_root(self, tool.into(), args, options, true).await
+    }
+}

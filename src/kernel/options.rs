@@ -1,0 +1,158 @@
+//! Invoke options, the context seed, tool references, and `$NAME` extraction from args.
+
+use std::sync::Arc;
+
+use serde_json::{Map, Value};
+use tokio_util::sync::CancellationToken;
+
+use crate::context::Context;
+use crate::error::{Result, SkillError};
+use crate::skills::tool::Tool;
+
+/// What to invoke: a tool name, a path to a skill file, or a definition held in memory.
+#[derive(Clone, Debug)]
+pub enum ToolRef {
+    Name(String),
+    Def(Arc<Tool>),
+}
+
+impl From<&str> for ToolRef {
+    fn from(s: &str) -> Self {
+        ToolRef::Name(s.to_string())
+    }
+}
+
+impl From<String> for ToolRef {
+    fn from(s: String) -> Self {
+        ToolRef::Name(s)
+    }
+}
+
+impl From<Arc<Tool>> for ToolRef {
+    fn from(t: Arc<Tool>) -> Self {
+        ToolRef::Def(t)
+    }
+}
+
+impl ToolRef {
+    /// True for a bare tool name (`[a-z0-9-]`), the only form untrusted code may invoke.
+    pub fn is_bare_name(&self) -> bool {
+        matches!(self, ToolRef::Name(n) if crate::skills::frontmatter::is_tool_name(n))
+    }
+
+    pub fn describe(&self) -> String {
+        match self {
+            ToolRef::Name(n) => n.clone(),
+            ToolRef::Def(t) => format!("<{}>", t.name),
+        }
+    }
+}
+
+/// `options.context`: any context property to overlay on the new context.
+#[derive(Default, Clone)]
+pub struct ContextSeed {
+    /// Overrides the parent (default: the invoking context).
+    pub parent: Option<Context>,
+    /// The served context (chain entries); default: the new context itself.
+    pub target: Option<Context>,
+    /// An outside cancellation signal composed into the new context's signal.
+    pub signal: Option<CancellationToken>,
+    pub locals: Map<String, Value>,
+    pub nonlocals: Map<String, Value>,
+    pub run: Map<String, Value>,
+}
+
+impl ContextSeed {
+    /// Fills fields missing here from a JSON seed (`$context` in args): never overwrites.
+    pub fn fill_from_json(&mut self, seed: &Value) -> Result<()> {
+        let Value::Object(map) = seed else {
+            return Err(SkillError::failed(format!(
+                "`$context` must be an object, got {seed}"
+            )));
+        };
+        for (key, value) in map {
+            let target = match key.as_str() {
+                "locals" => &mut self.locals,
+                "nonlocals" => &mut self.nonlocals,
+                "run" => &mut self.run,
+                // `$context.middleware` is shorthand for non-cascading extra middleware.
+                "middleware" => {
+                    self.locals
+                        .entry("middleware")
+                        .or_insert_with(|| value.clone());
+                    continue;
+                }
+                "envelope" | "parent" | "target" | "signal" | "args" | "globals" => continue,
+                other => {
+                    return Err(SkillError::failed(format!(
+                        "`$context.{other}` is not a context property"
+                    )));
+                }
+            };
+            let Value::Object(fields) = value else {
+                return Err(SkillError::failed(format!(
+                    "`$context.{key}` must be an object"
+                )));
+            };
+            fill(target, fields);
+        }
+        Ok(())
+    }
+}
+
+/// Adds missing keys; where both sides hold objects, fills inside them too.
+fn fill(target: &mut Map<String, Value>, source: &Map<String, Value>) {
+    for (key, value) in source {
+        match (target.get_mut(key), value) {
+            (None, _) => {
+                target.insert(key.clone(), value.clone());
+            }
+            (Some(Value::Object(inner)), Value::Object(more)) => fill(inner, more),
+            _ => {}
+        }
+    }
+}
+
+/// Options of `invoke(ref, args, options)`.
+#[derive(Default, Clone)]
+pub struct InvokeOptions {
+    pub context: ContextSeed,
+    /// Fire and forget: do not wait, swallow errors.
+    pub detached: bool,
+}
+
+impl InvokeOptions {
+    pub fn detached() -> Self {
+        InvokeOptions {
+            detached: true,
+            ..Default::default()
+        }
+    }
+}
+
+/// Step 1: moves `$`-prefixed keys of `args` into `options`. Explicit options win; a `$NAME`
+/// object only fills what they leave missing.
+pub fn extract_dollar_keys(args: Value, options: &mut InvokeOptions) -> Result<Value> {
+    let Value::Object(map) = args else {
+        return Ok(args);
+    };
+    if !map.keys().any(|k| k.starts_with('$')) {
+        return Ok(Value::Object(map));
+    }
+    let mut clean = Map::with_capacity(map.len());
+    for (key, value) in map {
+        match key.strip_prefix('$') {
+            None => {
+                clean.insert(key, value);
+            }
+            Some("context") => options.context.fill_from_json(&value)?,
+            Some("detached") => options.detached |= value.as_bool().unwrap_or(false),
+            Some(other) => {
+                return Err(SkillError::failed(format!(
+                    "unknown invoke option `${other}` in args (known: $context, $detached)"
+                )));
+            }
+        }
+    }
+    Ok(Value::Object(clean))
+}

@@ -1,0 +1,27 @@
+//! skillgate runs skills (markdown with YAML frontmatter, and native Rust tools) through an onion
+//! middleware pipeline driven by cascading metadata.
+//!
+//! - [`context`]: the context of one invocation (envelope, args, locals, nonlocals, globals, run)
+//!   and the manager operations on it: dotted `get`/`set`, serialization, abort, logs.
+//! - [`kernel`]: the orchestrator: the eight invocation steps, the chain (`next`, `inject`),
+//!   hooks, and the shared kernel state (registry, globals, log hub, schema cache).
+//! - [`cascade`]: from a tool to its merged metadata and sorted middleware chain: authority,
+//!   inherit (C3), `$merge`/`$remove`/`$order`/`$dynamic`/`$static`/`$hook`, interpolation,
+//!   automatic static by strongly connected components.
+//! - [`skills`]: tool definitions, skill files, search paths and shadowing, directive syntax,
+//!   `allowed-tools` patterns.
+//! - [`middleware`]: the built-in middleware and native tools, one module each.
+//! - [`cli`]: the `skillgate` command line.
+//! - [`error`]: the one error type that unwinds through the onion.
+
+pub mod cascade;
+pub mod cli;
+pub mod context;
+pub mod error;
+pub mod kernel;
+pub mod middleware;
+pub mod skills;
+
+pub use context::Context;
+pub use error::{ErrorKind, Result, SkillError};
+pub use kernel::{ContextSeed, InvokeOptions, Kernel, ToolRef};

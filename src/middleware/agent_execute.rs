@@ -1,0 +1,61 @@
+//! `agent-execute`: hands a markdown skill that asks for a model (`metadata.model`) to the
+//! agent skill; without a model it passes, and `execute` returns the expanded prompt.
+
+use serde_json::{Value, json};
+
+use crate::error::{ErrorKind, SkillError};
+use crate::kernel::InvokeOptions;
+use crate::middleware::{native, pass};
+use crate::skills::tool::{Body, Tool};
+
+/// The policy skill agent-execute hands the prompt to.
+pub const AGENT: &str = "agent";
+
+pub fn tool() -> Tool {
+    native(
+        r#"
+name: agent-execute
+description: Runs the served markdown skill through the agent when it configures a model.
+metadata:
+  role: middleware
+  visibility: hidden
+  tags: [meta-internal, pipeline]
+"#,
+        |ctx, _args| async move {
+            let target = ctx.ctx_target()?;
+            let (is_template, model, allowed, returns) = {
+                let state = target.0.state.lock();
+                let meta = &state.run.middleware;
+                (
+                    matches!(state.tool.body, Body::Template),
+                    meta.get("model")
+                        .cloned()
+                        .filter(|m| !m.is_null() && *m != Value::Bool(false)),
+                    meta.get("allowed-tools").cloned().unwrap_or(Value::Null),
+                    meta.get("returns").cloned().unwrap_or(Value::Null),
+                )
+            };
+            let Some(model) = model.filter(|_| is_template) else {
+                return pass(&target).await;
+            };
+            if !target.index().contains(AGENT) {
+                return Err(target.fail(SkillError::new(
+                    ErrorKind::NoAgentProvider,
+                    format!(
+                        "`{}` asks for a model (metadata.model) but no agent provider is installed: add an `{AGENT}` skill, or remove `model` to run it as a template",
+                        target.tool_name()
+                    ),
+                )));
+            }
+            let prompt = target.prompt_expanded().unwrap_or_default();
+            let args = json!({
+                "prompt": prompt,
+                "config": model,
+                "allowedTools": allowed,
+                "returns": returns,
+            });
+            let result = ctx.invoke(AGENT, args, InvokeOptions::default()).await?;
+            Ok(result.map(|r| (*r).clone()))
+        },
+    )
+}

@@ -1,0 +1,47 @@
+//! `cwd`: sets the served context's working folder (`locals.config.cwd`), relative to the
+//! current one; the folder must exist.
+
+use std::path::PathBuf;
+
+use serde_json::Value;
+
+use crate::error::SkillError;
+use crate::middleware::{native, pass};
+use crate::skills::tool::Tool;
+
+pub fn tool() -> Tool {
+    native(
+        r#"
+name: cwd
+description: Sets the working folder of the served skill.
+metadata:
+  role: middleware
+  visibility: hidden
+  tags: [meta-internal, meta-metadata]
+"#,
+        |ctx, args| async move {
+            let target = ctx.ctx_target()?;
+            let Some(dir) = args.as_str() else {
+                return Err(target.fail(SkillError::config(format!(
+                    "`cwd` must be a folder path, got {args}"
+                ))));
+            };
+            let base = target
+                .get("locals.config.cwd")?
+                .and_then(|v| v.as_str().map(PathBuf::from))
+                .unwrap_or_else(|| PathBuf::from("."));
+            let path = base.join(dir);
+            if !path.is_dir() {
+                return Err(target.fail(SkillError::config(format!(
+                    "`cwd`: `{}` is not a folder",
+                    path.display()
+                ))));
+            }
+            target.set(
+                "locals.config.cwd",
+                Value::String(path.display().to_string()),
+            )?;
+            pass(&target).await
+        },
+    )
+}

@@ -1,0 +1,126 @@
+//! The directive tools: `:arg`, `:env`, `:context`, `:config` and `:skill`.
+//!
+//! Each replaces its placeholder in the served prompt with text, then continues the chain.
+//! Invoked as plain metadata middleware (no directive index) they just pass.
+
+use serde_json::{Value, json};
+
+use crate::context::Context;
+use crate::error::{Result, SkillError};
+use crate::kernel::InvokeOptions;
+use crate::middleware::directives::placeholder;
+use crate::middleware::{native, pass};
+use crate::skills::tool::Tool;
+
+pub fn tools() -> Vec<Tool> {
+    vec![
+        native(
+            &frontmatter("arg", "Inserts an argument: :arg[name]{default=...}"),
+            |ctx, args| {
+                directive(ctx, args, |target, label, args| async move {
+                    let from_params = target.get(&format!("locals.params.{label}")).ok().flatten();
+                    let value = match from_params {
+                        Some(v) => Some(v),
+                        None => target.get(&format!("args.{label}"))?,
+                    };
+                    Ok(value.or_else(|| attr(&args, "default")))
+                })
+            },
+        ),
+        native(
+            &frontmatter(
+                "env",
+                "Inserts an environment variable: :env[NAME]{default=...}",
+            ),
+            |ctx, args| {
+                directive(ctx, args, |_target, label, args| async move {
+                    Ok(std::env::var(&label)
+                        .ok()
+                        .map(Value::String)
+                        .or_else(|| attr(&args, "default")))
+                })
+            },
+        ),
+        native(
+            &frontmatter(
+                "context",
+                "Inserts a context property by dotted path: :context[locals.x]",
+            ),
+            |ctx, args| {
+                directive(ctx, args, |target, label, args| async move {
+                    Ok(target.get(&label)?.or_else(|| attr(&args, "default")))
+                })
+            },
+        ),
+        native(
+            &frontmatter("config", "Inserts a value of locals.config: :config[cwd]"),
+            |ctx, args| {
+                directive(ctx, args, |target, label, args| async move {
+                    Ok(target
+                        .get(&format!("locals.config.{label}"))?
+                        .or_else(|| attr(&args, "default")))
+                })
+            },
+        ),
+        native(
+            &frontmatter(
+                "skill",
+                "Inserts another skill's result: :skill[name]{arg=value}",
+            ),
+            |ctx, args| {
+                directive(ctx, args, |target, label, args| async move {
+                    let call_args = args.get("attrs").cloned().unwrap_or_else(|| json!({}));
+                    let out = target
+                        .invoke(label.as_str(), call_args, InvokeOptions::default())
+                        .await?;
+                    Ok(out.map(|v| (*v).clone()))
+                })
+            },
+        ),
+    ]
+}
+
+fn frontmatter(name: &str, description: &str) -> String {
+    format!(
+        "name: {name}\ndescription: \"{description}\"\nmetadata:\n  role: directive\n  visibility: hidden\n  tags: [meta-internal, directive]\n"
+    )
+}
+
+fn attr(args: &Value, key: &str) -> Option<Value> {
+    args.get("attrs").and_then(|a| a.get(key)).cloned()
+}
+
+/// Shared shape of a directive tool: compute a value, put its text in the placeholder, go on.
+async fn directive<F, Fut>(
+    ctx: Context,
+    args: std::sync::Arc<Value>,
+    compute: F,
+) -> Result<Option<Value>>
+where
+    F: FnOnce(Context, String, Value) -> Fut,
+    Fut: std::future::Future<Output = Result<Option<Value>>>,
+{
+    let target = ctx.ctx_target()?;
+    let Some(index) = args.get("index").and_then(Value::as_u64) else {
+        return pass(&target).await;
+    };
+    let label = args
+        .get("label")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let value = compute(target.clone(), label, (*args).clone())
+        .await
+        .map_err(|e| target.fail(e))?;
+    let text = match value {
+        None | Some(Value::Null) => String::new(),
+        Some(Value::String(s)) => s,
+        Some(other) => other.to_string(),
+    };
+    let expanded = target
+        .prompt_expanded()
+        .ok_or_else(|| SkillError::internal("directive without a prompt"))?;
+    let expanded = expanded.replacen(&placeholder(index as usize), &text, 1);
+    target.set("locals.prompt.expanded", Value::String(expanded))?;
+    pass(&target).await
+}

@@ -1,0 +1,77 @@
+//! Built-in middleware and native tools, one module each, registered by name with frontmatter.
+
+pub mod agent_execute;
+pub mod cwd;
+pub mod debug;
+pub mod directive_tools;
+pub mod directives;
+pub mod execute;
+pub mod log;
+pub mod observe;
+pub mod params;
+pub mod paths;
+pub mod profile;
+pub mod validate_allowed_tools;
+pub mod validate_args;
+pub mod validate_returns;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use futures::FutureExt;
+use serde_json::Value;
+
+use crate::context::Context;
+use crate::error::Result;
+use crate::skills::frontmatter;
+use crate::skills::tool::{Body, NativeFn, Source, Tool};
+
+/// Builds a native tool from its YAML frontmatter and an async body.
+///
+/// The frontmatter is checked like a skill file's; an invalid one is a bug in the caller, so
+/// this panics with the message (it never depends on user input).
+pub fn native<F, Fut>(yaml: &str, body: F) -> Tool
+where
+    F: Fn(Context, Arc<Value>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Option<Value>>> + Send + 'static,
+{
+    let f: NativeFn = Arc::new(move |ctx, args| body(ctx, args).boxed());
+    native_fn(yaml, f)
+}
+
+/// Builds a native tool from frontmatter and an already boxed body.
+pub fn native_fn(yaml: &str, body: NativeFn) -> Tool {
+    let mut fm = frontmatter::parse_yaml("native tool", yaml, 1)
+        .and_then(|mut fm| frontmatter::check("native tool", &mut fm).map(|()| fm))
+        .unwrap_or_else(|e| panic!("invalid native frontmatter: {e}\n{yaml}"));
+    fm.entry("description")
+        .or_insert_with(|| Value::String(String::new()));
+    Tool::new(fm, Source::Native, None, Body::Native(body))
+}
+
+/// Every built-in native tool.
+pub fn builtins() -> Vec<Tool> {
+    let mut tools = vec![
+        execute::tool(),
+        validate_args::tool(),
+        validate_returns::tool(),
+        validate_allowed_tools::tool(),
+        directives::tool(),
+        agent_execute::tool(),
+        params::tool(),
+        paths::tool(),
+        cwd::tool(),
+        log::tool(),
+        debug::tool(),
+        profile::tool(),
+        observe::tool(),
+    ];
+    tools.extend(directive_tools::tools());
+    tools
+}
+
+/// Continues the served chain and returns undefined, so the served result stays as it is.
+pub async fn pass(target: &Context) -> Result<Option<Value>> {
+    target.next().await?;
+    Ok(None)
+}

@@ -1,0 +1,48 @@
+//! `validate-allowed-tools`: installs the served skill's `allowed-tools` policy, so every
+//! `invoke` the skill makes is checked (names, `#tags`, `name(k=v)` arg constraints).
+
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use crate::error::SkillError;
+use crate::middleware::{native, pass};
+use crate::skills::patterns::AllowedTools;
+use crate::skills::tool::Tool;
+
+pub fn tool() -> Tool {
+    native(
+        r#"
+name: validate-allowed-tools
+description: Restricts what the served skill may invoke to its allowed-tools patterns.
+metadata:
+  role: middleware
+  visibility: hidden
+  tags: [meta-internal, pipeline]
+"#,
+        |ctx, _args| async move {
+            let target = ctx.ctx_target()?;
+            let spec = {
+                let state = target.0.state.lock();
+                state
+                    .run
+                    .middleware
+                    .get("allowed-tools")
+                    .cloned()
+                    .filter(|v| !v.is_null())
+            };
+            if let Some(spec) = spec {
+                let policy = AllowedTools::parse(&spec).map_err(|e| {
+                    target.fail(SkillError::config(format!("`{}`: {e}", target.tool_name())))
+                })?;
+                target.restrict_tools(Some(Arc::new(policy)));
+            }
+            pass(&target).await
+        },
+    )
+}
+
+/// The policy a context runs under, as JSON (for skills that list what they may call).
+pub fn describe(policy: &AllowedTools) -> Value {
+    Value::from(policy.patterns())
+}

@@ -1,0 +1,154 @@
+//! The registry: where skills are searched for, the native tools, and the current generation.
+//!
+//! Search order: the project's main skill, the skill folders (the user's `./skills` first), the
+//! skills bundled into the binary, then native tools. An earlier tool shadows a later one of the
+//! same name. `reload` builds a new generation; indexes (and so every cache) of the old one are
+//! simply dropped when the last context using them ends.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use parking_lot::{Mutex, RwLock};
+use serde_json::{Map, Value};
+
+use crate::skills::index::SearchIndex;
+use crate::skills::loader::{self, Loaded};
+use crate::skills::tool::Tool;
+
+/// Where the registry looks for skills.
+#[derive(Debug, Clone)]
+pub struct RegistryConfig {
+    /// The project folder: its `main.skill.md` is the authority of the project's skills.
+    pub project_dir: PathBuf,
+    /// Skill folders in search order (default: `<project>/skills`).
+    pub skill_dirs: Vec<PathBuf>,
+    /// Metadata overrides from the command line (top cascade level).
+    pub overrides: Map<String, Value>,
+}
+
+impl RegistryConfig {
+    pub fn for_project(project_dir: impl Into<PathBuf>) -> RegistryConfig {
+        let project_dir = project_dir.into();
+        RegistryConfig {
+            skill_dirs: vec![project_dir.join("skills")],
+            project_dir,
+            overrides: Map::new(),
+        }
+    }
+}
+
+pub struct Registry {
+    config: RwLock<RegistryConfig>,
+    natives: RwLock<Vec<Arc<Tool>>>,
+    generation: AtomicU64,
+    current: RwLock<Arc<SearchIndex>>,
+    /// Indexes for search paths set by the `paths` middleware, per generation.
+    custom: Mutex<HashMap<Vec<PathBuf>, Arc<SearchIndex>>>,
+}
+
+impl Registry {
+    pub fn new(config: RegistryConfig, natives: Vec<Arc<Tool>>) -> Registry {
+        let index = build(0, &config, &config.skill_dirs, &natives);
+        Registry {
+            config: RwLock::new(config),
+            natives: RwLock::new(natives),
+            generation: AtomicU64::new(0),
+            current: RwLock::new(Arc::new(index)),
+            custom: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The index of the current generation over the default search paths.
+    pub fn current(&self) -> Arc<SearchIndex> {
+        self.current.read().clone()
+    }
+
+    /// The index over `dirs` (then the bundled and native tools), built once per generation.
+    pub fn with_dirs(&self, dirs: &[PathBuf]) -> Arc<SearchIndex> {
+        let current = self.current();
+        if current.dirs == dirs {
+            return current;
+        }
+        let mut custom = self.custom.lock();
+        if let Some(index) = custom.get(dirs)
+            && index.generation == current.generation
+        {
+            return index.clone();
+        }
+        let config = self.config.read().clone();
+        let index = Arc::new(build(
+            current.generation,
+            &config,
+            dirs,
+            &self.natives.read(),
+        ));
+        custom.insert(dirs.to_vec(), index.clone());
+        index
+    }
+
+    /// Re-reads every skill folder and starts a new generation; caches of the old one go away.
+    pub fn reload(&self) -> Arc<SearchIndex> {
+        let generation = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
+        let config = self.config.read().clone();
+        let index = Arc::new(build(
+            generation,
+            &config,
+            &config.skill_dirs,
+            &self.natives.read(),
+        ));
+        *self.current.write() = index.clone();
+        self.custom.lock().clear();
+        index
+    }
+
+    /// Adds (or replaces) a native tool and starts a new generation.
+    pub fn register(&self, tool: Tool) -> Arc<SearchIndex> {
+        {
+            let mut natives = self.natives.write();
+            natives.retain(|t| t.name != tool.name);
+            natives.insert(0, Arc::new(tool));
+        }
+        self.reload()
+    }
+
+    /// Replaces the command-line metadata overrides and starts a new generation.
+    pub fn set_overrides(&self, overrides: Map<String, Value>) -> Arc<SearchIndex> {
+        self.config.write().overrides = overrides;
+        self.reload()
+    }
+
+    pub fn config(&self) -> RegistryConfig {
+        self.config.read().clone()
+    }
+}
+
+fn build(
+    generation: u64,
+    config: &RegistryConfig,
+    dirs: &[PathBuf],
+    natives: &[Arc<Tool>],
+) -> SearchIndex {
+    let mut all = Loaded::default();
+    let mut append = |loaded: Loaded| {
+        all.tools.extend(loaded.tools);
+        all.failures.extend(loaded.failures);
+    };
+    append(loader::load_project_main(&config.project_dir));
+    for dir in dirs {
+        append(loader::load_dir(dir));
+    }
+    append(loader::load_bundled());
+    append(Loaded {
+        tools: natives.to_vec(),
+        failures: Vec::new(),
+    });
+    SearchIndex::build(
+        generation,
+        dirs.to_vec(),
+        all.tools,
+        all.failures,
+        Arc::new(config.overrides.clone()),
+    )
+}
