@@ -1,0 +1,9 @@
+//! The integration suite, one binary (one link) for all of it.
+//!
+//! - `context`: spec 01, one test per rule of the context object and its manager.
+//! - `orchestration`: spec 02, invocation, cascade, chain, return and error rules.
+//! - `hooks`: the Hooks part of spec 03.
+//! - `cli`: the command line end to end over the skill tree in `tests/fixtures/`.
+
+mod common;
+mod smoke;
