@@ -363,6 +363,11 @@ fn union(acc: &mut Map<String, Value>, key: String, value: Value) {
     }
 }
 
+/// Computes a tool's pipeline without consulting the slot cache (callers cache it).
+pub fn resolve_uncached(index: &SearchIndex, tool: &Arc<Tool>) -> Result<Resolved> {
+    compute_resolved(index, tool)
+}
+
 fn compute_resolved(index: &SearchIndex, tool: &Arc<Tool>) -> Result<Resolved> {
     let merged = merged_for(index, tool)?;
     let meta = &merged.metadata;

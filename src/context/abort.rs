@@ -26,19 +26,18 @@ impl Context {
 
     /// The abort reason if this context or an ancestor was aborted.
     pub fn aborted(&self) -> Option<String> {
+        // A cancelled token below the context that was aborted keeps walking up, so children
+        // report the reason given to `abort` rather than a generic one.
+        let mut cancelled = false;
         let mut ctx = Some(self);
         while let Some(c) = ctx {
             if c.0.aborted.load(Ordering::Acquire) {
                 return Some(c.0.abort_reason.get().cloned().unwrap_or_default());
             }
-            if let Some(token) = c.0.token.get()
-                && token.is_cancelled()
-            {
-                return Some("aborted".into());
-            }
+            cancelled |= c.0.token.get().is_some_and(CancellationToken::is_cancelled);
             ctx = c.parent();
         }
-        None
+        cancelled.then(|| "aborted".into())
     }
 
     /// A token cancelled when this context (or an ancestor) is aborted.

@@ -77,8 +77,12 @@ impl Context {
                 "`{dotted}`: args are set once, when the context is created"
             ))),
             "globals" => {
-                let mut globals = self.0.kernel.globals().write();
-                set_map(&mut globals, rest, value, dotted)
+                let written = {
+                    let mut globals = self.0.kernel.globals().write();
+                    set_map(&mut globals, rest, value, dotted)
+                };
+                self.0.kernel.globals_changed();
+                written
             }
             "locals" => self.locals_set(rest, value, dotted),
             "nonlocals" => {

@@ -233,10 +233,10 @@ impl LogHub {
     }
 
     /// Drops the settings of a run that ended.
-    pub fn end_run(&self, root: &str) {
+    pub fn end_run(&self, root: impl FnOnce() -> String) {
         let mut runs = self.runs.lock();
         if !runs.is_empty() {
-            runs.remove(root);
+            runs.remove(&root());
         }
     }
 

@@ -40,6 +40,9 @@ pub struct Context(pub(crate) Arc<Inner>);
 
 pub(crate) struct Inner {
     pub(crate) id: u64,
+    /// The tool this context was created for (its name never changes; `refresh` may swap the
+    /// definition in `State::tool`).
+    pub(crate) created_for: Arc<Tool>,
     pub(crate) parent: Option<Context>,
     /// The served context for chain entries; `None` means the context serves itself.
     pub(crate) target: Option<Context>,
@@ -157,8 +160,8 @@ impl Context {
         self.0.state.lock().tool.clone()
     }
 
-    pub fn tool_name(&self) -> String {
-        self.0.state.lock().tool.name.clone()
+    pub fn tool_name(&self) -> &str {
+        &self.0.created_for.name
     }
 
     pub fn same(&self, other: &Context) -> bool {
@@ -283,7 +286,7 @@ impl Context {
         let mut stamp = Map::new();
         stamp.insert("rootContextId".into(), Value::String(self.root_id()));
         stamp.insert("contextId".into(), Value::String(self.id()));
-        stamp.insert("tool".into(), Value::String(self.tool_name()));
+        stamp.insert("tool".into(), Value::String(self.tool_name().to_string()));
         stamp.insert("timestamp".into(), Value::from(id::now_ms()));
         self.0.kernel.logs().log(&event.into(), stamp)
     }

@@ -5,11 +5,10 @@
 //! returns, and errors unwind as `Err` through every `next().await` above them.
 
 use std::collections::HashSet;
+use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use futures::FutureExt;
-use futures::future::BoxFuture;
 use serde_json::{Map, Value, json};
 
 use crate::cascade::{Entry, EntryKind, order};
@@ -35,9 +34,9 @@ impl Context {
     /// `next()`: runs the next chain entry and resolves to `locals.result` when control returns.
     ///
     /// After the chain finished, or on an empty chain, it resolves at once.
-    pub fn next(&self) -> BoxFuture<'static, Result<Output>> {
-        let ctx = self.clone();
-        async move { next(ctx).await }.boxed()
+    pub fn next(&self) -> impl Future<Output = Result<Output>> + Send + 'static {
+        // Not boxed: the recursion through the orchestrator is broken by the boxed invoke.
+        next(self.clone())
     }
 
     /// `inject(entries)`: inserts entries right after the current position.
@@ -115,10 +114,10 @@ impl Context {
 }
 
 async fn next(ctx: Context) -> Result<Output> {
+    if let Some(err) = ctx.abort_error() {
+        return Err(ctx.fail(err));
+    }
     loop {
-        if let Some(err) = ctx.abort_error() {
-            return Err(ctx.fail(err));
-        }
         match step(&ctx) {
             Step::Done => return Ok(ctx.result()),
             Step::Again => continue,
@@ -140,6 +139,9 @@ async fn next(ctx: Context) -> Result<Output> {
                 return Ok(ctx.result());
             }
             Step::Entry(list, i) => {
+                if let Some(err) = ctx.abort_error() {
+                    return Err(ctx.fail(err));
+                }
                 let entry = &list[i];
                 match run_entry(&ctx, entry).await? {
                     Ran::Value(out) => {
@@ -193,14 +195,15 @@ fn step(ctx: &Context) -> Step {
         let (entry, _) = chain.pending.pop().expect("checked above");
         return Step::Pending(entry);
     }
+    // Sentinels only order the chain; pass them under the same lock.
+    while chain.entries.get(chain.pos).is_some_and(Entry::is_sentinel) {
+        chain.pos += 1;
+    }
     if chain.pos >= chain.entries.len() {
         return Step::Done;
     }
     let i = chain.pos;
     chain.pos += 1;
-    if chain.entries[i].is_sentinel() {
-        return Step::Again;
-    }
     if hooks > 0 {
         chain.pending.push((chain.entries[i].clone(), 0));
         return Step::Again;
@@ -251,7 +254,7 @@ async fn run_entry(served: &Context, entry: &Entry) -> Result<Ran> {
 fn in_pipeline_ancestry(served: &Context, name: &str) -> bool {
     let mut ctx = served.clone();
     loop {
-        if *ctx.0.state.lock().tool.name == *name {
+        if *ctx.0.created_for.name == *name {
             return true;
         }
         match &ctx.0.target {

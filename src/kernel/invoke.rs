@@ -65,7 +65,7 @@ impl Context {
             interactive: false,
             policy,
         };
-        run(request).boxed()
+        run(request)
     }
 
     /// Invokes a chain entry's tool for the served context `self`.
@@ -84,13 +84,13 @@ impl Context {
             kernel: self.0.kernel.clone(),
             caller: Some(self.clone()),
             index: self.index(),
-            tool: ToolRef::Name(name.to_string()),
+            tool: ToolRef::Name(Arc::from(name)),
             args,
             options,
             interactive: false,
             policy: None,
         };
-        run(request).boxed()
+        run(request)
     }
 }
 
@@ -126,7 +126,9 @@ struct Request {
     policy: Option<Arc<crate::skills::patterns::AllowedTools>>,
 }
 
-async fn run(mut request: Request) -> Result<Output> {
+/// Steps 1–2, synchronously; the returned future runs the pipeline. Keeping this part out of
+/// the future keeps the future small (it is boxed and moved once per invocation).
+fn run(mut request: Request) -> BoxFuture<'static, Result<Output>> {
     // 1. `$NAME` extraction.
     if request
         .args
@@ -134,12 +136,48 @@ async fn run(mut request: Request) -> Result<Output> {
         .is_some_and(|m| m.keys().any(|k| k.starts_with('$')))
     {
         let args = (*request.args).clone();
-        request.args = Arc::new(extract_dollar_keys(args, &mut request.options)?);
+        match extract_dollar_keys(args, &mut request.options) {
+            Ok(args) => request.args = Arc::new(args),
+            Err(err) => return futures::future::ready(Err(err)).boxed(),
+        }
     }
-    // 2. Resolve the ref.
-    let tool = match &request.tool {
-        ToolRef::Name(name) => request.index.find(name)?.clone(),
-        ToolRef::Def(tool) => tool.clone(),
+    // 2. Resolve the ref (and check the policy).
+    let found = lookup(&request);
+    if request.options.detached {
+        // Fire and forget: no error reaches the caller, not even a failed lookup.
+        match found {
+            Ok((tool, resolved)) => {
+                request.options.detached = false;
+                tokio::spawn(async move {
+                    if let Err(err) = pipeline(request, tool, resolved).await {
+                        tracing::debug!(error = %err, "detached invocation failed");
+                    }
+                });
+            }
+            Err(err) => tracing::debug!(error = %err, "detached invocation failed"),
+        }
+        return futures::future::ready(Ok(None)).boxed();
+    }
+    match found {
+        Ok((tool, resolved)) => pipeline(request, tool, resolved).boxed(),
+        Err(err) => futures::future::ready(Err(err)).boxed(),
+    }
+}
+
+/// Step 2: the tool `request` names, with its cached pipeline (steps 6–7), if the caller's
+/// policy admits it.
+fn lookup(request: &Request) -> Result<(Arc<Tool>, Arc<Resolved>)> {
+    // 6–7 (authority and cascade) come cached with the index slot.
+    let (tool, resolved) = match &request.tool {
+        ToolRef::Name(name) => {
+            let slot = request.index.find_slot(name)?;
+            let resolved = slot
+                .resolved
+                .get_or_init(|| cascade::resolve_uncached(&request.index, &slot.tool).map(Arc::new))
+                .clone()?;
+            (slot.tool.clone(), resolved)
+        }
+        ToolRef::Def(tool) => (tool.clone(), cascade::resolved_for(&request.index, tool)?),
     };
     if let Some(policy) = &request.policy
         && !policy.is_empty()
@@ -152,51 +190,17 @@ async fn run(mut request: Request) -> Result<Output> {
             .check(info, &request.args)
             .map_err(|d| SkillError::new(ErrorKind::Denied, d.message))?;
     }
-    if request.options.detached {
-        request.options.detached = false;
-        tokio::spawn(async move {
-            if let Err(err) = Box::pin(pipeline(request, tool)).await {
-                tracing::debug!(error = %err, "detached invocation failed");
-            }
-        });
-        return Ok(None);
-    }
-    pipeline(request, tool).await
+    Ok((tool, resolved))
 }
 
 /// Steps 3 to 8 for a resolved tool.
-async fn pipeline(request: Request, tool: Arc<Tool>) -> Result<Output> {
-    let Request {
-        kernel,
-        caller,
-        index,
-        args,
-        mut options,
-        interactive,
-        ..
-    } = request;
-    // 6–7. Authority and cascade, cached per registry generation.
-    let resolved = cascade::resolved_for(&index, &tool)?;
-    // 3–5. Child context with the tool's data and a history frame.
-    let seed = std::mem::take(&mut options.context);
-    let parent = seed.parent.clone().or(caller);
-    let ctx = create(
-        &kernel,
-        parent,
-        seed.target.clone(),
-        index,
-        tool,
-        args,
-        interactive,
-    );
-    apply_seed(&ctx, seed.locals, seed.nonlocals, seed.run)?;
-    let _link = seed.signal.map(|outer| link_signal(&ctx, outer));
-    // 8. The chain.
-    install_chain(&ctx, &resolved)?;
-    let is_root = ctx.parent().is_none();
+/// Steps 3–8 for a resolved tool.
+async fn pipeline(request: Request, tool: Arc<Tool>, resolved: Arc<Resolved>) -> Result<Output> {
+    let (ctx, link) = prepare(request, tool, &resolved)?;
     let outcome = ctx.next().await;
-    if is_root {
-        kernel.logs().end_run(&ctx.id());
+    drop(link);
+    if ctx.parent().is_none() {
+        ctx.kernel().logs().end_run(|| ctx.id());
     }
     match outcome {
         Ok(_) => Ok(ctx.result()),
@@ -215,15 +219,59 @@ async fn pipeline(request: Request, tool: Arc<Tool>) -> Result<Output> {
     }
 }
 
-fn create(
-    kernel: &Kernel,
+/// Steps 3–5 and 8: the child context with the tool's data, a history frame, the seed, the
+/// signal link and the chain.
+fn prepare(
+    request: Request,
+    tool: Arc<Tool>,
+    resolved: &Resolved,
+) -> Result<(Context, Option<tokio_util::sync::DropGuard>)> {
+    let Request {
+        kernel,
+        caller,
+        index,
+        args,
+        options,
+        interactive,
+        ..
+    } = request;
+    let seed = options.context;
+    let parent = seed.parent.or(caller);
+    let birth = Birth {
+        parent,
+        target: seed.target,
+        index,
+        tool,
+        args,
+        interactive,
+    };
+    let ctx = create(&kernel, birth, resolved);
+    apply_seed(&ctx, seed.locals, seed.nonlocals, seed.run)?;
+    let link = seed.signal.map(|outer| link_signal(&ctx, outer));
+    // 8. The chain (in place from the cache unless something adjusts it).
+    adjust_chain(&ctx, resolved)?;
+    Ok((ctx, link))
+}
+
+/// What a new context is made from.
+struct Birth {
     parent: Option<Context>,
     target: Option<Context>,
     index: Arc<SearchIndex>,
     tool: Arc<Tool>,
     args: Arc<Value>,
     interactive: bool,
-) -> Context {
+}
+
+fn create(kernel: &Kernel, birth: Birth, resolved: &Resolved) -> Context {
+    let Birth {
+        parent,
+        target,
+        index,
+        tool,
+        args,
+        interactive,
+    } = birth;
     let id = id::next_id();
     let (nonlocals, history) = match &parent {
         Some(p) => {
@@ -253,15 +301,24 @@ fn create(
         nonlocals,
         run: Run {
             origin: tool.origin.clone(),
-            middleware: Arc::new(Value::Null),
+            middleware: resolved.metadata.clone(),
             tool: tool.decl.clone(),
         },
-        chain: Chain::default(),
+        chain: Chain {
+            entries: resolved.entries.clone(),
+            pos: 0,
+            finished: false,
+            invoke_hooks: resolved.invoke_hooks.clone(),
+            invoke_pos: 0,
+            next_hooks: resolved.next_hooks.clone(),
+            pending: Vec::new(),
+        },
         extensions: None,
-        tool,
+        tool: tool.clone(),
     };
     Context(Arc::new(Inner {
         id,
+        created_for: tool,
         target,
         parent,
         args,
@@ -312,6 +369,10 @@ fn apply_seed(
 
 /// Aborts `ctx` when `outer` is cancelled; the returned guard stops watching.
 fn link_signal(ctx: &Context, outer: CancellationToken) -> tokio_util::sync::DropGuard {
+    // An outer signal aborted already aborts the context before its chain starts.
+    if outer.is_cancelled() {
+        ctx.abort(Some("aborted by the caller's signal"));
+    }
     let done = CancellationToken::new();
     let guard = done.clone().drop_guard();
     let ctx = ctx.clone();
@@ -324,16 +385,21 @@ fn link_signal(ctx: &Context, outer: CancellationToken) -> tokio_util::sync::Dro
     guard
 }
 
-/// Step 8: the sorted chain, extra middleware, dynamic interpolation and hooks.
-fn install_chain(ctx: &Context, resolved: &Resolved) -> Result<()> {
+/// Step 8 adjustments to the cached chain: hooks silenced by `nonlocals.debug = false`,
+/// context variables interpolated, extra middleware from the seed or inherited nonlocals.
+fn adjust_chain(ctx: &Context, resolved: &Resolved) -> Result<()> {
     let (extra_local, extra_inherited, quiet) = {
         let state = ctx.0.state.lock();
+        let hooked = !resolved.invoke_hooks.is_empty() || !resolved.next_hooks.is_empty();
         (
             state.locals.other.get("middleware").cloned(),
             state.nonlocals.get("middleware").cloned(),
-            state.nonlocals.get("debug") == Some(&Value::Bool(false)),
+            hooked && state.nonlocals.get("debug") == Some(&Value::Bool(false)),
         )
     };
+    if !resolved.dynamic && extra_local.is_none() && extra_inherited.is_none() && !quiet {
+        return Ok(());
+    }
     let mut metadata = resolved.metadata.clone();
     let mut entries = resolved.entries.clone();
     if resolved.dynamic {
@@ -360,20 +426,11 @@ fn install_chain(ctx: &Context, resolved: &Resolved) -> Result<()> {
     }
     let mut state = ctx.0.state.lock();
     state.run.middleware = metadata;
-    state.chain = Chain {
-        entries,
-        invoke_hooks: if quiet {
-            Arc::default()
-        } else {
-            resolved.invoke_hooks.clone()
-        },
-        next_hooks: if quiet {
-            Arc::default()
-        } else {
-            resolved.next_hooks.clone()
-        },
-        ..Chain::default()
-    };
+    state.chain.entries = entries;
+    if quiet {
+        state.chain.invoke_hooks = Arc::default();
+        state.chain.next_hooks = Arc::default();
+    }
     Ok(())
 }
 
@@ -382,7 +439,10 @@ fn apply_extra(list: &mut Vec<Entry>, extra: &Value) -> Result<()> {
     for (entry, remove) in parse_extra(extra)? {
         let existing = list
             .iter()
-            .position(|e| e.name == entry.name && !e.is_sentinel());
+            // The tool's own body entry bears the tool's name but is not a cascade entry.
+            .position(|e| {
+                e.name == entry.name && !e.is_sentinel() && !matches!(e.kind, EntryKind::Body)
+            });
         match (existing, remove) {
             (Some(i), true) => {
                 list.remove(i);

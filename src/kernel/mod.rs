@@ -29,8 +29,8 @@ struct KernelInner {
     registry: Registry,
     globals: RwLock<Map<String, Value>>,
     logs: LogHub,
-    /// What `locals.config` starts as: `{ cwd, library, runtime }`.
-    base_config: Arc<Value>,
+    /// The `globals.config` subset `locals.config` starts as (see `base_config()`).
+    base_config: RwLock<Arc<Value>>,
     schemas: schema::SchemaCache,
 }
 
@@ -95,7 +95,7 @@ impl KernelBuilder {
             registry: Registry::new(self.config, natives),
             globals: RwLock::new(globals),
             logs: LogHub::new(self.log_capacity, self.log),
-            base_config: Arc::new(base_config),
+            base_config: RwLock::new(Arc::new(base_config)),
             schemas: schema::SchemaCache::default(),
         }))
     }
@@ -116,7 +116,8 @@ impl Kernel {
         &self.0.registry
     }
 
-    pub fn globals(&self) -> &RwLock<Map<String, Value>> {
+    /// `globals`. Write through `Context::set("globals...")`, which keeps derived state fresh.
+    pub(crate) fn globals(&self) -> &RwLock<Map<String, Value>> {
         &self.0.globals
     }
 
@@ -124,8 +125,24 @@ impl Kernel {
         &self.0.logs
     }
 
+    /// What a new context's `locals.config` starts as: `{ cwd, library, runtime }` of
+    /// `globals.config`, kept up to date by `globals_changed` so invocations only clone an `Arc`.
     pub(crate) fn base_config(&self) -> Arc<Value> {
-        self.0.base_config.clone()
+        self.0.base_config.read().clone()
+    }
+
+    /// Called after any write to `globals`: re-reads the part of `globals.config` that new
+    /// contexts start from.
+    pub(crate) fn globals_changed(&self) {
+        const KEYS: [&str; 3] = ["cwd", "library", "runtime"];
+        let picked: Map<String, Value> = {
+            let globals = self.0.globals.read();
+            let config = globals.get("config");
+            KEYS.iter()
+                .filter_map(|k| Some(((*k).to_string(), config?.get(k)?.clone())))
+                .collect()
+        };
+        *self.0.base_config.write() = Arc::new(Value::Object(picked));
     }
 
     pub(crate) fn schemas(&self) -> &schema::SchemaCache {

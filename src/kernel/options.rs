@@ -12,19 +12,19 @@ use crate::skills::tool::Tool;
 /// What to invoke: a tool name, a path to a skill file, or a definition held in memory.
 #[derive(Clone, Debug)]
 pub enum ToolRef {
-    Name(String),
+    Name(Arc<str>),
     Def(Arc<Tool>),
 }
 
 impl From<&str> for ToolRef {
     fn from(s: &str) -> Self {
-        ToolRef::Name(s.to_string())
+        ToolRef::Name(Arc::from(s))
     }
 }
 
 impl From<String> for ToolRef {
     fn from(s: String) -> Self {
-        ToolRef::Name(s)
+        ToolRef::Name(Arc::from(s))
     }
 }
 
@@ -42,7 +42,7 @@ impl ToolRef {
 
     pub fn describe(&self) -> String {
         match self {
-            ToolRef::Name(n) => n.clone(),
+            ToolRef::Name(n) => n.to_string(),
             ToolRef::Def(t) => format!("<{}>", t.name),
         }
     }

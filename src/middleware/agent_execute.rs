@@ -23,19 +23,22 @@ metadata:
 "#,
         |ctx, _args| async move {
             let target = ctx.ctx_target()?;
-            let (is_template, model, allowed, returns) = {
+            let found = {
                 let state = target.0.state.lock();
                 let meta = &state.run.middleware;
-                (
-                    matches!(state.tool.body, Body::Template),
-                    meta.get("model")
-                        .cloned()
-                        .filter(|m| !m.is_null() && *m != Value::Bool(false)),
-                    meta.get("allowed-tools").cloned().unwrap_or(Value::Null),
-                    meta.get("returns").cloned().unwrap_or(Value::Null),
-                )
+                let model = meta
+                    .get("model")
+                    .filter(|m| !m.is_null() && **m != Value::Bool(false));
+                match model {
+                    Some(model) if matches!(state.tool.body, Body::Template) => Some((
+                        model.clone(),
+                        meta.get("allowed-tools").cloned().unwrap_or(Value::Null),
+                        meta.get("returns").cloned().unwrap_or(Value::Null),
+                    )),
+                    _ => None,
+                }
             };
-            let Some(model) = model.filter(|_| is_template) else {
+            let Some((model, allowed, returns)) = found else {
                 return pass(&target).await;
             };
             if !target.index().contains(AGENT) {

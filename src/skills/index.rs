@@ -5,6 +5,8 @@
 //! index, never by editing this one.
 
 use std::collections::HashMap;
+
+use rustc_hash::FxHashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
@@ -36,7 +38,7 @@ pub struct SearchIndex {
     pub generation: u64,
     /// Skill folders on disk, in search order (bundled and native tools come after them).
     pub dirs: Vec<PathBuf>,
-    slots: HashMap<String, Slot>,
+    slots: FxHashMap<String, Slot>,
     /// Names in listing order.
     order: Vec<String>,
     failures: Vec<LoadFailure>,
@@ -56,7 +58,7 @@ impl SearchIndex {
         failures: Vec<LoadFailure>,
         overrides: Arc<Map<String, Value>>,
     ) -> SearchIndex {
-        let mut slots: HashMap<String, Slot> = HashMap::with_capacity(tools.len());
+        let mut slots: FxHashMap<String, Slot> = FxHashMap::default();
         let mut order = Vec::with_capacity(tools.len());
         let mut authorities = HashMap::new();
         for tool in tools {
@@ -120,8 +122,13 @@ impl SearchIndex {
 
     /// Finds a tool, or says why not: the file's load error, or the closest names.
     pub fn find(&self, name: &str) -> Result<&Arc<Tool>> {
-        if let Some(tool) = self.get(name) {
-            return Ok(tool);
+        self.find_slot(name).map(|slot| &slot.tool)
+    }
+
+    /// Like `find`, returning the slot with its caches.
+    pub fn find_slot(&self, name: &str) -> Result<&Slot> {
+        if let Some(slot) = self.slots.get(name) {
+            return Ok(slot);
         }
         if let Some(failure) = self.failures.iter().find(|f| f.name == name) {
             return Err(failure.error.clone());
