@@ -8,6 +8,9 @@ use serde_json::{Map, Value};
 pub struct Parsed {
     pub args: Map<String, Value>,
     pub overrides: Map<String, Value>,
+    /// `-v`/`-vv`/`-q` given after the skill name (they mean the same as before it).
+    pub verbose: u8,
+    pub quiet: bool,
 }
 
 /// Parses the tokens after the skill name. `schema` is the skill's params schema, if any.
@@ -18,6 +21,21 @@ pub fn parse(tokens: &[String], schema: Option<&Value>) -> Result<Parsed, String
     while i < tokens.len() {
         let token = &tokens[i];
         i += 1;
+        if token == "-q" || token == "--quiet" {
+            out.quiet = true;
+            continue;
+        }
+        if let Some(vs) = token
+            .strip_prefix('-')
+            .filter(|v| !v.is_empty() && v.bytes().all(|b| b == b'v'))
+        {
+            out.verbose = out.verbose.saturating_add(vs.len() as u8);
+            continue;
+        }
+        if token == "--verbose" {
+            out.verbose = out.verbose.saturating_add(1);
+            continue;
+        }
         let Some(flag) = token.strip_prefix("--") else {
             return Err(format!(
                 "unexpected argument `{token}`: skill args are given as `--name value`"
@@ -300,6 +318,13 @@ mod tests {
         let p = parse(&toks("--dry-run --no-loud"), Some(&schema())).unwrap();
         assert_eq!(p.args["dryRun"], json!(true));
         assert_eq!(p.args["loud"], json!(false));
+    }
+
+    #[test]
+    fn verbosity_flags_after_the_skill_are_not_args() {
+        let p = parse(&toks("--name x -vv -q"), None).unwrap();
+        assert_eq!((p.verbose, p.quiet), (2, true));
+        assert_eq!(Value::Object(p.args), json!({"name": "x"}));
     }
 
     #[test]

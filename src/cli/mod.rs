@@ -54,18 +54,23 @@ pub const FAILED: u8 = 1;
 
 impl Cli {
     pub fn log_config(&self) -> LogConfig {
-        let level = match (self.quiet, self.verbose) {
-            (true, _) => Level::Error,
-            (_, 0) => Level::Warn,
-            (_, 1) => Level::Info,
-            (_, 2) => Level::Debug,
-            _ => Level::Trace,
-        };
-        LogConfig {
-            level,
-            scope: None,
-            reporters: vec!["stderr".into()],
-        }
+        log_config(self.quiet, self.verbose)
+    }
+}
+
+/// Log settings for `-q` / `-v` counts: errors only, warn (default), info, debug, trace.
+pub fn log_config(quiet: bool, verbose: u8) -> LogConfig {
+    let level = match (quiet, verbose) {
+        (true, _) => Level::Error,
+        (_, 0) => Level::Warn,
+        (_, 1) => Level::Info,
+        (_, 2) => Level::Debug,
+        _ => Level::Trace,
+    };
+    LogConfig {
+        level,
+        scope: None,
+        reporters: vec!["stderr".into()],
     }
 }
 
@@ -73,7 +78,7 @@ impl Cli {
 pub async fn main(cli: Cli) -> ExitCode {
     let log = cli.log_config();
     match &cli.command {
-        Command::Run(args) => run::run(&cli.project, log, args).await,
+        Command::Run(args) => run::run(&cli.project, (cli.quiet, cli.verbose), log, args).await,
         Command::Skills(cmd) => skills::run(&cli.project, cmd),
     }
 }

@@ -29,7 +29,12 @@ pub struct RunArgs {
     pub rest: Vec<String>,
 }
 
-pub async fn run(project: &Path, log: LogConfig, cli: &RunArgs) -> ExitCode {
+pub async fn run(
+    project: &Path,
+    (quiet, verbose): (bool, u8),
+    log: LogConfig,
+    cli: &RunArgs,
+) -> ExitCode {
     let kernel = Kernel::builder(project).log_config(log).build();
     let index = kernel.registry().current();
     // A name, a path to a skill file, or nothing (the project's main skill).
@@ -45,6 +50,13 @@ pub async fn run(project: &Path, log: LogConfig, cli: &RunArgs) -> ExitCode {
         Ok(parsed) => parsed,
         Err(message) => return usage(&message),
     };
+    if parsed.quiet || parsed.verbose > 0 {
+        let log = crate::cli::log_config(
+            quiet || parsed.quiet,
+            verbose.saturating_add(parsed.verbose),
+        );
+        kernel.logs().set_global(log);
+    }
     let tool = if parsed.overrides.is_empty() {
         tool
     } else {

@@ -43,6 +43,8 @@ impl Context {
     ///
     /// Constraints naming entries that already ran are dropped; if any injected entry still has
     /// constraints the rest of the chain is re-sorted, else the entries go in as given.
+    /// Directive entries (all `directive: true`) go in after the metadata middleware still ahead
+    /// of the `$execute` phase, so directive middleware runs after all metadata middleware.
     pub fn inject(&self, entries: Vec<Entry>) -> Result<()> {
         let mut state = self.0.state.lock();
         let chain = &mut state.chain;
@@ -55,7 +57,7 @@ impl Context {
                 .cloned()
                 .collect()
         };
-        let mut injected: Vec<Entry> = entries
+        let injected: Vec<Entry> = entries
             .into_iter()
             .map(|e| Entry {
                 before: strip(&e.before),
@@ -73,11 +75,23 @@ impl Context {
                 ..e.clone()
             })
             .collect();
-        injected.append(&mut rest);
-        if resort {
-            list.extend(order::sort(injected)?);
+        // Directive middleware runs after every metadata middleware: directive entries go in
+        // right before the execution phase when it is still ahead, in document order.
+        let at = if !resort && !injected.is_empty() && injected.iter().all(|e| e.directive) {
+            rest.iter()
+                .position(|e| e.is_sentinel() && &*e.name == "$execute")
+                .unwrap_or(0)
         } else {
-            list.extend(injected);
+            0
+        };
+        let tail = rest.split_off(at);
+        let mut ahead = rest;
+        ahead.extend(injected);
+        ahead.extend(tail);
+        if resort {
+            list.extend(order::sort(ahead)?);
+        } else {
+            list.extend(ahead);
         }
         chain.entries = Arc::new(list);
         chain.finished = false;

@@ -393,7 +393,14 @@ fn adjust_chain(ctx: &Context, resolved: &Resolved) -> Result<()> {
         let hooked = !resolved.invoke_hooks.is_empty() || !resolved.next_hooks.is_empty();
         (
             state.locals.other.get("middleware").cloned(),
-            state.nonlocals.get("middleware").cloned(),
+            // Cascading middleware is for the invocations below, not for the middleware that
+            // serves them (chain entries and hooks): appended there it would sit inside
+            // `execute`'s own pipeline, where the cycle check skips it and no body runs.
+            state
+                .nonlocals
+                .get("middleware")
+                .filter(|_| !ctx.has_other_target())
+                .cloned(),
             hooked && state.nonlocals.get("debug") == Some(&Value::Bool(false)),
         )
     };

@@ -5,5 +5,9 @@
 //! - `hooks`: the Hooks part of spec 03.
 //! - `cli`: the command line end to end over the skill tree in `tests/fixtures/`.
 
+mod cli;
 mod common;
+mod context;
+mod hooks;
+mod orchestration;
 mod smoke;

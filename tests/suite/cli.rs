@@ -1,0 +1,201 @@
+//! The command line end to end: the real binary over the skill trees in `tests/fixtures/`.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+}
+
+fn skillgate(project: &str, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_skillgate"))
+        .arg("--project")
+        .arg(fixture(project))
+        .args(args)
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("run skillgate")
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn run_hello_greets_the_name_given_as_a_flag() {
+    let out = skillgate("tree", &["run", "hello", "--name", "Ada"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "Hello, Ada! Welcome to skillgate.\n");
+}
+
+#[test]
+fn skills_list_shows_bundled_and_project_skills_but_not_hidden_ones() {
+    let out = skillgate("tree", &["skills", "list"]);
+    assert_eq!(out.status.code(), Some(0));
+    let text = stdout(&out);
+    for name in ["hello", "greet", "wrapped", "base"] {
+        assert!(
+            text.lines().any(|l| l.starts_with(name)),
+            "{name} missing:\n{text}"
+        );
+    }
+    let listed: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert!(
+        !listed.contains(&"shout"),
+        "hidden skill listed: {listed:?}"
+    );
+    assert!(
+        !listed.contains(&"validate-args"),
+        "internal tool listed: {listed:?}"
+    );
+    let tagged = stdout(&skillgate("tree", &["skills", "list", "--tag", "fixture"]));
+    let names: Vec<&str> = tagged
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert_eq!(names, ["greet", "wrapped"]);
+}
+
+#[test]
+fn inherit_passes_params_and_the_authority_sets_the_working_folder() {
+    let out = skillgate("tree", &["run", "greet", "--name", "Ada"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.starts_with("Hi Ada from "), "{text}");
+    assert!(
+        text.trim_end().ends_with("workspace"),
+        "cwd from main.skill.md: {text}"
+    );
+    // The inherited params schema is enforced: a missing name is a usage error.
+    let out = skillgate("tree", &["run", "greet"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("\"name\" is a required property"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn private_keys_do_not_pass_through_inherit() {
+    let out = skillgate("tree", &["skills", "describe", "greet", "--json"]);
+    let described: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(described["tags"], serde_json::json!(["fixture"]));
+    assert!(described["params"]["required"][0] == "name", "{described}");
+}
+
+#[test]
+fn order_places_markdown_middleware_before_execute_and_it_answers() {
+    let described: Value = serde_json::from_slice(
+        &skillgate("tree", &["skills", "describe", "wrapped", "--json"]).stdout,
+    )
+    .expect("json");
+    let pipeline: Vec<&str> = described["pipeline"]
+        .as_array()
+        .expect("pipeline")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    let at = |n: &str| pipeline.iter().position(|p| *p == n).expect(n);
+    assert!(
+        at("directives") < at("shout") && at("shout") < at("execute"),
+        "{pipeline:?}"
+    );
+    let out = skillgate("tree", &["run", "wrapped"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // shout's expanded prompt is the result: it ran as middleware and the body never ran.
+    assert_eq!(stdout(&out), "(shouted by true)\n");
+}
+
+#[test]
+fn debug_hook_shows_injected_directives_after_metadata_middleware() {
+    let out = skillgate(
+        "tree",
+        &[
+            "run",
+            "greet",
+            "--name",
+            "Ada",
+            "--set",
+            "debug=true",
+            "-vv",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let log = stderr(&out);
+    let position = |needle: &str| {
+        log.find(needle)
+            .unwrap_or_else(|| panic!("`{needle}` not in debug log:\n{log}"))
+    };
+    assert!(position("pipeline-enter greet") < position("next-enter greet / cwd"));
+    assert!(position("next-enter greet / cwd") < position("next-enter greet / validate-args"));
+    assert!(position("next-enter greet / directives") < position("next-enter greet / arg"));
+    assert!(position("next-enter greet / arg") < position("next-enter greet / execute"));
+    assert!(position("next-exit greet / execute") < position("pipeline-exit greet"));
+}
+
+#[test]
+fn unknown_skill_is_a_usage_error_suggesting_close_names() {
+    let out = skillgate("tree", &["run", "gret"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("did you mean `greet`"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn a_flag_of_the_wrong_type_is_a_usage_error_naming_it() {
+    let out = skillgate("tree", &["run", "hello", "--name"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("--name"), "{}", stderr(&out));
+}
+
+#[test]
+fn an_order_cycle_fails_the_skill_naming_the_cycle() {
+    let out = skillgate("cycle", &["run", "loop"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(
+        err.contains("first -> second -> first") || err.contains("second -> first -> second"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_skill_file_path_runs_directly() {
+    let path = fixture("tree/skills/greet.skill.md");
+    let out = skillgate(
+        "tree",
+        &["run", path.to_str().expect("utf-8 path"), "--name", "Bo"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stdout(&out).starts_with("Hi Bo from "));
+}
+
+#[test]
+fn help_is_available_on_every_command() {
+    for args in [
+        vec!["--help"],
+        vec!["run", "--help"],
+        vec!["skills", "--help"],
+        vec!["skills", "list", "--help"],
+    ] {
+        let out = skillgate("tree", &args);
+        assert_eq!(out.status.code(), Some(0), "{args:?}");
+        assert!(stdout(&out).contains("Usage"), "{args:?}");
+    }
+    assert_eq!(skillgate("tree", &["bogus"]).status.code(), Some(2));
+}
