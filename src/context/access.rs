@@ -198,7 +198,7 @@ fn locals_get(ctx: &Context, state: &State, rest: &[&str]) -> Option<Value> {
             &holder
         }
         "history" => {
-            holder = locals.history.to_json();
+            holder = crate::context::history::to_json(ctx, state);
             &holder
         }
         "config" => &locals.config,
@@ -220,7 +220,7 @@ pub(crate) fn internals_json(state: &State) -> Value {
     Value::Object(map)
 }
 
-pub(crate) fn locals_json(_ctx: &Context, state: &State) -> Value {
+pub(crate) fn locals_json(ctx: &Context, state: &State) -> Value {
     let locals = &state.locals;
     let mut map = Map::new();
     if let Some(result) = &locals.result {
@@ -229,7 +229,10 @@ pub(crate) fn locals_json(_ctx: &Context, state: &State) -> Value {
     if let Some(error) = &locals.error {
         map.insert("error".into(), error.to_json());
     }
-    map.insert("history".into(), locals.history.to_json());
+    map.insert(
+        "history".into(),
+        crate::context::history::to_json(ctx, state),
+    );
     map.insert("config".into(), (*locals.config).clone());
     if let Some(prompt) = &locals.prompt {
         map.insert("prompt".into(), (**prompt).clone());

@@ -1,60 +1,52 @@
 //! `locals.history`: an append-only stack of `{ tool, args, timestamp }` frames.
 //!
-//! A child starts from its parent's frames plus its own, shared rather than copied: the stack is
-//! a persistent list, so pushing a frame costs one allocation whatever the depth.
+//! A context's frames are its ancestors' frames, then its own, then any it pushed. Each context
+//! already holds its parent, its tool, its args and its start time, so the stack is read off the
+//! parent chain when someone asks for it, and creating a context allocates nothing for history.
 
 use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-#[derive(Clone, Default)]
-pub struct History(Option<Arc<Frame>>);
+use crate::context::{Context, State};
 
-struct Frame {
-    tool: Arc<str>,
-    args: Arc<Value>,
-    timestamp: u64,
-    previous: History,
+/// A frame a middleware pushed after the context was created.
+#[derive(Clone)]
+pub struct Frame {
+    pub tool: Arc<str>,
+    pub args: Arc<Value>,
+    pub timestamp: u64,
 }
 
-impl History {
-    /// This history with one more frame on top.
-    pub fn push(&self, tool: Arc<str>, args: Arc<Value>, timestamp: u64) -> History {
-        History(Some(Arc::new(Frame {
-            tool,
-            args,
-            timestamp,
-            previous: self.clone(),
-        })))
+impl Frame {
+    fn to_json(&self) -> Value {
+        json!({ "tool": &*self.tool, "args": &*self.args, "timestamp": self.timestamp })
     }
+}
 
-    pub fn len(&self) -> usize {
-        let mut n = 0;
-        let mut cur = &self.0;
-        while let Some(frame) = cur {
-            n += 1;
-            cur = &frame.previous.0;
-        }
-        n
+/// The frames of `ctx`, oldest first; `state` is `ctx`'s own (already locked) state.
+pub(crate) fn to_json(ctx: &Context, state: &State) -> Value {
+    let mut chain = Vec::new();
+    let mut cur = ctx.parent();
+    while let Some(c) = cur {
+        chain.push(c);
+        cur = c.parent();
     }
+    let mut frames = Vec::new();
+    for ancestor in chain.iter().rev() {
+        frames.push(own_frame(ancestor));
+        let pushed = ancestor.0.state.lock().locals.pushed.clone();
+        frames.extend(pushed.iter().map(Frame::to_json));
+    }
+    frames.push(own_frame(ctx));
+    frames.extend(state.locals.pushed.iter().map(Frame::to_json));
+    Value::Array(frames)
+}
 
-    pub fn is_empty(&self) -> bool {
-        self.0.is_none()
-    }
-
-    /// Frames oldest first, as JSON.
-    pub fn to_json(&self) -> Value {
-        let mut frames = Vec::new();
-        let mut cur = &self.0;
-        while let Some(frame) = cur {
-            frames.push(json!({
-                "tool": &*frame.tool,
-                "args": &*frame.args,
-                "timestamp": frame.timestamp,
-            }));
-            cur = &frame.previous.0;
-        }
-        frames.reverse();
-        Value::Array(frames)
-    }
+fn own_frame(ctx: &Context) -> Value {
+    json!({
+        "tool": ctx.tool_name(),
+        "args": &*ctx.0.args,
+        "timestamp": ctx.0.started,
+    })
 }

@@ -32,7 +32,7 @@ use crate::skills::index::SearchIndex;
 use crate::skills::patterns::AllowedTools;
 use crate::skills::tool::Tool;
 
-pub use history::History;
+pub use history::Frame;
 
 /// Handle to one invocation's context. Cloning shares it.
 #[derive(Clone)]
@@ -47,6 +47,8 @@ pub(crate) struct Inner {
     /// The served context for chain entries; `None` means the context serves itself.
     pub(crate) target: Option<Context>,
     pub(crate) args: Arc<Value>,
+    /// `Date.now()` when the invocation started (the history frame's timestamp).
+    pub(crate) started: u64,
     pub(crate) interactive: bool,
     pub(crate) kernel: Kernel,
     pub(crate) aborted: AtomicBool,
@@ -72,7 +74,8 @@ pub(crate) struct State {
 pub(crate) struct Locals {
     pub(crate) result: Option<Arc<Value>>,
     pub(crate) error: Option<SkillError>,
-    pub(crate) history: History,
+    /// Frames pushed with `push_history` (the rest of the stack is read off the parents).
+    pub(crate) pushed: Vec<Frame>,
     pub(crate) config: Arc<Value>,
     pub(crate) prompt: Option<Arc<Value>>,
     /// Per-invocation flags that never pass to children.
@@ -215,12 +218,11 @@ impl Context {
 
     /// Appends a frame to `locals.history` (the only write history allows).
     pub fn push_history(&self, tool: &str, args: Value) {
-        let mut state = self.0.state.lock();
-        state.locals.history =
-            state
-                .locals
-                .history
-                .push(Arc::from(tool), Arc::new(args), id::now_ms());
+        self.0.state.lock().locals.pushed.push(Frame {
+            tool: Arc::from(tool),
+            args: Arc::new(args),
+            timestamp: id::now_ms(),
+        });
     }
 
     /// `locals.prompt.expanded`, if the tool has a prompt.

@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use crate::cascade::entry::parse_extra;
 use crate::cascade::interpolate;
 use crate::cascade::{self, Entry, EntryKind, Resolved};
-use crate::context::{Chain, Context, History, Inner, Locals, Run, State, id};
+use crate::context::{Chain, Context, Inner, Locals, Run, State, id};
 use crate::error::{ErrorKind, Result, SkillError};
 use crate::kernel::Kernel;
 use crate::kernel::options::{InvokeOptions, ToolRef, extract_dollar_keys};
@@ -273,24 +273,23 @@ fn create(kernel: &Kernel, birth: Birth, resolved: &Resolved) -> Context {
         interactive,
     } = birth;
     let id = id::next_id();
-    let (nonlocals, history) = match &parent {
+    let nonlocals = match &parent {
         Some(p) => {
             let state = p.0.state.lock();
-            (state.nonlocals.clone(), state.locals.history.clone())
+            state.nonlocals.clone()
         }
         None => {
             let mut map = Map::new();
             map.insert("rootContextId".into(), Value::String(id::format(id)));
-            (Arc::new(map), History::default())
+            Arc::new(map)
         }
     };
-    let history = history.push(Arc::from(tool.name.as_str()), args.clone(), id::now_ms());
     let state = State {
         index,
         locals: Locals {
             result: None,
             error: None,
-            history,
+            pushed: Vec::new(),
             config: kernel.base_config(),
             prompt: tool.prompt.clone(),
             untrusted_ref: false,
@@ -322,6 +321,7 @@ fn create(kernel: &Kernel, birth: Birth, resolved: &Resolved) -> Context {
         target,
         parent,
         args,
+        started: id::now_ms(),
         interactive,
         kernel: kernel.clone(),
         aborted: AtomicBool::new(false),

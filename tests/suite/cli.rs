@@ -199,3 +199,34 @@ fn help_is_available_on_every_command() {
     }
     assert_eq!(skillgate("tree", &["bogus"]).status.code(), Some(2));
 }
+
+#[test]
+fn run_without_a_skill_runs_the_projects_main_skill() {
+    let out = skillgate("tree", &["run"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "The fixture project's main skill.\n");
+    let out = skillgate("cycle", &["run"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("no main skill"), "{}", stderr(&out));
+}
+
+#[test]
+fn bad_yaml_in_a_skill_names_file_line_and_column() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::create_dir_all(dir.path().join("skills")).expect("mkdir");
+    std::fs::write(
+        dir.path().join("skills/broken.skill.md"),
+        "---\nname: broken\nmetadata:\n  params: {type: object\n---\nbody\n",
+    )
+    .expect("write");
+    let out = Command::new(env!("CARGO_BIN_EXE_skillgate"))
+        .arg("--project")
+        .arg(dir.path())
+        .args(["run", "broken"])
+        .output()
+        .expect("run skillgate");
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(err.contains("broken.skill.md:4:"), "file and line: {err}");
+    assert!(err.contains("invalid YAML"), "{err}");
+}
