@@ -190,6 +190,8 @@ async fn debug_emits_pipeline_and_next_enter_and_exit_events() {
         "---\nname: s\nmetadata:\n  debug: true\n---\nS",
     );
     let kernel = p.builder().native(runner()).build();
+    // `debug` declares `$hook: { $self: ... }`: it binds as a hook, not as a chain entry.
+    assert!(!chain_of(&kernel, "s").contains(&"debug".to_string()));
     let events = events(&kernel, &["s"], "debug", false).await;
     let kinds = field(&events, "type");
     assert_eq!(kinds.first(), Some(&"pipeline-enter"), "{kinds:?}");
@@ -331,6 +333,7 @@ async fn profile_fills_locals_profile_with_entry_and_total_timings() {
     let entries = profile["entries"].as_array().expect("entries");
     let names: BTreeSet<&str> = entries.iter().filter_map(|e| e["name"].as_str()).collect();
     let chain = chain_of(&kernel, "s");
+    assert!(!chain.contains(&"profile".to_string()), "{chain:?}");
     assert_eq!(names, chain.iter().map(String::as_str).collect());
     assert!(entries.iter().all(|e| e["ms"].is_number()), "{profile}");
     // The pipeline total lands when the `$invoke` hook exits, and is logged with the profile.
@@ -384,6 +387,7 @@ async fn observe_invokes_its_ref_on_enter_and_exit_with_tool_args_result_and_con
             .unwrap(),
     )
     .unwrap();
+    assert!(!chain_of(&kernel, "s").contains(&"observe".to_string()));
     let calls = observed(&trace);
     assert_eq!(calls.len(), 2, "{calls:?}");
     let id = &out["id"];

@@ -34,7 +34,7 @@ pub(crate) fn middleware(
             let (t, label) = (t.clone(), label.clone());
             async move {
                 let target = ctx.ctx_target()?;
-                t.push(record(&label, &target.tool_name(), &args));
+                t.push(record(&label, target.tool_name(), &args));
                 target.next().await?;
                 Ok(None)
             }
@@ -966,6 +966,25 @@ async fn the_metadata_value_becomes_the_middleware_args() {
     assert_eq!(trace.take(), [r#"mark={"level":3,"tags":["a","b"]}"#, "s"]);
 }
 
+#[tokio::test]
+async fn ordering_comes_from_order_not_from_the_metadata_value() {
+    let p = Project::new();
+    let trace = Trace::default();
+    let kernel = p
+        .builder()
+        .native(with_args("mark", &trace))
+        .native(passing("later", &trace))
+        .native(skill(
+            "s",
+            "  mark: { after: [later] }\n  later: true\n",
+            &trace,
+        ))
+        .build();
+    run_named(&kernel, "s").await.unwrap();
+    // `after` inside the value is plain args; only `$order` orders.
+    assert_eq!(trace.take(), [r#"mark={"after":["later"]}"#, "later", "s"]);
+}
+
 // ---------------------------------------------------------------------------------------------
 // The middleware chain.
 // ---------------------------------------------------------------------------------------------
@@ -1051,6 +1070,36 @@ async fn a_markdown_tool_used_as_middleware_gets_its_directives_expanded() {
     // The middleware's result (its expanded prompt) becomes the served result.
     assert_eq!(out_of(out), json!("Hi Ada, from greeter"));
     assert!(trace.take().is_empty(), "the served body must not run");
+}
+
+#[tokio::test]
+async fn a_markdown_tool_used_as_middleware_gets_its_agent_run() {
+    let p = Project::new();
+    p.skill(
+        "asker.skill.md",
+        "---\nname: asker\nmetadata:\n  model: fake\n---\nAsk :arg[who]",
+    );
+    let trace = Trace::default();
+    let t = trace.clone();
+    let kernel = p
+        .builder()
+        .native(native("name: agent\n", move |_ctx, args| {
+            let t = t.clone();
+            async move {
+                t.push(format!(
+                    "agent prompt={} config={}",
+                    args["prompt"], args["config"]
+                ));
+                Ok(Some(json!("the agent's answer")))
+            }
+        }))
+        .native(skill("s", "  asker: { who: Ada }\n", &trace))
+        .build();
+    let out = kernel
+        .invoke("s", json!({}), InvokeOptions::default())
+        .await;
+    assert_eq!(out_of(out), json!("the agent's answer"));
+    assert_eq!(trace.take(), [r#"agent prompt="Ask Ada" config="fake""#]);
 }
 
 #[tokio::test]
