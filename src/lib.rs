@@ -11,6 +11,8 @@
 //! - [`skills`]: tool definitions, skill files, search paths and shadowing, directive syntax,
 //!   `allowed-tools` patterns.
 //! - [`middleware`]: the built-in middleware and native tools, one module each.
+//! - [`events`]: the event bus: envelopes, the store trait and its memory, SQLite and Postgres
+//!   stores, handler workers, and the `event-*` skills.
 //! - [`cli`]: the `skillgate` command line.
 //! - [`error`]: the one error type that unwinds through the onion.
 
@@ -18,6 +20,7 @@ pub mod cascade;
 pub mod cli;
 pub mod context;
 pub mod error;
+pub mod events;
 pub mod kernel;
 pub mod middleware;
 pub mod skills;

@@ -18,6 +18,8 @@ pub use options::{ContextSeed, InvokeOptions, ToolRef};
 
 use crate::context::log::{LogConfig, LogHub};
 use crate::error::Result;
+use crate::events::memory::MemoryStore;
+use crate::events::{Bus, BusConfig, Limits};
 use crate::skills::registry::{Registry, RegistryConfig};
 use crate::skills::tool::Tool;
 
@@ -32,6 +34,7 @@ struct KernelInner {
     /// The `globals.config` subset `locals.config` starts as (see `base_config()`).
     base_config: RwLock<Arc<Value>>,
     schemas: schema::SchemaCache,
+    bus: Arc<Bus>,
 }
 
 /// Builds a kernel for a project folder.
@@ -40,6 +43,7 @@ pub struct KernelBuilder {
     natives: Vec<Tool>,
     log: LogConfig,
     log_capacity: usize,
+    bus: Option<Arc<Bus>>,
 }
 
 impl KernelBuilder {
@@ -78,9 +82,20 @@ impl KernelBuilder {
         self
     }
 
+    /// The event bus (default: an in-memory store).
+    pub fn bus(mut self, bus: Arc<Bus>) -> Self {
+        self.bus = Some(bus);
+        self
+    }
+
     pub fn build(self) -> Kernel {
         let mut natives: Vec<Arc<Tool>> = self.natives.into_iter().map(Arc::new).collect();
         natives.extend(crate::middleware::builtins().into_iter().map(Arc::new));
+        natives.extend(crate::events::skills::tools().into_iter().map(Arc::new));
+        let bus = self.bus.unwrap_or_else(|| {
+            let store = Arc::new(MemoryStore::new(Limits::default()));
+            Arc::new(Bus::new(store, BusConfig::default()))
+        });
         let cwd = self.config.project_dir.display().to_string();
         let base_config = json!({
             "cwd": cwd,
@@ -97,6 +112,7 @@ impl KernelBuilder {
             logs: LogHub::new(self.log_capacity, self.log),
             base_config: RwLock::new(Arc::new(base_config)),
             schemas: schema::SchemaCache::default(),
+            bus,
         }))
     }
 }
@@ -109,7 +125,13 @@ impl Kernel {
             natives: Vec::new(),
             log: LogConfig::default(),
             log_capacity: 4096,
+            bus: None,
         }
+    }
+
+    /// The event bus.
+    pub fn bus(&self) -> &Arc<Bus> {
+        &self.0.bus
     }
 
     pub fn registry(&self) -> &Registry {

@@ -8,6 +8,7 @@
 mod cli;
 mod common;
 mod context;
+mod events;
 mod hooks;
 mod orchestration;
 mod smoke;

@@ -1,0 +1,29 @@
+-- Event bus: per-topic replay buffers, consumer-group queues, deliveries in flight.
+CREATE TABLE IF NOT EXISTS sg_events (
+    seq        INTEGER PRIMARY KEY AUTOINCREMENT,
+    topic      TEXT    NOT NULL,
+    id         TEXT    NOT NULL,
+    body       TEXT    NOT NULL,
+    created_ms INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS sg_events_topic ON sg_events (topic, seq);
+
+CREATE TABLE IF NOT EXISTS sg_queues (
+    topic      TEXT    NOT NULL,
+    name       TEXT    NOT NULL,
+    created_ms INTEGER NOT NULL,
+    PRIMARY KEY (topic, name)
+);
+
+CREATE TABLE IF NOT EXISTS sg_deliveries (
+    seq        INTEGER PRIMARY KEY AUTOINCREMENT,
+    topic      TEXT    NOT NULL,
+    queue      TEXT    NOT NULL,
+    event_id   TEXT    NOT NULL,
+    body       TEXT    NOT NULL,
+    position   INTEGER NOT NULL,
+    attempts   INTEGER NOT NULL DEFAULT 0,
+    visible_ms INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS sg_deliveries_order ON sg_deliveries (topic, queue, position);
+CREATE INDEX IF NOT EXISTS sg_deliveries_event ON sg_deliveries (topic, queue, event_id);

@@ -1,0 +1,293 @@
+//! The in-memory event store: everything in one process, gone when it exits.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use parking_lot::Mutex;
+use tokio::sync::broadcast;
+
+use crate::context::id::now_ms;
+use crate::events::store::{Delivery, EventStore, Limits, StoreResult};
+use crate::events::{Event, dead_letter};
+
+pub struct MemoryStore {
+    inner: Mutex<Inner>,
+    limits: Limits,
+    wake: broadcast::Sender<String>,
+}
+
+#[derive(Default)]
+struct Inner {
+    seq: i64,
+    buffers: HashMap<String, VecDeque<(i64, Event)>>,
+    queues: HashMap<(String, String), Queue>,
+}
+
+#[derive(Default)]
+struct Queue {
+    entries: BTreeMap<i64, Entry>,
+    /// Event id -> position, for ack and nack.
+    by_id: HashMap<String, i64>,
+}
+
+struct Entry {
+    event: Event,
+    attempts: u32,
+    visible_ms: u64,
+}
+
+impl MemoryStore {
+    pub fn new(limits: Limits) -> MemoryStore {
+        MemoryStore {
+            inner: Mutex::new(Inner::default()),
+            limits,
+            wake: broadcast::channel(1024).0,
+        }
+    }
+}
+
+impl Inner {
+    fn emit(&mut self, event: &Event, limits: &Limits) {
+        self.seq += 1;
+        let seq = self.seq;
+        let buffer = self.buffers.entry(event.topic.clone()).or_default();
+        buffer.push_back((seq, event.clone()));
+        let cutoff = now_ms().saturating_sub(limits.buffer_age.as_millis() as u64);
+        while buffer.len() > limits.buffer_events
+            || buffer.front().is_some_and(|(_, e)| e.timestamp < cutoff)
+        {
+            buffer.pop_front();
+        }
+        for ((topic, _), queue) in self.queues.iter_mut() {
+            if *topic == event.topic {
+                queue.insert(seq, event.clone());
+            }
+        }
+    }
+}
+
+impl Queue {
+    fn insert(&mut self, position: i64, event: Event) {
+        self.by_id.insert(event.id.clone(), position);
+        self.entries.insert(
+            position,
+            Entry {
+                event,
+                attempts: 0,
+                visible_ms: 0,
+            },
+        );
+    }
+
+    fn remove(&mut self, id: &str) -> Option<Entry> {
+        let position = self.by_id.remove(id)?;
+        self.entries.remove(&position)
+    }
+}
+
+#[async_trait]
+impl EventStore for MemoryStore {
+    fn kind(&self) -> &'static str {
+        "memory"
+    }
+
+    async fn emit(&self, event: &Event) -> StoreResult<()> {
+        self.inner.lock().emit(event, &self.limits);
+        let _ = self.wake.send(event.topic.clone());
+        Ok(())
+    }
+
+    async fn create_queue(&self, topic: &str, queue: &str, replay: bool) -> StoreResult<bool> {
+        let mut inner = self.inner.lock();
+        let key = (topic.to_string(), queue.to_string());
+        if inner.queues.contains_key(&key) {
+            return Ok(false);
+        }
+        let mut q = Queue::default();
+        if replay && let Some(buffer) = inner.buffers.get(topic) {
+            let cutoff = now_ms().saturating_sub(self.limits.buffer_age.as_millis() as u64);
+            for (seq, event) in buffer.iter().filter(|(_, e)| e.timestamp >= cutoff) {
+                q.insert(*seq, event.clone());
+            }
+        }
+        inner.queues.insert(key, q);
+        drop(inner);
+        if replay {
+            let _ = self.wake.send(topic.to_string());
+        }
+        Ok(true)
+    }
+
+    async fn drop_queue(&self, topic: &str, queue: &str) -> StoreResult<bool> {
+        let key = (topic.to_string(), queue.to_string());
+        Ok(self.inner.lock().queues.remove(&key).is_some())
+    }
+
+    async fn queues(&self, topic: &str) -> StoreResult<Vec<String>> {
+        let inner = self.inner.lock();
+        let mut names: Vec<String> = inner
+            .queues
+            .keys()
+            .filter(|(t, _)| t == topic)
+            .map(|(_, n)| n.clone())
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+
+    async fn claim(
+        &self,
+        topic: &str,
+        queue: &str,
+        max: usize,
+        visibility: Duration,
+    ) -> StoreResult<Vec<Delivery>> {
+        let now = now_ms();
+        let mut inner = self.inner.lock();
+        let key = (topic.to_string(), queue.to_string());
+        let mut dead = Vec::new();
+        let mut out = Vec::new();
+        if let Some(q) = inner.queues.get_mut(&key) {
+            let mut expired = Vec::new();
+            for (position, entry) in q.entries.iter_mut() {
+                if out.len() >= max {
+                    break;
+                }
+                if entry.visible_ms > now {
+                    continue;
+                }
+                if entry.attempts >= self.limits.delivery_limit {
+                    expired.push(*position);
+                    continue;
+                }
+                entry.attempts += 1;
+                entry.visible_ms = now + visibility.as_millis() as u64;
+                out.push(Delivery {
+                    event: entry.event.clone(),
+                    attempts: entry.attempts,
+                });
+            }
+            for position in expired {
+                if let Some(entry) = q.entries.remove(&position) {
+                    q.by_id.remove(&entry.event.id);
+                    dead.push(dead_letter(&entry.event, queue, entry.attempts));
+                }
+            }
+        }
+        for letter in &dead {
+            let key = (letter.topic.clone(), crate::events::DEAD_QUEUE.to_string());
+            inner.queues.entry(key).or_default();
+            inner.emit(letter, &self.limits);
+        }
+        drop(inner);
+        for letter in dead {
+            let _ = self.wake.send(letter.topic);
+        }
+        Ok(out)
+    }
+
+    async fn ack(&self, topic: &str, queue: &str, ids: &[String]) -> StoreResult<Vec<String>> {
+        let mut inner = self.inner.lock();
+        let key = (topic.to_string(), queue.to_string());
+        let Some(q) = inner.queues.get_mut(&key) else {
+            return Ok(ids.to_vec());
+        };
+        Ok(ids
+            .iter()
+            .filter(|id| q.remove(id).is_none())
+            .cloned()
+            .collect())
+    }
+
+    async fn nack(&self, topic: &str, queue: &str, ids: &[String]) -> StoreResult<Vec<String>> {
+        let mut unknown = Vec::new();
+        {
+            let mut inner = self.inner.lock();
+            let key = (topic.to_string(), queue.to_string());
+            let Some(q) = inner.queues.get_mut(&key) else {
+                return Ok(ids.to_vec());
+            };
+            // Last id first, so the first id ends up at the very front.
+            for id in ids.iter().rev() {
+                match q.remove(id) {
+                    Some(mut entry) => {
+                        entry.visible_ms = 0;
+                        let front = q.entries.keys().next().copied().unwrap_or(0) - 1;
+                        q.by_id.insert(id.clone(), front);
+                        q.entries.insert(front, entry);
+                    }
+                    None => unknown.push(id.clone()),
+                }
+            }
+        }
+        let _ = self.wake.send(topic.to_string());
+        unknown.reverse();
+        Ok(unknown)
+    }
+
+    async fn buffered(
+        &self,
+        topic: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> StoreResult<Vec<Event>> {
+        let inner = self.inner.lock();
+        let cutoff = now_ms().saturating_sub(self.limits.buffer_age.as_millis() as u64);
+        let buffer: Vec<&Event> = inner
+            .buffers
+            .get(topic)
+            .map(|b| {
+                b.iter()
+                    .map(|(_, e)| e)
+                    .filter(|e| e.timestamp >= cutoff)
+                    .collect()
+            })
+            .unwrap_or_default();
+        let start = match after {
+            Some(id) => buffer
+                .iter()
+                .position(|e| e.id == id)
+                .map(|i| i + 1)
+                .ok_or_else(|| {
+                    crate::events::StoreError::Invalid(format!(
+                        "event `{id}` is not in the buffer of `{topic}`"
+                    ))
+                })?,
+            None => 0,
+        };
+        Ok(buffer
+            .into_iter()
+            .skip(start)
+            .take(limit)
+            .cloned()
+            .collect())
+    }
+
+    async fn peek(&self, topic: &str, queue: &str, limit: usize) -> StoreResult<Vec<Delivery>> {
+        let inner = self.inner.lock();
+        let key = (topic.to_string(), queue.to_string());
+        Ok(inner
+            .queues
+            .get(&key)
+            .map(|q| {
+                q.entries
+                    .values()
+                    .take(limit)
+                    .map(|e| Delivery {
+                        event: e.event.clone(),
+                        attempts: e.attempts,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+
+    fn wakeups(&self) -> broadcast::Receiver<String> {
+        self.wake.subscribe()
+    }
+
+    async fn migrate(&self) -> StoreResult<()> {
+        Ok(())
+    }
+}

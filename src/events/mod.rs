@@ -1,0 +1,451 @@
+//! The event bus: envelopes, topics, the store behind them, handler workers and waiters.
+//!
+//! Guarantees (every store): a durable emit is committed before `emit` returns; delivery is at
+//! least once; an entry not acked within its visibility timeout comes back at its old place in
+//! the queue; nack puts it at the front; an acked entry never comes back; after
+//! `delivery_limit` deliveries an entry moves to the queue `dead` of `<topic>.dead`. Within one
+//! queue, entries are delivered in emit order, except that a nacked entry jumps to the front and
+//! an entry whose visibility timed out is delivered again after entries claimed meanwhile.
+
+pub mod memory;
+pub mod postgres;
+pub mod skills;
+pub mod sqlite;
+pub mod store;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio::sync::broadcast::error::RecvError;
+use tokio_util::sync::CancellationToken;
+
+use crate::context::id::{next_id, now_ms};
+use crate::error::{ErrorKind, Result, SkillError};
+use crate::kernel::{InvokeOptions, Kernel};
+pub use store::{Delivery, EventStore, Limits, StoreError, WAKE_ALL};
+
+/// The queue that collects an exhausted topic's dead letters (on topic `<topic>.dead`).
+pub const DEAD_QUEUE: &str = "dead";
+/// The queue `event-wait` uses when none is named.
+pub const DEFAULT_QUEUE: &str = "default";
+/// How often waiters re-read even without a wakeup (covers visibility timeouts and other
+/// processes on a store without notifications).
+const POLL: Duration = Duration::from_millis(250);
+
+/// The event envelope.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    /// 8 hex characters.
+    pub id: String,
+    pub topic: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<Value>,
+    /// Milliseconds since the epoch at emission.
+    pub timestamp: u64,
+    #[serde(
+        rename = "rootContextId",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub root_context_id: Option<String>,
+}
+
+impl Event {
+    /// A new event with a fresh id and the current time.
+    pub fn new(topic: &str, kind: &str) -> Event {
+        Event {
+            id: format!("{:08x}", next_id() >> 32),
+            topic: topic.to_string(),
+            kind: kind.to_string(),
+            source: None,
+            data: None,
+            timestamp: now_ms(),
+            root_context_id: None,
+        }
+    }
+
+    pub fn to_json(&self) -> Value {
+        serde_json::to_value(self).unwrap_or(Value::Null)
+    }
+
+    pub(crate) fn to_body(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    pub(crate) fn from_body(body: &str) -> std::result::Result<Event, StoreError> {
+        serde_json::from_str(body)
+            .map_err(|e| StoreError::Invalid(format!("stored event is not an envelope: {e}")))
+    }
+}
+
+/// The dead letter for an entry that used up its deliveries.
+pub(crate) fn dead_letter(event: &Event, queue: &str, attempts: u32) -> Event {
+    let mut letter = Event::new(&format!("{}.dead", event.topic), "dead-letter");
+    letter.source = Some("event-bus".into());
+    letter.root_context_id = event.root_context_id.clone();
+    letter.data = Some(json!({ "event": event, "queue": queue, "attempts": attempts }));
+    letter
+}
+
+/// Checks a topic or queue name: lowercase letters, digits, `-`, `_`, `.`, `:`, at most 200.
+pub fn check_name(what: &str, name: &str) -> Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 200
+        && name
+            .bytes()
+            .next()
+            .is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+        && name.bytes().all(|b| {
+            b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'-' | b'_' | b'.' | b':')
+        });
+    if ok {
+        Ok(())
+    } else {
+        Err(SkillError::new(
+            ErrorKind::InvalidArgs,
+            format!(
+                "invalid {what} `{name}`: use 1 to 200 lowercase letters, digits, `-`, `_`, `.` or `:`, starting with a letter or digit"
+            ),
+        ))
+    }
+}
+
+/// Bus settings.
+#[derive(Debug, Clone)]
+pub struct BusConfig {
+    /// How long a claimed entry stays invisible before it is delivered again.
+    pub visibility: Duration,
+}
+
+impl Default for BusConfig {
+    fn default() -> Self {
+        BusConfig {
+            visibility: Duration::from_secs(30),
+        }
+    }
+}
+
+/// The bus of one process: a store, plus the handler workers this process runs.
+pub struct Bus {
+    store: Arc<dyn EventStore>,
+    config: BusConfig,
+    /// (topic, queue) -> the worker serving a skill handler.
+    workers: Mutex<HashMap<(String, String), CancellationToken>>,
+    stop: CancellationToken,
+}
+
+fn store_error(err: StoreError) -> SkillError {
+    match err {
+        StoreError::Invalid(message) => SkillError::new(ErrorKind::InvalidArgs, message),
+        other => SkillError::internal(other.to_string()),
+    }
+}
+
+/// The queue a skill handler's events go through.
+pub fn handler_queue(reference: &str) -> String {
+    format!("handler:{reference}")
+}
+
+impl Bus {
+    pub fn new(store: Arc<dyn EventStore>, config: BusConfig) -> Bus {
+        Bus {
+            store,
+            config,
+            workers: Mutex::new(HashMap::new()),
+            stop: CancellationToken::new(),
+        }
+    }
+
+    pub fn store(&self) -> &Arc<dyn EventStore> {
+        &self.store
+    }
+
+    /// Publishes an event; durable when this returns.
+    pub async fn emit(&self, event: &Event) -> Result<()> {
+        check_name("topic", &event.topic)?;
+        self.store.emit(event).await.map_err(store_error)
+    }
+
+    /// Creates a queue for `event-wait` (idempotent); with `replay` a new queue starts with the
+    /// topic's buffered events.
+    pub async fn subscribe_queue(&self, topic: &str, queue: &str, replay: bool) -> Result<bool> {
+        check_name("topic", topic)?;
+        check_name("queue", queue)?;
+        self.store
+            .create_queue(topic, queue, replay)
+            .await
+            .map_err(store_error)
+    }
+
+    /// Subscribes skill `reference` to `topic`: its durable queue, and a worker in this process
+    /// that invokes it with each event (ack on success, nack on failure). Idempotent.
+    pub async fn subscribe_handler(
+        self: &Arc<Self>,
+        kernel: &Kernel,
+        topic: &str,
+        reference: &str,
+        args: Option<Value>,
+        replay: bool,
+    ) -> Result<bool> {
+        let queue = handler_queue(reference);
+        self.subscribe_queue(topic, &queue, replay).await?;
+        let key = (topic.to_string(), queue.clone());
+        let token = {
+            let mut workers = self.workers.lock();
+            if workers.contains_key(&key) {
+                return Ok(false);
+            }
+            let token = self.stop.child_token();
+            workers.insert(key, token.clone());
+            token
+        };
+        let worker = Worker {
+            bus: self.clone(),
+            kernel: kernel.clone(),
+            topic: topic.to_string(),
+            queue,
+            reference: reference.to_string(),
+            args,
+            stop: token,
+        };
+        tokio::spawn(worker.run());
+        Ok(true)
+    }
+
+    /// Removes one skill handler (`reference`), or every handler of the topic. Returns how many.
+    pub async fn unsubscribe(&self, topic: &str, reference: Option<&str>) -> Result<usize> {
+        check_name("topic", topic)?;
+        let queues: Vec<String> = match reference {
+            Some(r) => vec![handler_queue(r)],
+            None => self
+                .store
+                .queues(topic)
+                .await
+                .map_err(store_error)?
+                .into_iter()
+                .filter(|q| q.starts_with("handler:"))
+                .collect(),
+        };
+        let mut removed = 0;
+        for queue in queues {
+            if let Some(token) = self
+                .workers
+                .lock()
+                .remove(&(topic.to_string(), queue.clone()))
+            {
+                token.cancel();
+            }
+            if self
+                .store
+                .drop_queue(topic, &queue)
+                .await
+                .map_err(store_error)?
+            {
+                removed += 1;
+            }
+        }
+        Ok(removed)
+    }
+
+    /// Removes a named `event-wait` queue.
+    pub async fn drop_queue(&self, topic: &str, queue: &str) -> Result<bool> {
+        self.store
+            .drop_queue(topic, queue)
+            .await
+            .map_err(store_error)
+    }
+
+    /// Waits up to `timeout` for entries of `queue`, returning at once with what is there.
+    /// With `ack`, entries are acked as they are handed out; else the caller acks or nacks.
+    pub async fn wait(
+        &self,
+        topic: &str,
+        queue: &str,
+        timeout: Duration,
+        max: usize,
+        ack: bool,
+    ) -> Result<Vec<Delivery>> {
+        check_name("topic", topic)?;
+        check_name("queue", queue)?;
+        if !self
+            .store
+            .queues(topic)
+            .await
+            .map_err(store_error)?
+            .iter()
+            .any(|q| q == queue)
+        {
+            self.store
+                .create_queue(topic, queue, false)
+                .await
+                .map_err(store_error)?;
+        }
+        let mut wakeups = self.store.wakeups();
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let got = self
+                .store
+                .claim(topic, queue, max.max(1), self.config.visibility)
+                .await
+                .map_err(store_error)?;
+            if !got.is_empty() {
+                if ack {
+                    let ids: Vec<String> = got.iter().map(|d| d.event.id.clone()).collect();
+                    self.store
+                        .ack(topic, queue, &ids)
+                        .await
+                        .map_err(store_error)?;
+                }
+                return Ok(got);
+            }
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
+                return Ok(Vec::new());
+            }
+            let nap = (deadline - now).min(POLL);
+            tokio::select! {
+                () = self.stop.cancelled() => return Ok(Vec::new()),
+                () = tokio::time::sleep(nap) => {}
+                woke = wakeups.recv() => match woke {
+                    Ok(t) if t == topic || t == WAKE_ALL => {}
+                    Ok(_) => continue,
+                    Err(RecvError::Lagged(_)) => {}
+                    Err(RecvError::Closed) => tokio::time::sleep(nap).await,
+                },
+            }
+        }
+    }
+
+    /// Acks (or, with `nack`, returns to the front) entries by event id; unknown ids are an
+    /// error that names them (the known ones are still handled).
+    pub async fn ack(&self, topic: &str, queue: &str, ids: &[String], nack: bool) -> Result<()> {
+        check_name("topic", topic)?;
+        check_name("queue", queue)?;
+        let unknown = if nack {
+            self.store.nack(topic, queue, ids).await
+        } else {
+            self.store.ack(topic, queue, ids).await
+        }
+        .map_err(store_error)?;
+        if unknown.is_empty() {
+            Ok(())
+        } else {
+            Err(SkillError::new(
+                ErrorKind::InvalidArgs,
+                format!(
+                    "unknown event id{} {} in queue `{queue}` of `{topic}` (already acked, or never delivered there)",
+                    if unknown.len() == 1 { "" } else { "s" },
+                    unknown.iter().map(|i| format!("`{i}`")).collect::<Vec<_>>().join(", ")
+                ),
+            )
+            .with_data(json!({ "unknown": unknown })))
+        }
+    }
+
+    /// Stops every handler worker and wakes every waiter.
+    pub fn shutdown(&self) {
+        self.stop.cancel();
+    }
+}
+
+/// Runs one skill handler: claim, invoke, ack or nack, wait for more.
+struct Worker {
+    bus: Arc<Bus>,
+    kernel: Kernel,
+    topic: String,
+    queue: String,
+    reference: String,
+    args: Option<Value>,
+    stop: CancellationToken,
+}
+
+impl Worker {
+    async fn run(self) {
+        let mut wakeups = self.bus.store.wakeups();
+        loop {
+            if self.stop.is_cancelled() {
+                return;
+            }
+            let claimed = self
+                .bus
+                .store
+                .claim(&self.topic, &self.queue, 16, self.bus.config.visibility)
+                .await;
+            let batch = match claimed {
+                Ok(batch) => batch,
+                Err(err) => {
+                    tracing::warn!(error = %err, topic = %self.topic, "event handler cannot claim; retrying");
+                    Vec::new()
+                }
+            };
+            let idle = batch.is_empty();
+            for delivery in batch {
+                self.handle(delivery).await;
+            }
+            if idle {
+                tokio::select! {
+                    () = self.stop.cancelled() => return,
+                    () = tokio::time::sleep(POLL) => {}
+                    _ = wakeups.recv() => {}
+                }
+            }
+        }
+    }
+
+    async fn handle(&self, delivery: Delivery) {
+        let mut args = delivery.event.to_json();
+        if let (Value::Object(map), Some(Value::Object(extra))) = (&mut args, &self.args) {
+            for (k, v) in extra {
+                map.entry(k.clone()).or_insert_with(|| v.clone());
+            }
+        }
+        let id = vec![delivery.event.id.clone()];
+        let outcome = self
+            .kernel
+            .invoke(self.reference.as_str(), args, InvokeOptions::default())
+            .await;
+        let settled = match outcome {
+            Ok(_) => self.bus.store.ack(&self.topic, &self.queue, &id).await,
+            Err(err) => {
+                tracing::warn!(error = %err, topic = %self.topic, handler = %self.reference, "event handler failed; the event will be delivered again");
+                self.bus.store.nack(&self.topic, &self.queue, &id).await
+            }
+        };
+        if let Err(err) = settled {
+            tracing::warn!(error = %err, "could not settle an event; it will come back after its visibility timeout");
+        }
+    }
+}
+
+/// How an emit is written: the envelope fields a skill may give.
+pub fn event_from_args(args: &Value, source: &str, root: &str) -> Result<Event> {
+    let topic = args.get("topic").and_then(Value::as_str).ok_or_else(|| {
+        SkillError::new(
+            ErrorKind::InvalidArgs,
+            "event-emit needs a `topic` (string)",
+        )
+    })?;
+    check_name("topic", topic)?;
+    let kind = args
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or("message");
+    let mut event = Event::new(topic, kind);
+    event.source = Some(
+        args.get("source")
+            .and_then(Value::as_str)
+            .unwrap_or(source)
+            .to_string(),
+    );
+    event.data = args.get("data").cloned();
+    event.root_context_id = Some(root.to_string());
+    Ok(event)
+}

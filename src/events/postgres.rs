@@ -1,0 +1,436 @@
+//! The Postgres event store, for deployments with many replicas on one database.
+//!
+//! Consumers claim with `FOR UPDATE SKIP LOCKED`, so replicas sharing a consumer group never
+//! get the same entry at once. `LISTEN/NOTIFY` only wakes consumers: after every reconnect the
+//! listener wakes everyone to re-read the tables, and waiters also poll, so a lost
+//! notification delays an event but never loses it.
+
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
+use sqlx::{Executor, PgPool, Postgres, Row, Transaction};
+use tokio::sync::broadcast;
+use tokio_util::sync::{CancellationToken, DropGuard};
+
+use crate::context::id::now_ms;
+use crate::events::store::{Delivery, EventStore, Limits, StoreError, StoreResult, WAKE_ALL};
+use crate::events::{DEAD_QUEUE, Event, dead_letter};
+
+const TRIM_EVERY: u64 = 64;
+
+pub struct PostgresStore {
+    pool: PgPool,
+    limits: Limits,
+    channel: String,
+    wake: broadcast::Sender<String>,
+    emits: AtomicU64,
+    _listener: DropGuard,
+}
+
+impl PostgresStore {
+    /// Connects to `url`; with `schema`, everything lives in that schema (created if missing),
+    /// which lets tests and tenants share one database.
+    pub async fn connect(
+        url: &str,
+        schema: Option<&str>,
+        limits: Limits,
+    ) -> StoreResult<PostgresStore> {
+        let mut options = PgConnectOptions::from_str(url)?;
+        if let Some(schema) = schema {
+            if !schema
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+            {
+                return Err(StoreError::Invalid(format!(
+                    "schema `{schema}` must be lowercase letters, digits and `_`"
+                )));
+            }
+            let bootstrap = PgPoolOptions::new()
+                .max_connections(1)
+                .connect_with(options.clone())
+                .await?;
+            bootstrap
+                .execute(format!("CREATE SCHEMA IF NOT EXISTS {schema}").as_str())
+                .await?;
+            bootstrap.close().await;
+            options = options.options([("search_path", schema)]);
+        }
+        let pool = PgPoolOptions::new()
+            .max_connections(16)
+            .acquire_timeout(Duration::from_secs(30))
+            .connect_with(options)
+            .await?;
+        let channel = match schema {
+            Some(s) => format!("sg_events_{s}"),
+            None => "sg_events".to_string(),
+        };
+        let wake = broadcast::channel(1024).0;
+        let stop = CancellationToken::new();
+        spawn_listener(pool.clone(), channel.clone(), wake.clone(), stop.clone()).await?;
+        let store = PostgresStore {
+            pool,
+            limits,
+            channel,
+            wake,
+            emits: AtomicU64::new(0),
+            _listener: stop.drop_guard(),
+        };
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    /// Events older than this (ms) are out of the replay buffer.
+    fn cutoff(&self) -> i64 {
+        now_ms().saturating_sub(self.limits.buffer_age.as_millis() as u64) as i64
+    }
+
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    async fn emit_tx(
+        &self,
+        tx: &mut Transaction<'static, Postgres>,
+        event: &Event,
+        trim: bool,
+    ) -> StoreResult<()> {
+        let body = event.to_body();
+        let seq: i64 = sqlx::query_scalar(
+            "INSERT INTO sg_events (topic, id, body, created_ms) VALUES ($1, $2, $3, $4) RETURNING seq",
+        )
+        .bind(&event.topic)
+        .bind(&event.id)
+        .bind(&body)
+        .bind(event.timestamp as i64)
+        .fetch_one(&mut **tx)
+        .await?;
+        sqlx::query(
+            "INSERT INTO sg_deliveries (topic, queue, event_id, body, position)
+             SELECT topic, name, $1, $2, $3 FROM sg_queues WHERE topic = $4",
+        )
+        .bind(&event.id)
+        .bind(&body)
+        .bind(seq)
+        .bind(&event.topic)
+        .execute(&mut **tx)
+        .await?;
+        if trim {
+            let cutoff = now_ms().saturating_sub(self.limits.buffer_age.as_millis() as u64) as i64;
+            sqlx::query(
+                "DELETE FROM sg_events WHERE topic = $1 AND (created_ms < $2 OR seq <= (
+                     SELECT seq FROM sg_events WHERE topic = $1 ORDER BY seq DESC OFFSET $3 LIMIT 1))",
+            )
+            .bind(&event.topic)
+            .bind(cutoff)
+            .bind(self.limits.buffer_events as i64)
+            .execute(&mut **tx)
+            .await?;
+        }
+        sqlx::query("SELECT pg_notify($1, $2)")
+            .bind(&self.channel)
+            .bind(&event.topic)
+            .execute(&mut **tx)
+            .await?;
+        Ok(())
+    }
+}
+
+/// Forwards notifications to local waiters; after a reconnect, wakes everyone to re-read.
+async fn spawn_listener(
+    pool: PgPool,
+    channel: String,
+    wake: broadcast::Sender<String>,
+    stop: CancellationToken,
+) -> StoreResult<()> {
+    let mut listener = PgListener::connect_with(&pool).await?;
+    listener.listen(&channel).await?;
+    tokio::spawn(async move {
+        loop {
+            let next = tokio::select! {
+                () = stop.cancelled() => return,
+                next = listener.try_recv() => next,
+            };
+            match next {
+                Ok(Some(notification)) => {
+                    let _ = wake.send(notification.payload().to_string());
+                }
+                // The connection dropped and was re-established: notifications may be lost.
+                Ok(None) => {
+                    let _ = wake.send(WAKE_ALL.to_string());
+                }
+                Err(err) => {
+                    tracing::warn!(error = %err, "event store listener lost its connection; retrying");
+                    let _ = wake.send(WAKE_ALL.to_string());
+                    tokio::select! {
+                        () = stop.cancelled() => return,
+                        () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                    }
+                }
+            }
+        }
+    });
+    Ok(())
+}
+
+fn deliveries(rows: &[sqlx::postgres::PgRow]) -> StoreResult<Vec<(i64, Delivery)>> {
+    rows.iter()
+        .map(|row| {
+            Ok((
+                row.try_get::<i64, _>("position")?,
+                Delivery {
+                    event: Event::from_body(row.try_get("body")?)?,
+                    attempts: row.try_get::<i32, _>("attempts")? as u32,
+                },
+            ))
+        })
+        .collect()
+}
+
+#[async_trait]
+impl EventStore for PostgresStore {
+    fn kind(&self) -> &'static str {
+        "postgres"
+    }
+
+    async fn emit(&self, event: &Event) -> StoreResult<()> {
+        let trim = self
+            .emits
+            .fetch_add(1, Ordering::Relaxed)
+            .is_multiple_of(TRIM_EVERY);
+        let mut tx = self.pool.begin().await?;
+        self.emit_tx(&mut tx, event, trim).await?;
+        tx.commit().await?;
+        // Local waiters need not wait for the notification's round trip.
+        let _ = self.wake.send(event.topic.clone());
+        Ok(())
+    }
+
+    async fn create_queue(&self, topic: &str, queue: &str, replay: bool) -> StoreResult<bool> {
+        let mut tx = self.pool.begin().await?;
+        let created = sqlx::query(
+            "INSERT INTO sg_queues (topic, name, created_ms) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
+        )
+        .bind(topic)
+        .bind(queue)
+        .bind(now_ms() as i64)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected()
+            == 1;
+        if created && replay {
+            sqlx::query(
+                "INSERT INTO sg_deliveries (topic, queue, event_id, body, position)
+                 SELECT topic, $1, id, body, seq FROM (
+                     SELECT topic, id, body, seq FROM sg_events WHERE topic = $2 AND created_ms >= $3
+                     ORDER BY seq DESC LIMIT $4) newest
+                 ORDER BY seq",
+            )
+            .bind(queue)
+            .bind(topic)
+            .bind(self.cutoff())
+            .bind(self.limits.buffer_events as i64)
+            .execute(&mut *tx)
+            .await?;
+            sqlx::query("SELECT pg_notify($1, $2)")
+                .bind(&self.channel)
+                .bind(topic)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(created)
+    }
+
+    async fn drop_queue(&self, topic: &str, queue: &str) -> StoreResult<bool> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("DELETE FROM sg_deliveries WHERE topic = $1 AND queue = $2")
+            .bind(topic)
+            .bind(queue)
+            .execute(&mut *tx)
+            .await?;
+        let existed = sqlx::query("DELETE FROM sg_queues WHERE topic = $1 AND name = $2")
+            .bind(topic)
+            .bind(queue)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected()
+            == 1;
+        tx.commit().await?;
+        Ok(existed)
+    }
+
+    async fn queues(&self, topic: &str) -> StoreResult<Vec<String>> {
+        Ok(
+            sqlx::query_scalar("SELECT name FROM sg_queues WHERE topic = $1 ORDER BY name")
+                .bind(topic)
+                .fetch_all(&self.pool)
+                .await?,
+        )
+    }
+
+    async fn claim(
+        &self,
+        topic: &str,
+        queue: &str,
+        max: usize,
+        visibility: Duration,
+    ) -> StoreResult<Vec<Delivery>> {
+        let now = now_ms() as i64;
+        let mut tx = self.pool.begin().await?;
+        let expired = sqlx::query(
+            "DELETE FROM sg_deliveries WHERE seq IN (
+                 SELECT seq FROM sg_deliveries
+                 WHERE topic = $1 AND queue = $2 AND visible_ms <= $3 AND attempts >= $4
+                 FOR UPDATE SKIP LOCKED)
+             RETURNING body, attempts, position",
+        )
+        .bind(topic)
+        .bind(queue)
+        .bind(now)
+        .bind(self.limits.delivery_limit as i32)
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut expired = deliveries(&expired)?;
+        expired.sort_by_key(|(position, _)| *position);
+        for (_, delivery) in &expired {
+            let letter = dead_letter(&delivery.event, queue, delivery.attempts);
+            sqlx::query(
+                "INSERT INTO sg_queues (topic, name, created_ms) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
+            )
+            .bind(&letter.topic)
+            .bind(DEAD_QUEUE)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+            self.emit_tx(&mut tx, &letter, false).await?;
+        }
+        let rows = sqlx::query(
+            "UPDATE sg_deliveries SET attempts = attempts + 1, visible_ms = $1
+             WHERE seq IN (SELECT seq FROM sg_deliveries
+                           WHERE topic = $2 AND queue = $3 AND visible_ms <= $4
+                           ORDER BY position LIMIT $5
+                           FOR UPDATE SKIP LOCKED)
+             RETURNING body, attempts, position",
+        )
+        .bind(now + visibility.as_millis() as i64)
+        .bind(topic)
+        .bind(queue)
+        .bind(now)
+        .bind(max as i64)
+        .fetch_all(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        let mut out = deliveries(&rows)?;
+        out.sort_by_key(|(position, _)| *position);
+        Ok(out.into_iter().map(|(_, d)| d).collect())
+    }
+
+    async fn ack(&self, topic: &str, queue: &str, ids: &[String]) -> StoreResult<Vec<String>> {
+        let gone: Vec<String> = sqlx::query_scalar(
+            "DELETE FROM sg_deliveries WHERE topic = $1 AND queue = $2 AND event_id = ANY($3)
+             RETURNING event_id",
+        )
+        .bind(topic)
+        .bind(queue)
+        .bind(ids)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(ids
+            .iter()
+            .filter(|id| !gone.contains(id))
+            .cloned()
+            .collect())
+    }
+
+    async fn nack(&self, topic: &str, queue: &str, ids: &[String]) -> StoreResult<Vec<String>> {
+        let mut tx = self.pool.begin().await?;
+        let mut unknown = Vec::new();
+        for id in ids.iter().rev() {
+            let moved = sqlx::query(
+                "UPDATE sg_deliveries SET visible_ms = 0, position = (
+                     SELECT MIN(position) FROM sg_deliveries WHERE topic = $1 AND queue = $2) - 1
+                 WHERE topic = $1 AND queue = $2 AND event_id = $3",
+            )
+            .bind(topic)
+            .bind(queue)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+            if moved == 0 {
+                unknown.push(id.clone());
+            }
+        }
+        sqlx::query("SELECT pg_notify($1, $2)")
+            .bind(&self.channel)
+            .bind(topic)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        unknown.reverse();
+        Ok(unknown)
+    }
+
+    async fn buffered(
+        &self,
+        topic: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> StoreResult<Vec<Event>> {
+        let start: i64 = match after {
+            None => 0,
+            Some(id) => {
+                sqlx::query_scalar("SELECT seq FROM sg_events WHERE topic = $1 AND id = $2")
+                    .bind(topic)
+                    .bind(id)
+                    .fetch_optional(&self.pool)
+                    .await?
+                    .ok_or_else(|| {
+                        StoreError::Invalid(format!(
+                            "event `{id}` is not in the buffer of `{topic}`"
+                        ))
+                    })?
+            }
+        };
+        let bodies: Vec<String> = sqlx::query_scalar(
+            "SELECT body FROM (SELECT seq, body FROM sg_events WHERE topic = $1 AND created_ms >= $2
+                               ORDER BY seq DESC LIMIT $3) newest
+             WHERE seq > $4 ORDER BY seq LIMIT $5",
+        )
+        .bind(topic)
+        .bind(self.cutoff())
+        .bind(self.limits.buffer_events as i64)
+        .bind(start)
+        .bind(limit as i64)
+        .fetch_all(&self.pool)
+        .await?;
+        bodies.iter().map(|b| Event::from_body(b)).collect()
+    }
+
+    async fn peek(&self, topic: &str, queue: &str, limit: usize) -> StoreResult<Vec<Delivery>> {
+        let rows = sqlx::query(
+            "SELECT body, attempts, position FROM sg_deliveries
+             WHERE topic = $1 AND queue = $2 ORDER BY position LIMIT $3",
+        )
+        .bind(topic)
+        .bind(queue)
+        .bind(limit as i64)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(deliveries(&rows)?.into_iter().map(|(_, d)| d).collect())
+    }
+
+    fn wakeups(&self) -> broadcast::Receiver<String> {
+        self.wake.subscribe()
+    }
+
+    async fn migrate(&self) -> StoreResult<()> {
+        sqlx::migrate!("./migrations/postgres")
+            .run(&self.pool)
+            .await?;
+        Ok(())
+    }
+}

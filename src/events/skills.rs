@@ -1,0 +1,310 @@
+//! The event skills (`event-emit`, `event-subscribe`, `event-unsubscribe`, `event-wait`,
+//! `event-ack`) and the `event` metadata middleware.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::context::Context;
+use crate::error::{ErrorKind, Result, SkillError};
+use crate::events::{Bus, DEFAULT_QUEUE, check_name, event_from_args};
+use crate::middleware::{native, pass};
+use crate::skills::tool::Tool;
+
+pub fn tools() -> Vec<Tool> {
+    vec![
+        emit(),
+        subscribe(),
+        unsubscribe(),
+        wait(),
+        ack(),
+        middleware(),
+    ]
+}
+
+fn bus(ctx: &Context) -> Result<Arc<Bus>> {
+    Ok(ctx.kernel().bus().clone())
+}
+
+fn bad(message: impl Into<String>) -> SkillError {
+    SkillError::new(ErrorKind::InvalidArgs, message)
+}
+
+fn string<'a>(args: &'a Value, key: &str) -> Option<&'a str> {
+    args.get(key).and_then(Value::as_str)
+}
+
+fn emit() -> Tool {
+    native(
+        r#"
+name: event-emit
+description: Publish an event to a topic; returns the envelope (durable once this returns).
+metadata:
+  tags: [events]
+  params:
+    type: object
+    properties:
+      topic: { type: string }
+      type: { type: string }
+      source: { type: string }
+      data: {}
+    required: [topic]
+"#,
+        |ctx, args| async move {
+            let source = ctx.parent().map_or_else(
+                || ctx.tool_name().to_string(),
+                |p| p.tool_name().to_string(),
+            );
+            let event = event_from_args(&args, &source, &ctx.root_id())?;
+            bus(&ctx)?.emit(&event).await?;
+            Ok(Some(event.to_json()))
+        },
+    )
+}
+
+fn subscribe() -> Tool {
+    native(
+        r#"
+name: event-subscribe
+description: "Subscribe to a topic: `ref` invokes a skill with each event; without it, a queue for event-wait. Idempotent."
+metadata:
+  tags: [events]
+  params:
+    type: object
+    properties:
+      topic: { type: string }
+      ref: { type: string }
+      args: { type: object }
+      queue: { type: string }
+      replay: { type: boolean }
+    required: [topic]
+"#,
+        |ctx, args| async move {
+            let topic =
+                string(&args, "topic").ok_or_else(|| bad("event-subscribe needs a `topic`"))?;
+            let replay = args.get("replay").and_then(Value::as_bool).unwrap_or(false);
+            let bus = bus(&ctx)?;
+            match string(&args, "ref") {
+                Some(reference) => {
+                    ctx.index().find(reference)?;
+                    let created = bus
+                        .subscribe_handler(
+                            ctx.kernel(),
+                            topic,
+                            reference,
+                            args.get("args").cloned(),
+                            replay,
+                        )
+                        .await?;
+                    Ok(Some(
+                        json!({ "topic": topic, "ref": reference, "created": created }),
+                    ))
+                }
+                None => {
+                    let queue = string(&args, "queue").unwrap_or(DEFAULT_QUEUE);
+                    let created = bus.subscribe_queue(topic, queue, replay).await?;
+                    Ok(Some(
+                        json!({ "topic": topic, "queue": queue, "created": created }),
+                    ))
+                }
+            }
+        },
+    )
+}
+
+fn unsubscribe() -> Tool {
+    native(
+        r#"
+name: event-unsubscribe
+description: "Remove a skill handler (`ref`) from a topic, a named `queue`, or every handler of the topic."
+metadata:
+  tags: [events]
+  params:
+    type: object
+    properties:
+      topic: { type: string }
+      ref: { type: string }
+      queue: { type: string }
+    required: [topic]
+"#,
+        |ctx, args| async move {
+            let topic =
+                string(&args, "topic").ok_or_else(|| bad("event-unsubscribe needs a `topic`"))?;
+            let bus = bus(&ctx)?;
+            let removed = match string(&args, "queue") {
+                Some(queue) => usize::from(bus.drop_queue(topic, queue).await?),
+                None => bus.unsubscribe(topic, string(&args, "ref")).await?,
+            };
+            Ok(Some(json!({ "removed": removed })))
+        },
+    )
+}
+
+fn wait() -> Tool {
+    native(
+        r#"
+name: event-wait
+description: "Wait for events on a topic's queue: returns at once with what is there, else the first to arrive, or [] after `timeout` ms."
+metadata:
+  tags: [events]
+  params:
+    type: object
+    properties:
+      topic: { type: string }
+      queue: { type: string }
+      timeout: { type: number }
+      max: { type: integer, minimum: 1 }
+      ack: { type: boolean }
+    required: [topic]
+"#,
+        |ctx, args| async move {
+            let topic = string(&args, "topic").ok_or_else(|| bad("event-wait needs a `topic`"))?;
+            let queue = string(&args, "queue").unwrap_or(DEFAULT_QUEUE);
+            let timeout = match args.get("timeout") {
+                None | Some(Value::Null) => 30_000.0,
+                Some(v) => v.as_f64().ok_or_else(|| {
+                    bad(format!(
+                        "event-wait `timeout` must be milliseconds, got {v}"
+                    ))
+                })?,
+            };
+            if timeout < 0.0 || !timeout.is_finite() {
+                return Err(bad(format!(
+                    "event-wait `timeout` must be 0 or more milliseconds, got {timeout}"
+                )));
+            }
+            let max = args.get("max").and_then(Value::as_u64).unwrap_or(100) as usize;
+            let ack = args.get("ack").and_then(Value::as_bool).unwrap_or(true);
+            let bus = bus(&ctx)?;
+            let wait = bus.wait(
+                topic,
+                queue,
+                Duration::from_millis(timeout as u64),
+                max,
+                ack,
+            );
+            let got = tokio::select! {
+                got = wait => got?,
+                () = ctx.cancelled() => return Err(ctx.abort_error().unwrap_or_else(|| SkillError::new(ErrorKind::Aborted, "aborted"))),
+            };
+            let events: Vec<Value> = got
+                .into_iter()
+                .map(|d| {
+                    let mut e = d.event.to_json();
+                    if let Value::Object(map) = &mut e {
+                        map.insert("attempts".into(), json!(d.attempts));
+                    }
+                    e
+                })
+                .collect();
+            Ok(Some(Value::Array(events)))
+        },
+    )
+}
+
+fn ack() -> Tool {
+    native(
+        r#"
+name: event-ack
+description: "Acknowledge events taken with `ack: false` (removes them), or `nack: true` to return them to the front of the queue."
+metadata:
+  tags: [events]
+  params:
+    type: object
+    properties:
+      topic: { type: string }
+      queue: { type: string }
+      ids: { type: array, items: { type: string } }
+      id: { type: string }
+      nack: { type: boolean }
+    required: [topic]
+"#,
+        |ctx, args| async move {
+            let topic = string(&args, "topic").ok_or_else(|| bad("event-ack needs a `topic`"))?;
+            let queue = string(&args, "queue").unwrap_or(DEFAULT_QUEUE);
+            let mut ids: Vec<String> = args
+                .get("ids")
+                .and_then(Value::as_array)
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|v| v.as_str().map(str::to_string))
+                        .collect()
+                })
+                .unwrap_or_default();
+            if let Some(id) = string(&args, "id") {
+                ids.push(id.to_string());
+            }
+            if ids.is_empty() {
+                return Err(bad("event-ack needs `ids` (or `id`)"));
+            }
+            let nack = args.get("nack").and_then(Value::as_bool).unwrap_or(false);
+            bus(&ctx)?.ack(topic, queue, &ids, nack).await?;
+            Ok(Some(
+                json!({ if nack { "nacked" } else { "acked" }: ids.len() }),
+            ))
+        },
+    )
+}
+
+fn middleware() -> Tool {
+    native(
+        r#"
+name: event
+description: "Routes topics to skills: `event: { routes: [{ topic, ref }] }`, or `route: topic` for the skill itself."
+metadata:
+  role: middleware
+  visibility: hidden
+  tags: [meta-internal, meta-metadata, events]
+"#,
+        |ctx, args| async move {
+            let target = ctx.ctx_target()?;
+            let bus = bus(&ctx)?;
+            let mut routes: Vec<(String, String, Option<Value>)> = Vec::new();
+            if let Some(list) = args.get("routes") {
+                let Value::Array(items) = list else {
+                    return Err(target.fail(bad("`event.routes` must be a list of { topic, ref }")));
+                };
+                for item in items {
+                    let (Some(topic), Some(reference)) =
+                        (string(item, "topic"), string(item, "ref"))
+                    else {
+                        return Err(target.fail(bad(format!(
+                            "`event.routes` entry needs `topic` and `ref`: {item}"
+                        ))));
+                    };
+                    routes.push((topic.into(), reference.into(), item.get("args").cloned()));
+                }
+            }
+            match args.get("route") {
+                None | Some(Value::Null) => {}
+                Some(Value::String(topic)) => {
+                    routes.push((topic.clone(), target.tool_name().into(), None))
+                }
+                Some(spec) => match string(spec, "topic") {
+                    Some(topic) => routes.push((
+                        topic.into(),
+                        target.tool_name().into(),
+                        spec.get("args").cloned(),
+                    )),
+                    None => {
+                        return Err(target.fail(bad(format!(
+                            "`event.route` must be a topic or {{ topic }}: {spec}"
+                        ))));
+                    }
+                },
+            }
+            for (topic, reference, extra) in routes {
+                check_name("topic", &topic).map_err(|e| target.fail(e))?;
+                target
+                    .index()
+                    .find(&reference)
+                    .map_err(|e| target.fail(e))?;
+                bus.subscribe_handler(ctx.kernel(), &topic, &reference, extra, false)
+                    .await
+                    .map_err(|e| target.fail(e))?;
+            }
+            pass(&target).await
+        },
+    )
+}

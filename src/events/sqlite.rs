@@ -1,0 +1,377 @@
+//! The embedded SQLite event store: one file (WAL mode), nothing to install.
+//!
+//! Writers take the database lock up front (`BEGIN IMMEDIATE`), so a claim can never deadlock
+//! upgrading a read lock. With `synchronous = NORMAL` (the default here) a committed emit
+//! survives a process crash; set `synchronous = full` to also survive power loss.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{Row, Sqlite, SqlitePool, Transaction};
+use tokio::sync::broadcast;
+
+use crate::context::id::now_ms;
+use crate::events::store::{Delivery, EventStore, Limits, StoreError, StoreResult};
+use crate::events::{DEAD_QUEUE, Event, dead_letter};
+
+/// Trim a topic's buffer on every this many emits (and on the first).
+const TRIM_EVERY: u64 = 64;
+
+pub struct SqliteStore {
+    pool: SqlitePool,
+    limits: Limits,
+    wake: broadcast::Sender<String>,
+    emits: AtomicU64,
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the database file at `path` and applies migrations.
+    pub async fn open(path: &Path, limits: Limits, full_sync: bool) -> StoreResult<SqliteStore> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| {
+                StoreError::Invalid(format!("cannot create `{}`: {e}", dir.display()))
+            })?;
+        }
+        let options = SqliteConnectOptions::new()
+            .filename(path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(if full_sync {
+                SqliteSynchronous::Full
+            } else {
+                SqliteSynchronous::Normal
+            })
+            .busy_timeout(Duration::from_secs(30));
+        let pool = SqlitePoolOptions::new()
+            .max_connections(4)
+            .connect_with(options)
+            .await?;
+        let store = SqliteStore {
+            pool,
+            limits,
+            wake: broadcast::channel(1024).0,
+            emits: AtomicU64::new(0),
+        };
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    /// Events older than this (ms) are out of the replay buffer.
+    fn cutoff(&self) -> i64 {
+        now_ms().saturating_sub(self.limits.buffer_age.as_millis() as u64) as i64
+    }
+
+    async fn begin(&self) -> StoreResult<Transaction<'static, Sqlite>> {
+        Ok(self.pool.begin_with("BEGIN IMMEDIATE").await?)
+    }
+}
+
+async fn emit_tx(
+    tx: &mut Transaction<'static, Sqlite>,
+    event: &Event,
+    limits: &Limits,
+    trim: bool,
+) -> StoreResult<()> {
+    let body = event.to_body();
+    let seq: i64 = sqlx::query_scalar(
+        "INSERT INTO sg_events (topic, id, body, created_ms) VALUES (?, ?, ?, ?) RETURNING seq",
+    )
+    .bind(&event.topic)
+    .bind(&event.id)
+    .bind(&body)
+    .bind(event.timestamp as i64)
+    .fetch_one(&mut **tx)
+    .await?;
+    sqlx::query(
+        "INSERT INTO sg_deliveries (topic, queue, event_id, body, position)
+         SELECT topic, name, ?, ?, ? FROM sg_queues WHERE topic = ?",
+    )
+    .bind(&event.id)
+    .bind(&body)
+    .bind(seq)
+    .bind(&event.topic)
+    .execute(&mut **tx)
+    .await?;
+    if trim {
+        let cutoff = now_ms().saturating_sub(limits.buffer_age.as_millis() as u64) as i64;
+        sqlx::query(
+            "DELETE FROM sg_events WHERE topic = ?1 AND (created_ms < ?2 OR seq <= (
+                 SELECT seq FROM sg_events WHERE topic = ?1 ORDER BY seq DESC LIMIT 1 OFFSET ?3))",
+        )
+        .bind(&event.topic)
+        .bind(cutoff)
+        .bind(limits.buffer_events as i64)
+        .execute(&mut **tx)
+        .await?;
+    }
+    Ok(())
+}
+
+#[async_trait]
+impl EventStore for SqliteStore {
+    fn kind(&self) -> &'static str {
+        "sqlite"
+    }
+
+    async fn emit(&self, event: &Event) -> StoreResult<()> {
+        let trim = self
+            .emits
+            .fetch_add(1, Ordering::Relaxed)
+            .is_multiple_of(TRIM_EVERY);
+        let mut tx = self.begin().await?;
+        emit_tx(&mut tx, event, &self.limits, trim).await?;
+        tx.commit().await?;
+        let _ = self.wake.send(event.topic.clone());
+        Ok(())
+    }
+
+    async fn create_queue(&self, topic: &str, queue: &str, replay: bool) -> StoreResult<bool> {
+        let mut tx = self.begin().await?;
+        let created = sqlx::query(
+            "INSERT INTO sg_queues (topic, name, created_ms) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
+        )
+        .bind(topic)
+        .bind(queue)
+        .bind(now_ms() as i64)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected()
+            == 1;
+        if created && replay {
+            sqlx::query(
+                "INSERT INTO sg_deliveries (topic, queue, event_id, body, position)
+                 SELECT topic, ?1, id, body, seq FROM (
+                     SELECT topic, id, body, seq FROM sg_events WHERE topic = ?2 AND created_ms >= ?3
+                     ORDER BY seq DESC LIMIT ?4)
+                 ORDER BY seq",
+            )
+            .bind(queue)
+            .bind(topic)
+            .bind(self.cutoff())
+            .bind(self.limits.buffer_events as i64)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        if created && replay {
+            let _ = self.wake.send(topic.to_string());
+        }
+        Ok(created)
+    }
+
+    async fn drop_queue(&self, topic: &str, queue: &str) -> StoreResult<bool> {
+        let mut tx = self.begin().await?;
+        sqlx::query("DELETE FROM sg_deliveries WHERE topic = ? AND queue = ?")
+            .bind(topic)
+            .bind(queue)
+            .execute(&mut *tx)
+            .await?;
+        let existed = sqlx::query("DELETE FROM sg_queues WHERE topic = ? AND name = ?")
+            .bind(topic)
+            .bind(queue)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected()
+            == 1;
+        tx.commit().await?;
+        Ok(existed)
+    }
+
+    async fn queues(&self, topic: &str) -> StoreResult<Vec<String>> {
+        Ok(
+            sqlx::query_scalar("SELECT name FROM sg_queues WHERE topic = ? ORDER BY name")
+                .bind(topic)
+                .fetch_all(&self.pool)
+                .await?,
+        )
+    }
+
+    async fn claim(
+        &self,
+        topic: &str,
+        queue: &str,
+        max: usize,
+        visibility: Duration,
+    ) -> StoreResult<Vec<Delivery>> {
+        let now = now_ms() as i64;
+        let mut tx = self.begin().await?;
+        let expired = sqlx::query(
+            "DELETE FROM sg_deliveries WHERE topic = ? AND queue = ? AND visible_ms <= ? AND attempts >= ?
+             RETURNING body, attempts, position",
+        )
+        .bind(topic)
+        .bind(queue)
+        .bind(now)
+        .bind(self.limits.delivery_limit as i64)
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut expired: Vec<(i64, Event, u32)> = expired
+            .iter()
+            .map(|row| {
+                Ok((
+                    row.try_get::<i64, _>("position")?,
+                    Event::from_body(row.try_get("body")?)?,
+                    row.try_get::<i64, _>("attempts")? as u32,
+                ))
+            })
+            .collect::<StoreResult<_>>()?;
+        expired.sort_by_key(|(position, _, _)| *position);
+        let mut dead_topics = Vec::new();
+        for (_, event, attempts) in &expired {
+            let letter = dead_letter(event, queue, *attempts);
+            sqlx::query(
+                "INSERT INTO sg_queues (topic, name, created_ms) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
+            )
+            .bind(&letter.topic)
+            .bind(DEAD_QUEUE)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+            emit_tx(&mut tx, &letter, &self.limits, false).await?;
+            dead_topics.push(letter.topic);
+        }
+        let rows = sqlx::query(
+            "UPDATE sg_deliveries SET attempts = attempts + 1, visible_ms = ?1
+             WHERE seq IN (SELECT seq FROM sg_deliveries
+                           WHERE topic = ?2 AND queue = ?3 AND visible_ms <= ?4
+                           ORDER BY position LIMIT ?5)
+             RETURNING body, attempts, position",
+        )
+        .bind(now + visibility.as_millis() as i64)
+        .bind(topic)
+        .bind(queue)
+        .bind(now)
+        .bind(max as i64)
+        .fetch_all(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        for t in dead_topics {
+            let _ = self.wake.send(t);
+        }
+        let mut out: Vec<(i64, Delivery)> = rows
+            .iter()
+            .map(|row| {
+                Ok((
+                    row.try_get::<i64, _>("position")?,
+                    Delivery {
+                        event: Event::from_body(row.try_get("body")?)?,
+                        attempts: row.try_get::<i64, _>("attempts")? as u32,
+                    },
+                ))
+            })
+            .collect::<StoreResult<_>>()?;
+        out.sort_by_key(|(position, _)| *position);
+        Ok(out.into_iter().map(|(_, d)| d).collect())
+    }
+
+    async fn ack(&self, topic: &str, queue: &str, ids: &[String]) -> StoreResult<Vec<String>> {
+        let mut tx = self.begin().await?;
+        let mut unknown = Vec::new();
+        for id in ids {
+            let gone = sqlx::query(
+                "DELETE FROM sg_deliveries WHERE topic = ? AND queue = ? AND event_id = ?",
+            )
+            .bind(topic)
+            .bind(queue)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+            if gone == 0 {
+                unknown.push(id.clone());
+            }
+        }
+        tx.commit().await?;
+        Ok(unknown)
+    }
+
+    async fn nack(&self, topic: &str, queue: &str, ids: &[String]) -> StoreResult<Vec<String>> {
+        let mut tx = self.begin().await?;
+        let mut unknown = Vec::new();
+        for id in ids.iter().rev() {
+            let moved = sqlx::query(
+                "UPDATE sg_deliveries SET visible_ms = 0, position = (
+                     SELECT MIN(position) FROM sg_deliveries WHERE topic = ?1 AND queue = ?2) - 1
+                 WHERE topic = ?1 AND queue = ?2 AND event_id = ?3",
+            )
+            .bind(topic)
+            .bind(queue)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+            if moved == 0 {
+                unknown.push(id.clone());
+            }
+        }
+        tx.commit().await?;
+        let _ = self.wake.send(topic.to_string());
+        unknown.reverse();
+        Ok(unknown)
+    }
+
+    async fn buffered(
+        &self,
+        topic: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> StoreResult<Vec<Event>> {
+        let start: i64 = match after {
+            None => 0,
+            Some(id) => sqlx::query_scalar("SELECT seq FROM sg_events WHERE topic = ? AND id = ?")
+                .bind(topic)
+                .bind(id)
+                .fetch_optional(&self.pool)
+                .await?
+                .ok_or_else(|| {
+                    StoreError::Invalid(format!("event `{id}` is not in the buffer of `{topic}`"))
+                })?,
+        };
+        let bodies: Vec<String> = sqlx::query_scalar(
+            "SELECT body FROM (SELECT seq, body FROM sg_events WHERE topic = ?1 AND created_ms >= ?2
+                               ORDER BY seq DESC LIMIT ?3)
+             WHERE seq > ?4 ORDER BY seq LIMIT ?5",
+        )
+        .bind(topic)
+        .bind(self.cutoff())
+        .bind(self.limits.buffer_events as i64)
+        .bind(start)
+        .bind(limit as i64)
+        .fetch_all(&self.pool)
+        .await?;
+        bodies.iter().map(|b| Event::from_body(b)).collect()
+    }
+
+    async fn peek(&self, topic: &str, queue: &str, limit: usize) -> StoreResult<Vec<Delivery>> {
+        let rows = sqlx::query(
+            "SELECT body, attempts FROM sg_deliveries WHERE topic = ? AND queue = ? ORDER BY position LIMIT ?",
+        )
+        .bind(topic)
+        .bind(queue)
+        .bind(limit as i64)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(Delivery {
+                    event: Event::from_body(row.try_get("body")?)?,
+                    attempts: row.try_get::<i64, _>("attempts")? as u32,
+                })
+            })
+            .collect()
+    }
+
+    fn wakeups(&self) -> broadcast::Receiver<String> {
+        self.wake.subscribe()
+    }
+
+    async fn migrate(&self) -> StoreResult<()> {
+        sqlx::migrate!("./migrations/sqlite")
+            .run(&self.pool)
+            .await?;
+        Ok(())
+    }
+}

@@ -1,0 +1,561 @@
+//! The event store contract: one suite, run unchanged against the memory, SQLite and Postgres
+//! stores (Postgres through `DATABASE_URL`, which `scripts/test` provides with a throwaway
+//! cluster; each test gets its own schema).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use serde_json::{Value, json};
+use skillgate::events::memory::MemoryStore;
+use skillgate::events::postgres::PostgresStore;
+use skillgate::events::sqlite::SqliteStore;
+use skillgate::events::{Bus, BusConfig, Event, EventStore, Limits};
+use skillgate::{ErrorKind, InvokeOptions, Kernel};
+
+use crate::common::{Project, native, plain};
+
+/// Generous bound on waits that only end if a rule holds (a hang guard, not a timing check).
+const GUARD: Duration = Duration::from_secs(30);
+
+/// Where a store's data lives, so a test can open a second store on the same data.
+pub enum Backend {
+    Memory(Mutex<Option<Arc<MemoryStore>>>),
+    Sqlite(tempfile::TempDir),
+    Postgres { url: String, schema: String },
+}
+
+impl Backend {
+    pub fn memory() -> Option<Backend> {
+        Some(Backend::Memory(Mutex::new(None)))
+    }
+
+    pub fn sqlite() -> Option<Backend> {
+        Some(Backend::Sqlite(tempfile::tempdir().expect("temp dir")))
+    }
+
+    /// `None` (skip) when no Postgres is configured, unless the run requires it.
+    pub fn postgres() -> Option<Backend> {
+        match std::env::var("DATABASE_URL") {
+            Ok(url) if !url.is_empty() => Some(Backend::Postgres {
+                url,
+                schema: format!(
+                    "t{}",
+                    skillgate::context::id::format(skillgate::context::id::next_id())
+                ),
+            }),
+            _ if std::env::var("SKILLGATE_REQUIRE_PG").is_ok() => {
+                panic!("SKILLGATE_REQUIRE_PG is set but DATABASE_URL is not")
+            }
+            _ => {
+                eprintln!("skipped: DATABASE_URL is not set (scripts/test sets it)");
+                None
+            }
+        }
+    }
+
+    pub async fn open(&self, limits: Limits) -> Arc<dyn EventStore> {
+        match self {
+            Backend::Memory(slot) => {
+                let mut slot = slot.lock();
+                slot.get_or_insert_with(|| Arc::new(MemoryStore::new(limits)))
+                    .clone()
+            }
+            Backend::Sqlite(dir) => Arc::new(
+                SqliteStore::open(&dir.path().join("events.db"), limits, false)
+                    .await
+                    .expect("open sqlite"),
+            ),
+            Backend::Postgres { url, schema } => Arc::new(
+                PostgresStore::connect(url, Some(schema), limits)
+                    .await
+                    .expect("connect postgres"),
+            ),
+        }
+    }
+
+    pub async fn bus(&self, limits: Limits, visibility: Duration) -> Arc<Bus> {
+        Arc::new(Bus::new(self.open(limits).await, BusConfig { visibility }))
+    }
+
+    pub async fn cleanup(&self) {
+        if let Backend::Postgres { url, schema } = self
+            && let Ok(pool) = sqlx::PgPool::connect(url).await
+        {
+            let _ = sqlx::query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+                .execute(&pool)
+                .await;
+        }
+    }
+}
+
+macro_rules! contract {
+    ($($rule:ident),* $(,)?) => {
+        mod memory {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $rule() {
+                if let Some(b) = super::Backend::memory() { super::$rule(&b).await; b.cleanup().await; }
+            })*
+        }
+        mod sqlite {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $rule() {
+                if let Some(b) = super::Backend::sqlite() { super::$rule(&b).await; b.cleanup().await; }
+            })*
+        }
+        mod postgres {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $rule() {
+                if let Some(b) = super::Backend::postgres() { super::$rule(&b).await; b.cleanup().await; }
+            })*
+        }
+    };
+}
+
+contract!(
+    emit_then_wait_delivers_the_full_envelope,
+    wait_drains_what_is_there_at_once_in_emit_order,
+    wait_with_nothing_times_out_empty,
+    wait_wakes_when_an_event_arrives,
+    a_consumer_group_delivers_each_event_to_one_consumer,
+    separate_queues_each_get_every_event,
+    replay_starts_a_new_queue_with_the_buffered_events,
+    subscribing_an_existing_queue_is_a_no_op,
+    an_unacked_event_comes_back_after_its_visibility_timeout,
+    an_acked_event_never_comes_back,
+    nack_returns_the_event_to_the_front,
+    the_delivery_limit_moves_an_event_to_the_dead_topic,
+    the_replay_buffer_is_bounded_by_count,
+    the_replay_buffer_is_bounded_by_age,
+    a_committed_emit_is_visible_to_another_store_on_the_same_data,
+    acking_an_unknown_id_is_an_error_naming_it,
+    an_invalid_topic_is_refused,
+    a_skill_handler_gets_each_event_and_a_failing_one_is_retried_then_dead,
+    event_skills_work_through_the_pipeline,
+);
+
+fn event(topic: &str, n: u64) -> Event {
+    let mut e = Event::new(topic, "test");
+    e.data = Some(json!({ "n": n }));
+    e.source = Some("tests".into());
+    e
+}
+
+fn ns(deliveries: &[skillgate::events::Delivery]) -> Vec<u64> {
+    deliveries
+        .iter()
+        .map(|d| {
+            d.event
+                .data
+                .as_ref()
+                .and_then(|v| v["n"].as_u64())
+                .expect("n")
+        })
+        .collect()
+}
+
+const LONG: Duration = Duration::from_secs(60);
+
+async fn emit_then_wait_delivers_the_full_envelope(b: &Backend) {
+    let bus = b.bus(Limits::default(), LONG).await;
+    bus.subscribe_queue("orders", "q", false).await.unwrap();
+    let mut sent = event("orders", 1);
+    sent.root_context_id = Some("root-1".into());
+    bus.emit(&sent).await.unwrap();
+    let got = bus.wait("orders", "q", GUARD, 10, true).await.unwrap();
+    assert_eq!(got.len(), 1);
+    let e = &got[0].event;
+    assert_eq!(e, &sent);
+    assert_eq!(e.id.len(), 8);
+    assert!(e.id.bytes().all(|c| c.is_ascii_hexdigit()));
+    let json = e.to_json();
+    for key in [
+        "id",
+        "topic",
+        "type",
+        "source",
+        "data",
+        "timestamp",
+        "rootContextId",
+    ] {
+        assert!(json.get(key).is_some(), "envelope lacks {key}: {json}");
+    }
+}
+
+async fn wait_drains_what_is_there_at_once_in_emit_order(b: &Backend) {
+    let bus = b.bus(Limits::default(), LONG).await;
+    bus.subscribe_queue("t", "q", false).await.unwrap();
+    for n in 1..=5 {
+        bus.emit(&event("t", n)).await.unwrap();
+    }
+    let got = bus.wait("t", "q", GUARD, 100, true).await.unwrap();
+    assert_eq!(ns(&got), [1, 2, 3, 4, 5]);
+}
+
+async fn wait_with_nothing_times_out_empty(b: &Backend) {
+    let bus = b.bus(Limits::default(), LONG).await;
+    let got = bus
+        .wait("quiet", "q", Duration::from_millis(50), 10, true)
+        .await
+        .unwrap();
+    assert!(got.is_empty());
+}
+
+async fn wait_wakes_when_an_event_arrives(b: &Backend) {
+    let bus = b.bus(Limits::default(), LONG).await;
+    bus.subscribe_queue("t", "q", false).await.unwrap();
+    let waiter = {
+        let bus = bus.clone();
+        tokio::spawn(async move { bus.wait("t", "q", GUARD, 10, true).await })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    bus.emit(&event("t", 7)).await.unwrap();
+    let got = waiter.await.unwrap().unwrap();
+    assert_eq!(ns(&got), [7]);
+}
+
+async fn a_consumer_group_delivers_each_event_to_one_consumer(b: &Backend) {
+    let bus = b.bus(Limits::default(), LONG).await;
+    bus.subscribe_queue("work", "group", false).await.unwrap();
+    let total = 40u64;
+    for n in 0..total {
+        bus.emit(&event("work", n)).await.unwrap();
+    }
+    let mut consumers = Vec::new();
+    for _ in 0..3 {
+        let bus = bus.clone();
+        consumers.push(tokio::spawn(async move {
+            let mut mine = Vec::new();
+            loop {
+                let got = bus
+                    .wait("work", "group", Duration::from_millis(200), 3, true)
+                    .await
+                    .unwrap();
+                if got.is_empty() {
+                    return mine;
+                }
+                mine.extend(ns(&got));
+            }
+        }));
+    }
+    let mut all = Vec::new();
+    for c in consumers {
+        all.extend(c.await.unwrap());
+    }
+    all.sort();
+    assert_eq!(
+        all,
+        (0..total).collect::<Vec<_>>(),
+        "each event exactly once"
+    );
+}
+
+async fn separate_queues_each_get_every_event(b: &Backend) {
+    let bus = b.bus(Limits::default(), LONG).await;
+    bus.subscribe_queue("fan", "a", false).await.unwrap();
+    bus.subscribe_queue("fan", "b", false).await.unwrap();
+    for n in 1..=3 {
+        bus.emit(&event("fan", n)).await.unwrap();
+    }
+    assert_eq!(
+        ns(&bus.wait("fan", "a", GUARD, 10, true).await.unwrap()),
+        [1, 2, 3]
+    );
+    assert_eq!(
+        ns(&bus.wait("fan", "b", GUARD, 10, true).await.unwrap()),
+        [1, 2, 3]
+    );
+}
+
+async fn replay_starts_a_new_queue_with_the_buffered_events(b: &Backend) {
+    let bus = b.bus(Limits::default(), LONG).await;
+    for n in 1..=3 {
+        bus.emit(&event("hist", n)).await.unwrap();
+    }
+    bus.subscribe_queue("hist", "late", true).await.unwrap();
+    bus.subscribe_queue("hist", "fresh", false).await.unwrap();
+    bus.emit(&event("hist", 4)).await.unwrap();
+    assert_eq!(
+        ns(&bus.wait("hist", "late", GUARD, 10, true).await.unwrap()),
+        [1, 2, 3, 4]
+    );
+    assert_eq!(
+        ns(&bus.wait("hist", "fresh", GUARD, 10, true).await.unwrap()),
+        [4]
+    );
+}
+
+async fn subscribing_an_existing_queue_is_a_no_op(b: &Backend) {
+    let bus = b.bus(Limits::default(), LONG).await;
+    bus.emit(&event("idem", 1)).await.unwrap();
+    assert!(bus.subscribe_queue("idem", "q", true).await.unwrap());
+    assert!(!bus.subscribe_queue("idem", "q", true).await.unwrap());
+    assert_eq!(
+        ns(&bus.wait("idem", "q", GUARD, 10, true).await.unwrap()),
+        [1],
+        "no duplicate replay"
+    );
+}
+
+async fn an_unacked_event_comes_back_after_its_visibility_timeout(b: &Backend) {
+    let bus = b.bus(Limits::default(), Duration::from_millis(300)).await;
+    bus.subscribe_queue("vt", "q", false).await.unwrap();
+    bus.emit(&event("vt", 1)).await.unwrap();
+    let first = bus.wait("vt", "q", GUARD, 10, false).await.unwrap();
+    assert_eq!((ns(&first), first[0].attempts), (vec![1], 1));
+    let hidden = bus
+        .wait("vt", "q", Duration::ZERO, 10, false)
+        .await
+        .unwrap();
+    assert!(hidden.is_empty(), "in flight entries are invisible");
+    let again = bus.wait("vt", "q", GUARD, 10, false).await.unwrap();
+    assert_eq!((ns(&again), again[0].attempts), (vec![1], 2));
+}
+
+async fn an_acked_event_never_comes_back(b: &Backend) {
+    let bus = b.bus(Limits::default(), Duration::from_millis(100)).await;
+    bus.subscribe_queue("done", "q", false).await.unwrap();
+    bus.emit(&event("done", 1)).await.unwrap();
+    let got = bus.wait("done", "q", GUARD, 10, false).await.unwrap();
+    bus.ack("done", "q", &[got[0].event.id.clone()], false)
+        .await
+        .unwrap();
+    let later = bus
+        .wait("done", "q", Duration::from_millis(400), 10, false)
+        .await
+        .unwrap();
+    assert!(later.is_empty(), "acked entry came back: {:?}", ns(&later));
+}
+
+async fn nack_returns_the_event_to_the_front(b: &Backend) {
+    let bus = b.bus(Limits::default(), LONG).await;
+    bus.subscribe_queue("nk", "q", false).await.unwrap();
+    for n in 1..=3 {
+        bus.emit(&event("nk", n)).await.unwrap();
+    }
+    let first = bus.wait("nk", "q", GUARD, 2, false).await.unwrap();
+    assert_eq!(ns(&first), [1, 2]);
+    bus.ack("nk", "q", &[first[1].event.id.clone()], true)
+        .await
+        .unwrap();
+    let next = bus.wait("nk", "q", GUARD, 10, true).await.unwrap();
+    assert_eq!(
+        ns(&next),
+        [2, 3],
+        "nacked 2 first, then 3; 1 is still in flight"
+    );
+}
+
+async fn the_delivery_limit_moves_an_event_to_the_dead_topic(b: &Backend) {
+    let limits = Limits {
+        delivery_limit: 2,
+        ..Limits::default()
+    };
+    let bus = b.bus(limits, LONG).await;
+    bus.subscribe_queue("jobs", "q", false).await.unwrap();
+    bus.emit(&event("jobs", 9)).await.unwrap();
+    for attempt in 1..=2 {
+        let got = bus.wait("jobs", "q", GUARD, 1, false).await.unwrap();
+        assert_eq!(got[0].attempts, attempt);
+        bus.ack("jobs", "q", &[got[0].event.id.clone()], true)
+            .await
+            .unwrap();
+    }
+    let after = bus
+        .wait("jobs", "q", Duration::from_millis(50), 1, false)
+        .await
+        .unwrap();
+    assert!(after.is_empty(), "exhausted entry delivered a third time");
+    let dead = bus
+        .wait("jobs.dead", "dead", GUARD, 10, true)
+        .await
+        .unwrap();
+    assert_eq!(dead.len(), 1);
+    let letter = &dead[0].event;
+    assert_eq!(letter.kind, "dead-letter");
+    let data = letter.data.clone().unwrap_or(Value::Null);
+    assert_eq!(data["event"]["data"]["n"], 9);
+    assert_eq!(data["queue"], "q");
+    assert_eq!(data["attempts"], 2);
+}
+
+async fn the_replay_buffer_is_bounded_by_count(b: &Backend) {
+    let limits = Limits {
+        buffer_events: 3,
+        ..Limits::default()
+    };
+    let bus = b.bus(limits, LONG).await;
+    for n in 1..=6 {
+        bus.emit(&event("cap", n)).await.unwrap();
+    }
+    let kept = bus.store().buffered("cap", None, 100).await.unwrap();
+    let kept: Vec<u64> = kept
+        .iter()
+        .map(|e| e.data.as_ref().unwrap()["n"].as_u64().unwrap())
+        .collect();
+    assert_eq!(kept, [4, 5, 6]);
+}
+
+async fn the_replay_buffer_is_bounded_by_age(b: &Backend) {
+    let limits = Limits {
+        buffer_age: Duration::from_secs(60),
+        ..Limits::default()
+    };
+    let bus = b.bus(limits, LONG).await;
+    let mut old = event("aged", 1);
+    old.timestamp -= 120_000;
+    bus.emit(&old).await.unwrap();
+    bus.emit(&event("aged", 2)).await.unwrap();
+    let kept = bus.store().buffered("aged", None, 100).await.unwrap();
+    assert_eq!(kept.len(), 1);
+    assert_eq!(kept[0].data.as_ref().unwrap()["n"], 2);
+}
+
+async fn a_committed_emit_is_visible_to_another_store_on_the_same_data(b: &Backend) {
+    let writer = b.open(Limits::default()).await;
+    writer.create_queue("dur", "q", false).await.unwrap();
+    writer.emit(&event("dur", 5)).await.unwrap();
+    let reader = b.open(Limits::default()).await;
+    let got = reader.claim("dur", "q", 10, LONG).await.unwrap();
+    assert_eq!(ns(&got), [5]);
+}
+
+async fn acking_an_unknown_id_is_an_error_naming_it(b: &Backend) {
+    let bus = b.bus(Limits::default(), LONG).await;
+    bus.subscribe_queue("ack", "q", false).await.unwrap();
+    let err = bus
+        .ack("ack", "q", &["deadbeef".into()], false)
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgs);
+    assert!(err.to_string().contains("`deadbeef`"), "{err}");
+}
+
+async fn an_invalid_topic_is_refused(b: &Backend) {
+    let bus = b.bus(Limits::default(), LONG).await;
+    for bad in ["", "Has Caps", "spaces here", "-lead", &"x".repeat(201)] {
+        let err = bus.emit(&event(bad, 1)).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidArgs, "{bad:?}");
+        assert!(err.to_string().contains("invalid topic"), "{err}");
+    }
+}
+
+async fn a_skill_handler_gets_each_event_and_a_failing_one_is_retried_then_dead(b: &Backend) {
+    let limits = Limits {
+        delivery_limit: 3,
+        ..Limits::default()
+    };
+    let bus = b.bus(limits, LONG).await;
+    let seen: Arc<Mutex<Vec<(u64, u64)>>> = Arc::default();
+    let s = seen.clone();
+    let p = Project::new();
+    let kernel = p
+        .builder()
+        .bus(bus.clone())
+        .native(native("name: on-job\n", move |_ctx, args| {
+            let s = s.clone();
+            async move {
+                let n = args["data"]["n"].as_u64().unwrap_or_default();
+                let attempt = s.lock().iter().filter(|(m, _)| *m == n).count() as u64 + 1;
+                s.lock().push((n, attempt));
+                if n == 13 {
+                    return Err(skillgate::SkillError::failed("unlucky"));
+                }
+                Ok(None)
+            }
+        }))
+        .build();
+    bus.subscribe_handler(&kernel, "jobs", "on-job", None, false)
+        .await
+        .unwrap();
+    assert!(
+        !bus.subscribe_handler(&kernel, "jobs", "on-job", None, false)
+            .await
+            .unwrap()
+    );
+    for n in [1, 13, 2] {
+        bus.emit(&event("jobs", n)).await.unwrap();
+    }
+    let dead = bus
+        .wait("jobs.dead", "dead", GUARD, 10, true)
+        .await
+        .unwrap();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(
+        dead[0].event.data.as_ref().unwrap()["event"]["data"]["n"],
+        13
+    );
+    let deadline = tokio::time::Instant::now() + GUARD;
+    while seen.lock().iter().filter(|(n, _)| *n != 13).count() < 2
+        && tokio::time::Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let seen = seen.lock().clone();
+    assert_eq!(
+        seen.iter().filter(|(n, _)| *n == 13).count(),
+        3,
+        "three deliveries: {seen:?}"
+    );
+    assert_eq!(seen.iter().filter(|(n, _)| *n == 1).count(), 1, "{seen:?}");
+    assert_eq!(seen.iter().filter(|(n, _)| *n == 2).count(), 1, "{seen:?}");
+    bus.shutdown();
+}
+
+async fn event_skills_work_through_the_pipeline(b: &Backend) {
+    let bus = b.bus(Limits::default(), LONG).await;
+    let p = Project::new();
+    let kernel: Kernel = p.builder().bus(bus).build();
+    let call = |tool: &'static str, args: Value| {
+        let kernel = kernel.clone();
+        async move {
+            kernel
+                .invoke(tool, args, InvokeOptions::default())
+                .await
+                .map(plain)
+        }
+    };
+    call("event-subscribe", json!({"topic": "sk", "queue": "q"}))
+        .await
+        .unwrap();
+    let sent = call(
+        "event-emit",
+        json!({"topic": "sk", "type": "ping", "data": {"a": 1}}),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(sent["type"], "ping");
+    assert!(sent["rootContextId"].is_string());
+    let got = call(
+        "event-wait",
+        json!({"topic": "sk", "queue": "q", "timeout": 5000, "ack": false}),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(got[0]["id"], sent["id"]);
+    let acked = call(
+        "event-ack",
+        json!({"topic": "sk", "queue": "q", "ids": [sent["id"].clone()]}),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(acked["acked"], 1);
+    let err = call("event-wait", json!({"topic": "sk", "timeout": -1}))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("timeout"), "{err}");
+    let err = call("event-emit", json!({"topic": "Bad Topic"}))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("invalid topic"), "{err}");
+    let err = call(
+        "event-ack",
+        json!({"topic": "sk", "queue": "q", "ids": ["00000000"]}),
+    )
+    .await
+    .unwrap_err();
+    assert!(err.to_string().contains("`00000000`"), "{err}");
+}
