@@ -15,6 +15,7 @@
 //!   stores, handler workers, and the `event-*` skills.
 //! - [`cli`]: the `skillgate` command line.
 //! - [`error`]: the one error type that unwinds through the onion.
+//! - [`shutdown`]: SIGINT/SIGTERM and the `shutdown` topic.
 
 pub mod cascade;
 pub mod cli;
@@ -23,6 +24,7 @@ pub mod error;
 pub mod events;
 pub mod kernel;
 pub mod middleware;
+pub mod shutdown;
 pub mod skills;
 
 pub use context::Context;

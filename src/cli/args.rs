@@ -187,6 +187,13 @@ fn coerce(key: &str, value: Option<String>, prop: Option<&Value>) -> Result<Valu
         return Err(format!("`--{key}` needs a value ({})", types.join(" or ")));
     };
     if types.is_empty() {
+        // An untyped property takes JSON objects and arrays as such, anything else as text.
+        if prop.is_some()
+            && (text.starts_with('{') || text.starts_with('['))
+            && let Ok(value) = serde_json::from_str(&text)
+        {
+            return Ok(value);
+        }
         return Ok(Value::String(text));
     }
     let mut reasons = Vec::new();
@@ -325,6 +332,14 @@ mod tests {
         let p = parse(&toks("--name x -vv -q"), None).unwrap();
         assert_eq!((p.verbose, p.quiet), (2, true));
         assert_eq!(Value::Object(p.args), json!({"name": "x"}));
+    }
+
+    #[test]
+    fn untyped_properties_take_json_objects_and_arrays() {
+        let schema = json!({"properties": {"data": {}}});
+        let p = parse(&toks(r#"--data {"x":1} --other [1,2]"#), Some(&schema)).unwrap();
+        assert_eq!(p.args["data"], json!({"x": 1}));
+        assert_eq!(p.args["other"], json!("[1,2]"), "no schema at all: text");
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! not fit the skill's params).
 
 pub mod args;
+pub mod events;
 pub mod run;
 pub mod skills;
 
@@ -30,6 +31,9 @@ pub struct Cli {
     /// The project folder (its `skills/` and `main.skill.md`).
     #[arg(long, global = true, env = "SKILLGATE_PROJECT", default_value = ".")]
     pub project: PathBuf,
+    /// The event store: `sqlite://<file>` (relative to the project), `postgres://...` or `memory`.
+    #[arg(long, global = true, env = "SKILLGATE_STORE", default_value = crate::events::open::DEFAULT_STORE)]
+    pub store: String,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -45,6 +49,11 @@ pub enum Command {
     /// List and describe skills.
     #[command(subcommand)]
     Skills(skills::SkillsCommand),
+    /// Look into the event store: tail, replay, dead letters.
+    #[command(subcommand)]
+    Events(events::EventsCommand),
+    /// Create or update the event store's tables.
+    Migrate,
 }
 
 /// Exit code for a usage error.
@@ -78,7 +87,40 @@ pub fn log_config(quiet: bool, verbose: u8) -> LogConfig {
 pub async fn main(cli: Cli) -> ExitCode {
     let log = cli.log_config();
     match &cli.command {
-        Command::Run(args) => run::run(&cli.project, (cli.quiet, cli.verbose), log, args).await,
+        Command::Run(args) => {
+            let Some(store) = open_store(&cli).await else {
+                return ExitCode::from(FAILED);
+            };
+            run::run(&cli.project, store, (cli.quiet, cli.verbose), log, args).await
+        }
         Command::Skills(cmd) => skills::run(&cli.project, cmd),
+        Command::Events(cmd) => match open_store(&cli).await {
+            Some(store) => events::run(store, cmd).await,
+            None => ExitCode::from(FAILED),
+        },
+        Command::Migrate => match open_store(&cli).await {
+            Some(store) => {
+                println!("{} event store is up to date", store.kind());
+                ExitCode::SUCCESS
+            }
+            None => ExitCode::from(FAILED),
+        },
+    }
+}
+
+/// Opens (and migrates) the configured event store, printing why not.
+async fn open_store(cli: &Cli) -> Option<std::sync::Arc<dyn crate::events::EventStore>> {
+    match crate::events::open::open_store(
+        &cli.store,
+        &cli.project,
+        crate::events::Limits::default(),
+    )
+    .await
+    {
+        Ok(store) => Some(store),
+        Err(err) => {
+            eprintln!("error: cannot open the event store `{}`: {err}", cli.store);
+            None
+        }
     }
 }

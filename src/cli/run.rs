@@ -12,6 +12,7 @@ use crate::cascade;
 use crate::cli::{FAILED, USAGE, args};
 use crate::context::log::LogConfig;
 use crate::error::{ErrorKind, SkillError};
+use crate::events::{Bus, BusConfig, EventStore};
 use crate::kernel::{InvokeOptions, Kernel, ToolRef};
 use crate::skills::loader;
 use crate::skills::tool::Tool;
@@ -31,11 +32,13 @@ pub struct RunArgs {
 
 pub async fn run(
     project: &Path,
+    store: Arc<dyn EventStore>,
     (quiet, verbose): (bool, u8),
     log: LogConfig,
     cli: &RunArgs,
 ) -> ExitCode {
-    let kernel = Kernel::builder(project).log_config(log).build();
+    let bus = Arc::new(Bus::new(store, BusConfig::default()));
+    let kernel = Kernel::builder(project).log_config(log).bus(bus).build();
     let index = kernel.registry().current();
     // A name, a path to a skill file, or nothing (the project's main skill).
     let tool: Arc<Tool> = match resolve(&kernel, project, cli.skill.as_deref()) {
@@ -70,15 +73,25 @@ pub async fn run(
     let interactive = std::io::stdin().is_terminal() && std::io::stdout().is_terminal();
     let args = Value::Object(parsed.args);
     let name = tool.name.clone();
-    let outcome = if interactive {
-        kernel
-            .invoke_interactive(ToolRef::Def(tool), args, InvokeOptions::default())
-            .await
-    } else {
-        kernel
-            .invoke(ToolRef::Def(tool), args, InvokeOptions::default())
-            .await
+    let run = async {
+        if interactive {
+            kernel
+                .invoke_interactive(ToolRef::Def(tool), args, InvokeOptions::default())
+                .await
+        } else {
+            kernel
+                .invoke(ToolRef::Def(tool), args, InvokeOptions::default())
+                .await
+        }
     };
+    let outcome = tokio::select! {
+        outcome = run => outcome,
+        signal = crate::shutdown::signal() => {
+            crate::shutdown::announce(&kernel, signal).await;
+            return ExitCode::from(signal.exit_code());
+        }
+    };
+    kernel.bus().shutdown();
     match outcome {
         Ok(result) => {
             print_result(result.as_deref());

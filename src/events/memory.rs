@@ -283,6 +283,22 @@ impl EventStore for MemoryStore {
             .unwrap_or_default())
     }
 
+    async fn enqueue(&self, topic: &str, queue: &str, event: &Event) -> StoreResult<()> {
+        {
+            let mut inner = self.inner.lock();
+            inner.seq += 1;
+            let seq = inner.seq;
+            let key = (topic.to_string(), queue.to_string());
+            inner
+                .queues
+                .entry(key)
+                .or_default()
+                .insert(seq, event.clone());
+        }
+        let _ = self.wake.send(topic.to_string());
+        Ok(())
+    }
+
     fn wakeups(&self) -> broadcast::Receiver<String> {
         self.wake.subscribe()
     }

@@ -8,6 +8,7 @@
 //! an entry whose visibility timed out is delivered again after entries claimed meanwhile.
 
 pub mod memory;
+pub mod open;
 pub mod postgres;
 pub mod skills;
 pub mod sqlite;

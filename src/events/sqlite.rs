@@ -364,6 +364,32 @@ impl EventStore for SqliteStore {
             .collect()
     }
 
+    async fn enqueue(&self, topic: &str, queue: &str, event: &Event) -> StoreResult<()> {
+        let mut tx = self.begin().await?;
+        sqlx::query(
+            "INSERT INTO sg_queues (topic, name, created_ms) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
+        )
+        .bind(topic)
+        .bind(queue)
+        .bind(now_ms() as i64)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query(
+            "INSERT INTO sg_deliveries (topic, queue, event_id, body, position)
+             SELECT ?1, ?2, ?3, ?4, COALESCE(MAX(position), 0) + 1 FROM sg_deliveries
+             WHERE topic = ?1 AND queue = ?2",
+        )
+        .bind(topic)
+        .bind(queue)
+        .bind(&event.id)
+        .bind(event.to_body())
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        let _ = self.wake.send(topic.to_string());
+        Ok(())
+    }
+
     fn wakeups(&self) -> broadcast::Receiver<String> {
         self.wake.subscribe()
     }

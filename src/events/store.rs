@@ -107,6 +107,9 @@ pub trait EventStore: Send + Sync + 'static {
     /// Entries of a queue in order, without claiming them.
     async fn peek(&self, topic: &str, queue: &str, limit: usize) -> StoreResult<Vec<Delivery>>;
 
+    /// Appends `event` to one queue only (used to requeue dead letters).
+    async fn enqueue(&self, topic: &str, queue: &str, event: &Event) -> StoreResult<()>;
+
     /// Live wakeups: the topic of every new or returned entry (`WAKE_ALL` after a reconnect).
     fn wakeups(&self) -> broadcast::Receiver<String>;
 

@@ -8,6 +8,7 @@
 mod cli;
 mod common;
 mod context;
+mod durability;
 mod events;
 mod hooks;
 mod orchestration;

@@ -1,0 +1,67 @@
+//! SIGINT/SIGTERM: wait for one, and announce it on the `shutdown` topic before exiting.
+
+use serde_json::json;
+
+use crate::kernel::{InvokeOptions, Kernel};
+
+/// Which signal ended the process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Signal {
+    Interrupt,
+    Terminate,
+}
+
+impl Signal {
+    pub fn name(self) -> &'static str {
+        match self {
+            Signal::Interrupt => "SIGINT",
+            Signal::Terminate => "SIGTERM",
+        }
+    }
+
+    /// The conventional exit code: 128 + signal number.
+    pub fn exit_code(self) -> u8 {
+        match self {
+            Signal::Interrupt => 130,
+            Signal::Terminate => 143,
+        }
+    }
+}
+
+/// Resolves at the first SIGINT or SIGTERM.
+pub async fn signal() -> Signal {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = match signal(SignalKind::terminate()) {
+            Ok(term) => term,
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+                return Signal::Interrupt;
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => Signal::Interrupt,
+            _ = term.recv() => Signal::Terminate,
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+        Signal::Interrupt
+    }
+}
+
+/// Emits `{ topic: shutdown, type: signal, data: { signal } }` and waits for the emit (handlers
+/// run on their own, so they have only as long as the process lives).
+pub async fn announce(kernel: &Kernel, signal: Signal) {
+    let args =
+        json!({ "topic": "shutdown", "type": "signal", "data": { "signal": signal.name() } });
+    if let Err(err) = kernel
+        .invoke("event-emit", args, InvokeOptions::default())
+        .await
+    {
+        tracing::warn!(error = %err, "could not emit the shutdown event");
+    }
+    kernel.bus().shutdown();
+}
