@@ -7,6 +7,7 @@
 //! queue, entries are delivered in emit order, except that a nacked entry jumps to the front and
 //! an entry whose visibility timed out is delivered again after entries claimed meanwhile.
 
+pub mod batch;
 pub mod memory;
 pub mod open;
 pub mod postgres;

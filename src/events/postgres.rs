@@ -6,6 +6,7 @@
 //! notification delays an event but never loses it.
 
 use std::str::FromStr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -16,6 +17,7 @@ use tokio::sync::broadcast;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::context::id::now_ms;
+use crate::events::batch::Batcher;
 use crate::events::store::{Delivery, EventStore, Limits, StoreError, StoreResult, WAKE_ALL};
 use crate::events::{DEAD_QUEUE, Event, dead_letter};
 
@@ -23,10 +25,12 @@ const TRIM_EVERY: u64 = 64;
 
 pub struct PostgresStore {
     pool: PgPool,
+    batcher: Batcher,
     limits: Limits,
     channel: String,
     wake: broadcast::Sender<String>,
     emits: AtomicU64,
+    sweeps: crate::events::batch::Throttle,
     _listener: DropGuard,
 }
 
@@ -70,12 +74,19 @@ impl PostgresStore {
         let wake = broadcast::channel(1024).0;
         let stop = CancellationToken::new();
         spawn_listener(pool.clone(), channel.clone(), wake.clone(), stop.clone()).await?;
+        let (writer, notify) = (pool.clone(), channel.clone());
+        let batcher = Batcher::spawn(Arc::new(move |events: Vec<Event>| {
+            let (pool, channel) = (writer.clone(), notify.clone());
+            Box::pin(async move { insert_events(&pool, &channel, &events).await })
+        }));
         let store = PostgresStore {
             pool,
+            batcher,
             limits,
             channel,
             wake,
             emits: AtomicU64::new(0),
+            sweeps: crate::events::batch::Throttle::default(),
             _listener: stop.drop_guard(),
         };
         store.migrate().await?;
@@ -85,6 +96,44 @@ impl PostgresStore {
     /// Events older than this (ms) are out of the replay buffer.
     fn cutoff(&self) -> i64 {
         now_ms().saturating_sub(self.limits.buffer_age.as_millis() as u64) as i64
+    }
+
+    /// Moves entries that used up their deliveries to the `dead` queue of `<topic>.dead`.
+    async fn sweep_dead(&self, topic: &str, queue: &str, now: i64) -> StoreResult<()> {
+        let mut tx = self.pool.begin().await?;
+        let expired = sqlx::query(
+            "DELETE FROM sg_deliveries WHERE seq IN (
+                 SELECT seq FROM sg_deliveries
+                 WHERE topic = $1 AND queue = $2 AND visible_ms <= $3 AND attempts >= $4
+                 FOR UPDATE SKIP LOCKED)
+             RETURNING body, attempts, position",
+        )
+        .bind(topic)
+        .bind(queue)
+        .bind(now)
+        .bind(self.limits.delivery_limit as i32)
+        .fetch_all(&mut *tx)
+        .await?;
+        if expired.is_empty() {
+            tx.rollback().await?;
+            return Ok(());
+        }
+        let mut expired = deliveries(&expired)?;
+        expired.sort_by_key(|(position, _)| *position);
+        for (_, delivery) in &expired {
+            let letter = dead_letter(&delivery.event, queue, delivery.attempts);
+            sqlx::query(
+                "INSERT INTO sg_queues (topic, name, created_ms) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
+            )
+            .bind(&letter.topic)
+            .bind(DEAD_QUEUE)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+            self.emit_tx(&mut tx, &letter, false).await?;
+        }
+        tx.commit().await?;
+        Ok(())
     }
 
     pub fn pool(&self) -> &PgPool {
@@ -175,6 +224,32 @@ async fn spawn_listener(
     Ok(())
 }
 
+/// Inserts a batch of events, their queue entries and the wakeups in one statement.
+async fn insert_events(pool: &PgPool, channel: &str, events: &[Event]) -> StoreResult<()> {
+    let topics: Vec<&str> = events.iter().map(|e| e.topic.as_str()).collect();
+    let ids: Vec<&str> = events.iter().map(|e| e.id.as_str()).collect();
+    let bodies: Vec<String> = events.iter().map(Event::to_body).collect();
+    let times: Vec<i64> = events.iter().map(|e| e.timestamp as i64).collect();
+    sqlx::query(
+        "WITH e AS (
+             INSERT INTO sg_events (topic, id, body, created_ms)
+             SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::bigint[])
+             RETURNING seq, topic, id, body),
+         d AS (
+             INSERT INTO sg_deliveries (topic, queue, event_id, body, position)
+             SELECT e.topic, q.name, e.id, e.body, e.seq FROM e JOIN sg_queues q ON q.topic = e.topic)
+         SELECT pg_notify($5, t.topic) FROM (SELECT DISTINCT topic FROM e) t",
+    )
+    .bind(&topics)
+    .bind(&ids)
+    .bind(&bodies)
+    .bind(&times)
+    .bind(channel)
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
 fn deliveries(rows: &[sqlx::postgres::PgRow]) -> StoreResult<Vec<(i64, Delivery)>> {
     rows.iter()
         .map(|row| {
@@ -196,13 +271,21 @@ impl EventStore for PostgresStore {
     }
 
     async fn emit(&self, event: &Event) -> StoreResult<()> {
-        let trim = self
-            .emits
-            .fetch_add(1, Ordering::Relaxed)
-            .is_multiple_of(TRIM_EVERY);
-        let mut tx = self.pool.begin().await?;
-        self.emit_tx(&mut tx, event, trim).await?;
-        tx.commit().await?;
+        // Group commit: returns once the statement holding this event committed.
+        self.batcher.emit(event.clone()).await?;
+        let count = self.emits.fetch_add(1, Ordering::Relaxed);
+        if count.is_multiple_of(TRIM_EVERY) {
+            let cutoff = self.cutoff();
+            sqlx::query(
+                "DELETE FROM sg_events WHERE topic = $1 AND (created_ms < $2 OR seq <= (
+                     SELECT seq FROM sg_events WHERE topic = $1 ORDER BY seq DESC OFFSET $3 LIMIT 1))",
+            )
+            .bind(&event.topic)
+            .bind(cutoff)
+            .bind(self.limits.buffer_events as i64)
+            .execute(&self.pool)
+            .await?;
+        }
         // Local waiters need not wait for the notification's round trip.
         let _ = self.wake.send(event.topic.clone());
         Ok(())
@@ -279,39 +362,11 @@ impl EventStore for PostgresStore {
         visibility: Duration,
     ) -> StoreResult<Vec<Delivery>> {
         let now = now_ms() as i64;
-        let mut tx = self.pool.begin().await?;
-        let expired = sqlx::query(
-            "DELETE FROM sg_deliveries WHERE seq IN (
-                 SELECT seq FROM sg_deliveries
-                 WHERE topic = $1 AND queue = $2 AND visible_ms <= $3 AND attempts >= $4
-                 FOR UPDATE SKIP LOCKED)
-             RETURNING body, attempts, position",
-        )
-        .bind(topic)
-        .bind(queue)
-        .bind(now)
-        .bind(self.limits.delivery_limit as i32)
-        .fetch_all(&mut *tx)
-        .await?;
-        let mut expired = deliveries(&expired)?;
-        expired.sort_by_key(|(position, _)| *position);
-        for (_, delivery) in &expired {
-            let letter = dead_letter(&delivery.event, queue, delivery.attempts);
-            sqlx::query(
-                "INSERT INTO sg_queues (topic, name, created_ms) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
-            )
-            .bind(&letter.topic)
-            .bind(DEAD_QUEUE)
-            .bind(now)
-            .execute(&mut *tx)
-            .await?;
-            self.emit_tx(&mut tx, &letter, false).await?;
-        }
         let rows = sqlx::query(
             "UPDATE sg_deliveries SET attempts = attempts + 1, visible_ms = $1
              WHERE seq IN (SELECT seq FROM sg_deliveries
-                           WHERE topic = $2 AND queue = $3 AND visible_ms <= $4
-                           ORDER BY position LIMIT $5
+                           WHERE topic = $2 AND queue = $3 AND visible_ms <= $4 AND attempts < $5
+                           ORDER BY position LIMIT $6
                            FOR UPDATE SKIP LOCKED)
              RETURNING body, attempts, position",
         )
@@ -319,12 +374,17 @@ impl EventStore for PostgresStore {
         .bind(topic)
         .bind(queue)
         .bind(now)
+        .bind(self.limits.delivery_limit as i32)
         .bind(max as i64)
-        .fetch_all(&mut *tx)
+        .fetch_all(&self.pool)
         .await?;
-        tx.commit().await?;
         let mut out = deliveries(&rows)?;
         out.sort_by_key(|(position, _)| *position);
+        // Exhausted entries are skipped above; they move to the dead topic when the queue runs
+        // short (they may be all that is left).
+        if out.len() < max && self.sweeps.due(topic, queue) {
+            self.sweep_dead(topic, queue, now).await?;
+        }
         Ok(out.into_iter().map(|(_, d)| d).collect())
     }
 

@@ -5,6 +5,7 @@
 //! survives a process crash; set `synchronous = full` to also survive power loss.
 
 use std::path::Path;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -14,6 +15,7 @@ use sqlx::{Row, Sqlite, SqlitePool, Transaction};
 use tokio::sync::broadcast;
 
 use crate::context::id::now_ms;
+use crate::events::batch::Batcher;
 use crate::events::store::{Delivery, EventStore, Limits, StoreError, StoreResult};
 use crate::events::{DEAD_QUEUE, Event, dead_letter};
 
@@ -22,9 +24,11 @@ const TRIM_EVERY: u64 = 64;
 
 pub struct SqliteStore {
     pool: SqlitePool,
+    batcher: Batcher,
     limits: Limits,
     wake: broadcast::Sender<String>,
     emits: AtomicU64,
+    sweeps: crate::events::batch::Throttle,
 }
 
 impl SqliteStore {
@@ -49,11 +53,18 @@ impl SqliteStore {
             .max_connections(4)
             .connect_with(options)
             .await?;
+        let writer = pool.clone();
+        let batcher = Batcher::spawn(Arc::new(move |events: Vec<Event>| {
+            let pool = writer.clone();
+            Box::pin(async move { insert_events(&pool, &events).await })
+        }));
         let store = SqliteStore {
             pool,
+            batcher,
             limits,
             wake: broadcast::channel(1024).0,
             emits: AtomicU64::new(0),
+            sweeps: crate::events::batch::Throttle::default(),
         };
         store.migrate().await?;
         Ok(store)
@@ -64,9 +75,103 @@ impl SqliteStore {
         now_ms().saturating_sub(self.limits.buffer_age.as_millis() as u64) as i64
     }
 
+    /// Drops buffered events past the count and age limits.
+    async fn trim(&self, topic: &str) -> StoreResult<()> {
+        sqlx::query(
+            "DELETE FROM sg_events WHERE topic = ?1 AND (created_ms < ?2 OR seq <= (
+                 SELECT seq FROM sg_events WHERE topic = ?1 ORDER BY seq DESC LIMIT 1 OFFSET ?3))",
+        )
+        .bind(topic)
+        .bind(self.cutoff())
+        .bind(self.limits.buffer_events as i64)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Moves entries that used up their deliveries to the `dead` queue of `<topic>.dead`.
+    async fn sweep_dead(&self, topic: &str, queue: &str, now: i64) -> StoreResult<()> {
+        let exhausted: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM sg_deliveries
+             WHERE topic = ? AND queue = ? AND visible_ms <= ? AND attempts >= ?",
+        )
+        .bind(topic)
+        .bind(queue)
+        .bind(now)
+        .bind(self.limits.delivery_limit as i64)
+        .fetch_one(&self.pool)
+        .await?;
+        if exhausted == 0 {
+            return Ok(());
+        }
+        let mut tx = self.begin().await?;
+        let expired = sqlx::query(
+            "DELETE FROM sg_deliveries
+             WHERE topic = ? AND queue = ? AND visible_ms <= ? AND attempts >= ?
+             RETURNING body, attempts, position",
+        )
+        .bind(topic)
+        .bind(queue)
+        .bind(now)
+        .bind(self.limits.delivery_limit as i64)
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut expired: Vec<(i64, Event, u32)> = expired
+            .iter()
+            .map(|row| {
+                Ok((
+                    row.try_get::<i64, _>("position")?,
+                    Event::from_body(row.try_get("body")?)?,
+                    row.try_get::<i64, _>("attempts")? as u32,
+                ))
+            })
+            .collect::<StoreResult<_>>()?;
+        expired.sort_by_key(|(position, _, _)| *position);
+        let mut dead_topics = Vec::new();
+        for (_, event, attempts) in &expired {
+            let letter = dead_letter(event, queue, *attempts);
+            sqlx::query(
+                "INSERT INTO sg_queues (topic, name, created_ms) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
+            )
+            .bind(&letter.topic)
+            .bind(DEAD_QUEUE)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+            emit_tx(&mut tx, &letter, &self.limits, false).await?;
+            dead_topics.push(letter.topic);
+        }
+        tx.commit().await?;
+        for t in dead_topics {
+            let _ = self.wake.send(t);
+        }
+        Ok(())
+    }
+
     async fn begin(&self) -> StoreResult<Transaction<'static, Sqlite>> {
         Ok(self.pool.begin_with("BEGIN IMMEDIATE").await?)
     }
+}
+
+/// The event's INSERT; the `sg_events_fanout` trigger adds it to every queue of the topic in
+/// the same statement.
+const INSERT_EVENT: &str =
+    "INSERT INTO sg_events (topic, id, body, created_ms) VALUES (?, ?, ?, ?)";
+
+/// Inserts a batch of events in one statement (its own transaction).
+async fn insert_events(pool: &SqlitePool, events: &[Event]) -> StoreResult<()> {
+    let rows = vec!["(?, ?, ?, ?)"; events.len()].join(", ");
+    let sql = format!("INSERT INTO sg_events (topic, id, body, created_ms) VALUES {rows}");
+    let mut query = sqlx::query(&sql);
+    for event in events {
+        query = query
+            .bind(&event.topic)
+            .bind(&event.id)
+            .bind(event.to_body())
+            .bind(event.timestamp as i64);
+    }
+    query.execute(pool).await?;
+    Ok(())
 }
 
 async fn emit_tx(
@@ -75,26 +180,13 @@ async fn emit_tx(
     limits: &Limits,
     trim: bool,
 ) -> StoreResult<()> {
-    let body = event.to_body();
-    let seq: i64 = sqlx::query_scalar(
-        "INSERT INTO sg_events (topic, id, body, created_ms) VALUES (?, ?, ?, ?) RETURNING seq",
-    )
-    .bind(&event.topic)
-    .bind(&event.id)
-    .bind(&body)
-    .bind(event.timestamp as i64)
-    .fetch_one(&mut **tx)
-    .await?;
-    sqlx::query(
-        "INSERT INTO sg_deliveries (topic, queue, event_id, body, position)
-         SELECT topic, name, ?, ?, ? FROM sg_queues WHERE topic = ?",
-    )
-    .bind(&event.id)
-    .bind(&body)
-    .bind(seq)
-    .bind(&event.topic)
-    .execute(&mut **tx)
-    .await?;
+    sqlx::query(INSERT_EVENT)
+        .bind(&event.topic)
+        .bind(&event.id)
+        .bind(event.to_body())
+        .bind(event.timestamp as i64)
+        .execute(&mut **tx)
+        .await?;
     if trim {
         let cutoff = now_ms().saturating_sub(limits.buffer_age.as_millis() as u64) as i64;
         sqlx::query(
@@ -117,13 +209,12 @@ impl EventStore for SqliteStore {
     }
 
     async fn emit(&self, event: &Event) -> StoreResult<()> {
-        let trim = self
-            .emits
-            .fetch_add(1, Ordering::Relaxed)
-            .is_multiple_of(TRIM_EVERY);
-        let mut tx = self.begin().await?;
-        emit_tx(&mut tx, event, &self.limits, trim).await?;
-        tx.commit().await?;
+        // Group commit: returns once the statement holding this event committed.
+        self.batcher.emit(event.clone()).await?;
+        let count = self.emits.fetch_add(1, Ordering::Relaxed);
+        if count.is_multiple_of(TRIM_EVERY) {
+            self.trim(&event.topic).await?;
+        }
         let _ = self.wake.send(event.topic.clone());
         Ok(())
     }
@@ -197,60 +288,21 @@ impl EventStore for SqliteStore {
         visibility: Duration,
     ) -> StoreResult<Vec<Delivery>> {
         let now = now_ms() as i64;
-        let mut tx = self.begin().await?;
-        let expired = sqlx::query(
-            "DELETE FROM sg_deliveries WHERE topic = ? AND queue = ? AND visible_ms <= ? AND attempts >= ?
-             RETURNING body, attempts, position",
-        )
-        .bind(topic)
-        .bind(queue)
-        .bind(now)
-        .bind(self.limits.delivery_limit as i64)
-        .fetch_all(&mut *tx)
-        .await?;
-        let mut expired: Vec<(i64, Event, u32)> = expired
-            .iter()
-            .map(|row| {
-                Ok((
-                    row.try_get::<i64, _>("position")?,
-                    Event::from_body(row.try_get("body")?)?,
-                    row.try_get::<i64, _>("attempts")? as u32,
-                ))
-            })
-            .collect::<StoreResult<_>>()?;
-        expired.sort_by_key(|(position, _, _)| *position);
-        let mut dead_topics = Vec::new();
-        for (_, event, attempts) in &expired {
-            let letter = dead_letter(event, queue, *attempts);
-            sqlx::query(
-                "INSERT INTO sg_queues (topic, name, created_ms) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
-            )
-            .bind(&letter.topic)
-            .bind(DEAD_QUEUE)
-            .bind(now)
-            .execute(&mut *tx)
-            .await?;
-            emit_tx(&mut tx, &letter, &self.limits, false).await?;
-            dead_topics.push(letter.topic);
-        }
         let rows = sqlx::query(
             "UPDATE sg_deliveries SET attempts = attempts + 1, visible_ms = ?1
              WHERE seq IN (SELECT seq FROM sg_deliveries
-                           WHERE topic = ?2 AND queue = ?3 AND visible_ms <= ?4
-                           ORDER BY position LIMIT ?5)
+                           WHERE topic = ?2 AND queue = ?3 AND visible_ms <= ?4 AND attempts < ?5
+                           ORDER BY position LIMIT ?6)
              RETURNING body, attempts, position",
         )
         .bind(now + visibility.as_millis() as i64)
         .bind(topic)
         .bind(queue)
         .bind(now)
+        .bind(self.limits.delivery_limit as i64)
         .bind(max as i64)
-        .fetch_all(&mut *tx)
+        .fetch_all(&self.pool)
         .await?;
-        tx.commit().await?;
-        for t in dead_topics {
-            let _ = self.wake.send(t);
-        }
         let mut out: Vec<(i64, Delivery)> = rows
             .iter()
             .map(|row| {
@@ -264,28 +316,35 @@ impl EventStore for SqliteStore {
             })
             .collect::<StoreResult<_>>()?;
         out.sort_by_key(|(position, _)| *position);
+        // Exhausted entries are skipped above; they move to the dead topic when the queue runs
+        // short (they may be all that is left).
+        if out.len() < max && self.sweeps.due(topic, queue) {
+            self.sweep_dead(topic, queue, now).await?;
+        }
         Ok(out.into_iter().map(|(_, d)| d).collect())
     }
 
     async fn ack(&self, topic: &str, queue: &str, ids: &[String]) -> StoreResult<Vec<String>> {
-        let mut tx = self.begin().await?;
-        let mut unknown = Vec::new();
-        for id in ids {
-            let gone = sqlx::query(
-                "DELETE FROM sg_deliveries WHERE topic = ? AND queue = ? AND event_id = ?",
-            )
-            .bind(topic)
-            .bind(queue)
-            .bind(id)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
-            if gone == 0 {
-                unknown.push(id.clone());
+        let mut gone: Vec<String> = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(500) {
+            let marks = vec!["?"; chunk.len()].join(", ");
+            let sql = format!(
+                "DELETE FROM sg_deliveries WHERE topic = ? AND queue = ? AND event_id IN ({marks})
+                 RETURNING event_id"
+            );
+            let mut query = sqlx::query_scalar::<_, String>(&sql)
+                .bind(topic)
+                .bind(queue);
+            for id in chunk {
+                query = query.bind(id);
             }
+            gone.extend(query.fetch_all(&self.pool).await?);
         }
-        tx.commit().await?;
-        Ok(unknown)
+        Ok(ids
+            .iter()
+            .filter(|id| !gone.contains(id))
+            .cloned()
+            .collect())
     }
 
     async fn nack(&self, topic: &str, queue: &str, ids: &[String]) -> StoreResult<Vec<String>> {

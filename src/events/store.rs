@@ -23,6 +23,8 @@ pub enum StoreError {
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("event store: {0}")]
     Invalid(String),
+    #[error("event store write failed: {0}")]
+    Write(String),
 }
 
 pub type StoreResult<T> = Result<T, StoreError>;

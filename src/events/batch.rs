@@ -1,0 +1,94 @@
+//! Group commit for emits, and throttling of dead-letter sweeps.
+//!
+//! Group commit: concurrent emits are written by one task in one statement, and each
+//! emitter is answered only after that statement committed, so "committed before emit returns"
+//! holds while many emitters share one commit.
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::events::Event;
+use crate::events::store::{StoreError, StoreResult};
+
+/// Most events written in one statement.
+const MAX_BATCH: usize = 128;
+
+type Reply = oneshot::Sender<Result<(), String>>;
+type Insert = Arc<dyn Fn(Vec<Event>) -> BoxFuture<'static, StoreResult<()>> + Send + Sync>;
+
+/// Hands emits to the writer task and waits for their commit.
+pub struct Batcher {
+    queue: mpsc::Sender<(Event, Reply)>,
+}
+
+impl Batcher {
+    /// Starts the writer; `insert` writes a batch in one transaction.
+    pub fn spawn(insert: Insert) -> Batcher {
+        let (queue, mut inbox) = mpsc::channel::<(Event, Reply)>(4096);
+        tokio::spawn(async move {
+            let mut events = Vec::with_capacity(MAX_BATCH);
+            let mut replies = Vec::with_capacity(MAX_BATCH);
+            while let Some((event, reply)) = inbox.recv().await {
+                events.push(event);
+                replies.push(reply);
+                while events.len() < MAX_BATCH {
+                    match inbox.try_recv() {
+                        Ok((event, reply)) => {
+                            events.push(event);
+                            replies.push(reply);
+                        }
+                        Err(_) => break,
+                    }
+                }
+                let outcome = insert(std::mem::take(&mut events))
+                    .await
+                    .map_err(|e| e.to_string());
+                for reply in replies.drain(..) {
+                    let _ = reply.send(outcome.clone());
+                }
+            }
+        });
+        Batcher { queue }
+    }
+
+    /// Writes `event`; returns once its batch committed.
+    pub async fn emit(&self, event: Event) -> StoreResult<()> {
+        let (reply, answer) = oneshot::channel();
+        self.queue
+            .send((event, reply))
+            .await
+            .map_err(|_| StoreError::Write("the event writer has stopped".into()))?;
+        match answer.await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(message)) => Err(StoreError::Write(message)),
+            Err(_) => Err(StoreError::Write("the event writer has stopped".into())),
+        }
+    }
+}
+
+/// At most one dead-letter sweep per queue per interval (sweeps cost a transaction, and idle
+/// consumers would otherwise sweep on every poll).
+#[derive(Default)]
+pub struct Throttle {
+    last: parking_lot::Mutex<std::collections::HashMap<(String, String), std::time::Instant>>,
+}
+
+impl Throttle {
+    const EVERY: std::time::Duration = std::time::Duration::from_millis(500);
+
+    /// True (and recorded) when `queue` of `topic` has not been swept for a while.
+    pub fn due(&self, topic: &str, queue: &str) -> bool {
+        let now = std::time::Instant::now();
+        let mut last = self.last.lock();
+        let key = (topic.to_string(), queue.to_string());
+        match last.get(&key) {
+            Some(at) if now.duration_since(*at) < Self::EVERY => false,
+            _ => {
+                last.insert(key, now);
+                true
+            }
+        }
+    }
+}
