@@ -10,6 +10,7 @@ mod common;
 mod context;
 mod durability;
 mod events;
+mod events_cli;
 mod hooks;
 mod orchestration;
 mod smoke;
