@@ -132,6 +132,7 @@ contract!(
     an_invalid_topic_is_refused,
     a_skill_handler_gets_each_event_and_a_failing_one_is_retried_then_dead,
     event_skills_work_through_the_pipeline,
+    the_event_middleware_routes_topics_to_skills,
 );
 
 fn event(topic: &str, n: u64) -> Event {
@@ -558,4 +559,67 @@ async fn event_skills_work_through_the_pipeline(b: &Backend) {
     .await
     .unwrap_err();
     assert!(err.to_string().contains("`00000000`"), "{err}");
+}
+
+async fn the_event_middleware_routes_topics_to_skills(b: &Backend) {
+    let bus = b.bus(Limits::default(), LONG).await;
+    let seen: Arc<Mutex<Vec<(String, String)>>> = Arc::default();
+    let p = Project::new();
+    p.skill(
+        "router.skill.md",
+        "---\nname: router\nmetadata:\n  event:\n    routes:\n      - { topic: deploy, ref: on-deploy }\n---\nrouted",
+    );
+    let record = |name: &'static str, seen: Arc<Mutex<Vec<(String, String)>>>| {
+        move |_ctx: skillgate::Context, args: Arc<Value>| {
+            let seen = seen.clone();
+            async move {
+                if let Some(topic) = args.get("topic").and_then(Value::as_str) {
+                    seen.lock().push((name.to_string(), topic.to_string()));
+                }
+                Ok(None)
+            }
+        }
+    };
+    let kernel = p
+        .builder()
+        .bus(bus.clone())
+        .native(native(
+            "name: on-deploy\n",
+            record("on-deploy", seen.clone()),
+        ))
+        .native(native(
+            "name: listener\nmetadata:\n  event: { route: rollback }\n",
+            record("listener", seen.clone()),
+        ))
+        .build();
+    kernel
+        .invoke("router", json!({}), InvokeOptions::default())
+        .await
+        .unwrap();
+    kernel
+        .invoke("listener", json!({}), InvokeOptions::default())
+        .await
+        .unwrap();
+    // Invoking them again subscribes nothing twice.
+    kernel
+        .invoke("router", json!({}), InvokeOptions::default())
+        .await
+        .unwrap();
+    bus.emit(&event("deploy", 1)).await.unwrap();
+    bus.emit(&event("rollback", 2)).await.unwrap();
+    let deadline = tokio::time::Instant::now() + GUARD;
+    while seen.lock().len() < 2 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut seen = seen.lock().clone();
+    seen.sort();
+    assert_eq!(
+        seen,
+        [
+            ("listener".to_string(), "rollback".to_string()),
+            ("on-deploy".to_string(), "deploy".to_string())
+        ]
+    );
+    bus.shutdown();
 }
