@@ -85,3 +85,25 @@ pub fn check(
     Err(SkillError::new(kind, format!("{what}: {summary}"))
         .with_data(json!({ "errors": failures })))
 }
+
+/// Validates `instance` against the schema under `key` of `target`'s resolved cascade
+/// (`run.middleware`), if there is one. A failure is recorded in `target`'s `locals.error` and
+/// names the served tool.
+pub fn check_cascade(
+    target: &crate::context::Context,
+    key: &'static str,
+    instance: &Value,
+    kind: ErrorKind,
+    what: &str,
+) -> Result<(), SkillError> {
+    let holder = target.0.state.lock().run.middleware.clone();
+    let Some(validator) = target.kernel().schemas().validator(&holder, key)? else {
+        return Ok(());
+    };
+    let what = format!(
+        "{what} of `{}` do not match its {key} schema",
+        target.tool_name()
+    );
+    check(&validator, instance, kind, &what)
+        .map_err(|e| target.fail(e.with_tool(target.tool_name())))
+}

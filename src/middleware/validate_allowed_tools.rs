@@ -3,8 +3,6 @@
 
 use std::sync::Arc;
 
-use serde_json::Value;
-
 use crate::error::SkillError;
 use crate::middleware::{native, pass};
 use crate::skills::patterns::AllowedTools;
@@ -40,9 +38,4 @@ metadata:
             pass(&target).await
         },
     )
-}
-
-/// The policy a context runs under, as JSON (for skills that list what they may call).
-pub fn describe(policy: &AllowedTools) -> Value {
-    Value::from(policy.patterns())
 }

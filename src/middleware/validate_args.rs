@@ -22,22 +22,10 @@ metadata:
 "#,
         |ctx, _args| async move {
             let target = ctx.ctx_target()?;
-            let holder = target.0.state.lock().run.middleware.clone();
-            if let Some(validator) = ctx.kernel().schemas().validator(&holder, "params")? {
-                let args = target.args();
-                let instance = if args.is_null() {
-                    Value::Object(Default::default())
-                } else {
-                    (*args).clone()
-                };
-                let what = format!(
-                    "args of `{}` do not match its params schema",
-                    target.tool_name()
-                );
-                schema::check(&validator, &instance, ErrorKind::InvalidArgs, &what)
-                    .map_err(|e| e.with_tool(target.tool_name()))
-                    .map_err(|e| target.fail(e))?;
-            }
+            let args = target.args();
+            let empty = Value::Object(Default::default());
+            let instance = if args.is_null() { &empty } else { &*args };
+            schema::check_cascade(&target, "params", instance, ErrorKind::InvalidArgs, "args")?;
             pass(&target).await
         },
     )

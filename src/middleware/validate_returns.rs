@@ -18,20 +18,14 @@ metadata:
         |ctx, _args| async move {
             let target = ctx.ctx_target()?;
             let result = target.next().await?;
-            let holder = target.0.state.lock().run.middleware.clone();
-            if let Some(validator) = ctx.kernel().schemas().validator(&holder, "returns")? {
-                let instance = result
-                    .as_deref()
-                    .cloned()
-                    .unwrap_or(serde_json::Value::Null);
-                let what = format!(
-                    "result of `{}` does not match its returns schema",
-                    target.tool_name()
-                );
-                schema::check(&validator, &instance, ErrorKind::InvalidReturns, &what)
-                    .map_err(|e| e.with_tool(target.tool_name()))
-                    .map_err(|e| target.fail(e))?;
-            }
+            let instance = result.as_deref().unwrap_or(&serde_json::Value::Null);
+            schema::check_cascade(
+                &target,
+                "returns",
+                instance,
+                ErrorKind::InvalidReturns,
+                "results",
+            )?;
             Ok(None)
         },
     )
