@@ -8,6 +8,7 @@
 mod cli;
 mod common;
 mod context;
+mod directives;
 mod durability;
 mod events;
 mod events_cli;
