@@ -34,6 +34,34 @@ pub struct Cli {
     /// The event store: `sqlite://<file>` (relative to the project), `postgres://...` or `memory`.
     #[arg(long, global = true, env = "SKILLGATE_STORE", default_value = crate::events::open::DEFAULT_STORE)]
     pub store: String,
+    /// Events each topic keeps for replay.
+    #[arg(
+        long,
+        global = true,
+        env = "SKILLGATE_BUFFER_EVENTS",
+        default_value_t = 1000
+    )]
+    pub buffer_events: usize,
+    /// Oldest event kept for replay, in seconds.
+    #[arg(
+        long,
+        global = true,
+        env = "SKILLGATE_BUFFER_AGE",
+        default_value_t = 86_400
+    )]
+    pub buffer_age: u64,
+    /// Deliveries after which an event moves to `<topic>.dead`.
+    #[arg(long, global = true, env = "SKILLGATE_DELIVERY_LIMIT", default_value_t = 5,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub delivery_limit: u32,
+    /// How long a delivered event stays invisible before it is delivered again, in milliseconds.
+    #[arg(
+        long,
+        global = true,
+        env = "SKILLGATE_VISIBILITY",
+        default_value_t = 30_000
+    )]
+    pub visibility: u64,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -91,7 +119,18 @@ pub async fn main(cli: Cli) -> ExitCode {
             let Some(store) = open_store(&cli).await else {
                 return ExitCode::from(FAILED);
             };
-            run::run(&cli.project, store, (cli.quiet, cli.verbose), log, args).await
+            let bus = crate::events::BusConfig {
+                visibility: std::time::Duration::from_millis(cli.visibility),
+            };
+            run::run(
+                &cli.project,
+                store,
+                bus,
+                (cli.quiet, cli.verbose),
+                log,
+                args,
+            )
+            .await
         }
         Command::Skills(cmd) => skills::run(&cli.project, cmd),
         Command::Events(cmd) => match open_store(&cli).await {
@@ -113,7 +152,11 @@ async fn open_store(cli: &Cli) -> Option<std::sync::Arc<dyn crate::events::Event
     match crate::events::open::open_store(
         &cli.store,
         &cli.project,
-        crate::events::Limits::default(),
+        crate::events::Limits {
+            buffer_events: cli.buffer_events,
+            buffer_age: std::time::Duration::from_secs(cli.buffer_age),
+            delivery_limit: cli.delivery_limit,
+        },
     )
     .await
     {

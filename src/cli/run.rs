@@ -33,11 +33,12 @@ pub struct RunArgs {
 pub async fn run(
     project: &Path,
     store: Arc<dyn EventStore>,
+    bus: BusConfig,
     (quiet, verbose): (bool, u8),
     log: LogConfig,
     cli: &RunArgs,
 ) -> ExitCode {
-    let bus = Arc::new(Bus::new(store, BusConfig::default()));
+    let bus = Arc::new(Bus::new(store, bus));
     let kernel = Kernel::builder(project).log_config(log).bus(bus).build();
     let index = kernel.registry().current();
     // A name, a path to a skill file, or nothing (the project's main skill).
@@ -108,7 +109,7 @@ pub async fn run(
 }
 
 fn is_path(s: &str) -> bool {
-    s.contains('/') || s.ends_with(".md")
+    s.contains('/') || s.ends_with(".md") || s.ends_with(".js")
 }
 
 fn resolve(kernel: &Kernel, project: &Path, skill: Option<&str>) -> Result<Arc<Tool>, SkillError> {
