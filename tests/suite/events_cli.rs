@@ -26,9 +26,21 @@ fn lines(out: &Output) -> Vec<Value> {
 fn emit(project: &std::path::Path, topic: &str, n: u64) -> Value {
     let out = skillgate(
         project,
-        &["run", "event-emit", "--topic", topic, "--data", &format!("{{\"n\":{n}}}")],
+        &[
+            "run",
+            "event-emit",
+            "--topic",
+            topic,
+            "--data",
+            &format!("{{\"n\":{n}}}"),
+        ],
     );
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     serde_json::from_slice(&out.stdout).expect("envelope")
 }
 
@@ -48,13 +60,25 @@ fn replay_prints_the_buffer_in_emit_order_and_from_an_id() {
     emit(dir.path(), "audit", 2);
     emit(dir.path(), "audit", 3);
     let all = lines(&skillgate(dir.path(), &["events", "replay", "audit"]));
-    let ns: Vec<u64> = all.iter().map(|e| e["data"]["n"].as_u64().unwrap()).collect();
+    let ns: Vec<u64> = all
+        .iter()
+        .map(|e| e["data"]["n"].as_u64().unwrap())
+        .collect();
     assert_eq!(ns, [1, 2, 3]);
     let id = first["id"].as_str().unwrap();
-    let after = lines(&skillgate(dir.path(), &["events", "replay", "audit", "--from", id]));
-    let ns: Vec<u64> = after.iter().map(|e| e["data"]["n"].as_u64().unwrap()).collect();
+    let after = lines(&skillgate(
+        dir.path(),
+        &["events", "replay", "audit", "--from", id],
+    ));
+    let ns: Vec<u64> = after
+        .iter()
+        .map(|e| e["data"]["n"].as_u64().unwrap())
+        .collect();
     assert_eq!(ns, [2, 3]);
-    let out = skillgate(dir.path(), &["events", "replay", "audit", "--from", "ffffffff"]);
+    let out = skillgate(
+        dir.path(),
+        &["events", "replay", "audit", "--from", "ffffffff"],
+    );
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("`ffffffff` is not in the buffer"));
 }
@@ -65,8 +89,14 @@ fn tail_prints_the_last_events() {
     for n in 1..=4 {
         emit(dir.path(), "feed", n);
     }
-    let out = skillgate(dir.path(), &["events", "tail", "feed", "--last", "2", "--no-follow"]);
-    let ns: Vec<u64> = lines(&out).iter().map(|e| e["data"]["n"].as_u64().unwrap()).collect();
+    let out = skillgate(
+        dir.path(),
+        &["events", "tail", "feed", "--last", "2", "--no-follow"],
+    );
+    let ns: Vec<u64> = lines(&out)
+        .iter()
+        .map(|e| e["data"]["n"].as_u64().unwrap())
+        .collect();
     assert_eq!(ns, [3, 4]);
 }
 
@@ -75,7 +105,12 @@ fn dead_lists_dead_letters_and_requeue_puts_them_back() {
     let dir = tempfile::tempdir().unwrap();
     let run = |args: &[&str]| {
         let out = skillgate(dir.path(), args);
-        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         out
     };
     run(&["run", "event-subscribe", "--topic", "jobs", "--queue", "w"]);
@@ -83,14 +118,45 @@ fn dead_lists_dead_letters_and_requeue_puts_them_back() {
     // Nack it until it uses up its five deliveries.
     for _ in 0..5 {
         let got: Value = serde_json::from_slice(
-            &run(&["run", "event-wait", "--topic", "jobs", "--queue", "w", "--timeout", "2000", "--no-ack"]).stdout,
+            &run(&[
+                "run",
+                "event-wait",
+                "--topic",
+                "jobs",
+                "--queue",
+                "w",
+                "--timeout",
+                "2000",
+                "--no-ack",
+            ])
+            .stdout,
         )
         .unwrap();
         let id = got[0]["id"].as_str().expect("delivered").to_string();
-        run(&["run", "event-ack", "--topic", "jobs", "--queue", "w", "--id", &id, "--nack"]);
+        run(&[
+            "run",
+            "event-ack",
+            "--topic",
+            "jobs",
+            "--queue",
+            "w",
+            "--id",
+            &id,
+            "--nack",
+        ]);
     }
     let empty: Value = serde_json::from_slice(
-        &run(&["run", "event-wait", "--topic", "jobs", "--queue", "w", "--timeout", "0"]).stdout,
+        &run(&[
+            "run",
+            "event-wait",
+            "--topic",
+            "jobs",
+            "--queue",
+            "w",
+            "--timeout",
+            "0",
+        ])
+        .stdout,
     )
     .unwrap();
     assert_eq!(empty, serde_json::json!([]));
@@ -102,7 +168,17 @@ fn dead_lists_dead_letters_and_requeue_puts_them_back() {
     run(&["events", "dead", "jobs", "--requeue"]);
     assert!(lines(&run(&["events", "dead", "jobs"])).is_empty());
     let back: Value = serde_json::from_slice(
-        &run(&["run", "event-wait", "--topic", "jobs", "--queue", "w", "--timeout", "2000"]).stdout,
+        &run(&[
+            "run",
+            "event-wait",
+            "--topic",
+            "jobs",
+            "--queue",
+            "w",
+            "--timeout",
+            "2000",
+        ])
+        .stdout,
     )
     .unwrap();
     assert_eq!(back[0]["data"]["n"], 7);
@@ -114,7 +190,14 @@ fn sigterm_emits_the_shutdown_event_before_exiting() {
     let mut child = Command::new(env!("CARGO_BIN_EXE_skillgate"))
         .arg("--project")
         .arg(dir.path())
-        .args(["run", "event-wait", "--topic", "never", "--timeout", "600000"])
+        .args([
+            "run",
+            "event-wait",
+            "--topic",
+            "never",
+            "--timeout",
+            "600000",
+        ])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
