@@ -15,6 +15,8 @@ fn skillgate(project: &str, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_skillgate"))
         .arg("--project")
         .arg(fixture(project))
+        // The fixtures are part of the repository: keep the event store out of them.
+        .args(["--store", "memory"])
         .args(args)
         .env_remove("RUST_LOG")
         .output()
