@@ -25,6 +25,7 @@ const TRIM_EVERY: u64 = 64;
 
 pub struct PostgresStore {
     pool: PgPool,
+    claims: PgPool,
     batcher: Batcher,
     limits: Limits,
     channel: String,
@@ -62,6 +63,13 @@ impl PostgresStore {
             bootstrap.close().await;
             options = options.options([("search_path", schema)]);
         }
+        // Claims commit without waiting for the WAL flush: a claim lost in a server crash only
+        // makes the entry visible again (at least once still holds). Emits and acks wait.
+        let claims = PgPoolOptions::new()
+            .max_connections(8)
+            .acquire_timeout(Duration::from_secs(30))
+            .connect_with(options.clone().options([("synchronous_commit", "off")]))
+            .await?;
         let pool = PgPoolOptions::new()
             .max_connections(16)
             .acquire_timeout(Duration::from_secs(30))
@@ -81,6 +89,7 @@ impl PostgresStore {
         }));
         let store = PostgresStore {
             pool,
+            claims,
             batcher,
             limits,
             channel,
@@ -376,7 +385,7 @@ impl EventStore for PostgresStore {
         .bind(now)
         .bind(self.limits.delivery_limit as i32)
         .bind(max as i64)
-        .fetch_all(&self.pool)
+        .fetch_all(&self.claims)
         .await?;
         let mut out = deliveries(&rows)?;
         out.sort_by_key(|(position, _)| *position);
