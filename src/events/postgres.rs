@@ -127,9 +127,7 @@ impl PostgresStore {
             tx.rollback().await?;
             return Ok(());
         }
-        let mut expired = deliveries(&expired)?;
-        expired.sort_by_key(|(position, _)| *position);
-        for (_, delivery) in &expired {
+        for delivery in in_order(&expired)? {
             let letter = dead_letter(&delivery.event, queue, delivery.attempts);
             sqlx::query(
                 "INSERT INTO sg_queues (topic, name, created_ms) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
@@ -259,8 +257,10 @@ async fn insert_events(pool: &PgPool, channel: &str, events: &[Event]) -> StoreR
     Ok(())
 }
 
-fn deliveries(rows: &[sqlx::postgres::PgRow]) -> StoreResult<Vec<(i64, Delivery)>> {
-    rows.iter()
+/// Queue rows (`body, attempts, position`) as deliveries in queue order.
+fn in_order(rows: &[sqlx::postgres::PgRow]) -> StoreResult<Vec<Delivery>> {
+    let mut out: Vec<(i64, Delivery)> = rows
+        .iter()
         .map(|row| {
             Ok((
                 row.try_get::<i64, _>("position")?,
@@ -270,7 +270,9 @@ fn deliveries(rows: &[sqlx::postgres::PgRow]) -> StoreResult<Vec<(i64, Delivery)
                 },
             ))
         })
-        .collect()
+        .collect::<StoreResult<_>>()?;
+    out.sort_by_key(|(position, _)| *position);
+    Ok(out.into_iter().map(|(_, d)| d).collect())
 }
 
 #[async_trait]
@@ -387,14 +389,13 @@ impl EventStore for PostgresStore {
         .bind(max as i64)
         .fetch_all(&self.claims)
         .await?;
-        let mut out = deliveries(&rows)?;
-        out.sort_by_key(|(position, _)| *position);
+        let out = in_order(&rows)?;
         // Exhausted entries are skipped above; they move to the dead topic when the queue runs
         // short (they may be all that is left).
         if out.len() < max && self.sweeps.due(topic, queue) {
             self.sweep_dead(topic, queue, now).await?;
         }
-        Ok(out.into_iter().map(|(_, d)| d).collect())
+        Ok(out)
     }
 
     async fn ack(&self, topic: &str, queue: &str, ids: &[String]) -> StoreResult<Vec<String>> {
@@ -489,7 +490,7 @@ impl EventStore for PostgresStore {
         .bind(limit as i64)
         .fetch_all(&self.pool)
         .await?;
-        Ok(deliveries(&rows)?.into_iter().map(|(_, d)| d).collect())
+        in_order(&rows)
     }
 
     async fn enqueue(&self, topic: &str, queue: &str, event: &Event) -> StoreResult<()> {

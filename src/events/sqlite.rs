@@ -116,20 +116,9 @@ impl SqliteStore {
         .bind(self.limits.delivery_limit as i64)
         .fetch_all(&mut *tx)
         .await?;
-        let mut expired: Vec<(i64, Event, u32)> = expired
-            .iter()
-            .map(|row| {
-                Ok((
-                    row.try_get::<i64, _>("position")?,
-                    Event::from_body(row.try_get("body")?)?,
-                    row.try_get::<i64, _>("attempts")? as u32,
-                ))
-            })
-            .collect::<StoreResult<_>>()?;
-        expired.sort_by_key(|(position, _, _)| *position);
         let mut dead_topics = Vec::new();
-        for (_, event, attempts) in &expired {
-            let letter = dead_letter(event, queue, *attempts);
+        for delivery in in_order(&expired)? {
+            let letter = dead_letter(&delivery.event, queue, delivery.attempts);
             sqlx::query(
                 "INSERT INTO sg_queues (topic, name, created_ms) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
             )
@@ -157,6 +146,24 @@ impl SqliteStore {
 /// the same statement.
 const INSERT_EVENT: &str =
     "INSERT INTO sg_events (topic, id, body, created_ms) VALUES (?, ?, ?, ?)";
+
+/// Queue rows (`body, attempts, position`) as deliveries in queue order.
+fn in_order(rows: &[sqlx::sqlite::SqliteRow]) -> StoreResult<Vec<Delivery>> {
+    let mut out: Vec<(i64, Delivery)> = rows
+        .iter()
+        .map(|row| {
+            Ok((
+                row.try_get::<i64, _>("position")?,
+                Delivery {
+                    event: Event::from_body(row.try_get("body")?)?,
+                    attempts: row.try_get::<i64, _>("attempts")? as u32,
+                },
+            ))
+        })
+        .collect::<StoreResult<_>>()?;
+    out.sort_by_key(|(position, _)| *position);
+    Ok(out.into_iter().map(|(_, d)| d).collect())
+}
 
 /// Inserts a batch of events in one statement (its own transaction).
 async fn insert_events(pool: &SqlitePool, events: &[Event]) -> StoreResult<()> {
@@ -303,25 +310,13 @@ impl EventStore for SqliteStore {
         .bind(max as i64)
         .fetch_all(&self.pool)
         .await?;
-        let mut out: Vec<(i64, Delivery)> = rows
-            .iter()
-            .map(|row| {
-                Ok((
-                    row.try_get::<i64, _>("position")?,
-                    Delivery {
-                        event: Event::from_body(row.try_get("body")?)?,
-                        attempts: row.try_get::<i64, _>("attempts")? as u32,
-                    },
-                ))
-            })
-            .collect::<StoreResult<_>>()?;
-        out.sort_by_key(|(position, _)| *position);
+        let out = in_order(&rows)?;
         // Exhausted entries are skipped above; they move to the dead topic when the queue runs
         // short (they may be all that is left).
         if out.len() < max && self.sweeps.due(topic, queue) {
             self.sweep_dead(topic, queue, now).await?;
         }
-        Ok(out.into_iter().map(|(_, d)| d).collect())
+        Ok(out)
     }
 
     async fn ack(&self, topic: &str, queue: &str, ids: &[String]) -> StoreResult<Vec<String>> {
@@ -406,21 +401,15 @@ impl EventStore for SqliteStore {
 
     async fn peek(&self, topic: &str, queue: &str, limit: usize) -> StoreResult<Vec<Delivery>> {
         let rows = sqlx::query(
-            "SELECT body, attempts FROM sg_deliveries WHERE topic = ? AND queue = ? ORDER BY position LIMIT ?",
+            "SELECT body, attempts, position FROM sg_deliveries
+             WHERE topic = ? AND queue = ? ORDER BY position LIMIT ?",
         )
         .bind(topic)
         .bind(queue)
         .bind(limit as i64)
         .fetch_all(&self.pool)
         .await?;
-        rows.iter()
-            .map(|row| {
-                Ok(Delivery {
-                    event: Event::from_body(row.try_get("body")?)?,
-                    attempts: row.try_get::<i64, _>("attempts")? as u32,
-                })
-            })
-            .collect()
+        in_order(&rows)
     }
 
     async fn enqueue(&self, topic: &str, queue: &str, event: &Event) -> StoreResult<()> {
