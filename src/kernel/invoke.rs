@@ -18,6 +18,7 @@ use crate::context::{Chain, Context, Inner, Locals, Run, State, id};
 use crate::error::{ErrorKind, Result, SkillError};
 use crate::kernel::Kernel;
 use crate::kernel::options::{InvokeOptions, ToolRef, extract_dollar_keys};
+use crate::kernel::stack::Guarded;
 use crate::skills::index::SearchIndex;
 use crate::skills::patterns::ToolInfo;
 use crate::skills::tool::Tool;
@@ -30,12 +31,7 @@ impl Context {
     ///
     /// Refs from a context marked untrusted must be bare tool names, and a context with an
     /// `allowed-tools` policy may only invoke what the policy admits.
-    pub fn invoke(
-        &self,
-        tool: impl Into<ToolRef>,
-        args: Value,
-        options: InvokeOptions,
-    ) -> BoxFuture<'static, Result<Output>> {
+    pub fn invoke(&self, tool: impl Into<ToolRef>, args: Value, options: InvokeOptions) -> Guarded {
         let tool = tool.into();
         let (untrusted, policy, index) = {
             let state = self.0.state.lock();
@@ -53,7 +49,7 @@ impl Context {
                     tool.describe()
                 ),
             );
-            return futures::future::ready(Err(err)).boxed();
+            return Guarded::new(futures::future::ready(Err(err)).boxed());
         }
         let request = Request {
             kernel: self.0.kernel.clone(),
@@ -65,7 +61,7 @@ impl Context {
             interactive: false,
             policy,
         };
-        run(request)
+        Guarded::new(run(request))
     }
 
     /// Invokes a chain entry's tool for the served context `self`.
@@ -75,7 +71,7 @@ impl Context {
         args: Arc<Value>,
         locals: Map<String, Value>,
         nonlocals: Map<String, Value>,
-    ) -> BoxFuture<'static, Result<Output>> {
+    ) -> Guarded {
         let mut options = InvokeOptions::default();
         options.context.target = Some(self.clone());
         options.context.locals = locals;
@@ -90,7 +86,7 @@ impl Context {
             interactive: false,
             policy: None,
         };
-        run(request)
+        Guarded::new(run(request))
     }
 }
 
@@ -112,7 +108,7 @@ pub(crate) async fn invoke_root(
         interactive,
         policy: None,
     };
-    run(request).await
+    Guarded::new(run(request)).await
 }
 
 struct Request {

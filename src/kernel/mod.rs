@@ -7,6 +7,7 @@ pub mod chain;
 pub mod invoke;
 pub mod options;
 pub mod schema;
+pub mod stack;
 
 use std::path::PathBuf;
 use std::sync::Arc;

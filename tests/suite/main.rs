@@ -8,6 +8,7 @@
 mod cli;
 mod common;
 mod context;
+mod deep;
 mod directives;
 mod durability;
 mod events;
