@@ -11,6 +11,8 @@
 //! - [`skills`]: tool definitions, skill files, search paths and shadowing, directive syntax,
 //!   `allowed-tools` patterns.
 //! - [`middleware`]: the built-in middleware and native tools, one module each.
+//! - [`sandbox`]: the embedded JavaScript engine: `.skill.js` skills, the ctx bridge, limits,
+//!   the untrusted-ref rule and sessions for untrusted code.
 //! - [`events`]: the event bus: envelopes, the store trait and its memory, SQLite and Postgres
 //!   stores, handler workers, and the `event-*` skills.
 //! - [`cli`]: the `skillgate` command line.
@@ -24,6 +26,7 @@ pub mod error;
 pub mod events;
 pub mod kernel;
 pub mod middleware;
+pub mod sandbox;
 pub mod shutdown;
 pub mod skills;
 

@@ -100,9 +100,18 @@ impl Context {
 
     /// `refresh()`: re-resolves the current tool through `locals.config.paths`, updating
     /// `run.tool`, `run.origin`, `locals.prompt` and the tool definition the body runs.
+    ///
+    /// Refused for a context marked untrusted: it could point `locals.config.paths` anywhere
+    /// (directly, or through an injected `paths` middleware) and have tools loaded from there.
     pub fn refresh(&self) -> Result<()> {
         let (name, dirs) = {
             let state = self.0.state.lock();
+            if state.locals.untrusted_ref {
+                return Err(crate::error::SkillError::new(
+                    crate::error::ErrorKind::Denied,
+                    "untrusted code cannot refresh(): it would resolve tools through search paths it chose",
+                ));
+            }
             let config = &state.locals.config;
             let cwd = PathBuf::from(config.get("cwd").and_then(Value::as_str).unwrap_or("."));
             let dirs: Vec<PathBuf> = match config.get("paths") {
@@ -278,7 +287,7 @@ fn in_pipeline_ancestry(served: &Context, name: &str) -> bool {
     }
 }
 
-/// Runs the served tool's own body: native code, or the expanded prompt of a template.
+/// Runs the served tool's own body: native code, the expanded prompt of a template, or a script.
 pub(crate) async fn run_body(served: &Context) -> Result<Option<Value>> {
     let tool = served.tool();
     match &tool.body {
@@ -286,6 +295,8 @@ pub(crate) async fn run_body(served: &Context) -> Result<Option<Value>> {
         Body::Template => Ok(Some(Value::String(
             served.prompt_expanded().unwrap_or_default(),
         ))),
+        // Boxed: the engine's future is large, and `next()` futures nest once per layer.
+        Body::Script(script) => Box::pin(crate::sandbox::run_script(served, script)).await,
     }
 }
 

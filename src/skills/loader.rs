@@ -1,7 +1,8 @@
 //! Reads skill files from a folder on disk or from the bundle compiled into the binary.
 //!
-//! `*.skill.md` files and folder skills (`name/SKILL.md`) become tools; a file that fails to
-//! parse becomes a `LoadFailure` under the name it would have had, so invoking it reports why.
+//! `*.skill.md` and `*.skill.js` files and folder skills (`name/SKILL.md`, `name/SKILL.js`)
+//! become tools; a file that fails to parse becomes a `LoadFailure` under the name it would have
+//! had, so invoking it reports why.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -26,10 +27,13 @@ pub struct Loaded {
 /// The name a skill file gets when its frontmatter has none, or `None` if it is not a skill file.
 pub fn default_name(path: &Path) -> Option<String> {
     let file = path.file_name()?.to_str()?;
-    if let Some(stem) = file.strip_suffix(".skill.md") {
+    if let Some(stem) = file
+        .strip_suffix(".skill.md")
+        .or_else(|| file.strip_suffix(".skill.js"))
+    {
         return Some(stem.to_string());
     }
-    if file == "SKILL.md" {
+    if file == "SKILL.md" || file == "SKILL.js" {
         return path
             .parent()
             .and_then(Path::file_name)
@@ -39,13 +43,16 @@ pub fn default_name(path: &Path) -> Option<String> {
     None
 }
 
-/// Parses one markdown skill from its text.
+/// Parses one skill from its text: markdown, or JavaScript when `display` ends in `.js`.
 pub fn parse_skill(
     source: Source,
     display: &str,
     text: &str,
     default: &str,
 ) -> Result<Tool, SkillError> {
+    if display.ends_with(".js") {
+        return crate::sandbox::load(source, display, text, default);
+    }
     let parsed = frontmatter::parse_markdown(display, text, default)?;
     Ok(Tool::new(
         parsed.frontmatter,
@@ -192,5 +199,14 @@ mod tests {
             Some("x")
         );
         assert_eq!(default_name(Path::new("a/readme.md")), None);
+        assert_eq!(
+            default_name(Path::new("a/report/SKILL.js")).as_deref(),
+            Some("report")
+        );
+        assert_eq!(
+            default_name(Path::new("a/x.skill.js")).as_deref(),
+            Some("x")
+        );
+        assert_eq!(default_name(Path::new("a/helper.js")), None);
     }
 }

@@ -21,6 +21,8 @@ pub enum Body {
     Native(NativeFn),
     /// A markdown skill: with no agent, the result is the expanded prompt.
     Template,
+    /// JavaScript run in the sandbox (a `.skill.js` file, or untrusted inline code).
+    Script(Arc<crate::sandbox::Script>),
 }
 
 impl fmt::Debug for Body {
@@ -28,6 +30,7 @@ impl fmt::Debug for Body {
         match self {
             Body::Native(_) => f.write_str("Native"),
             Body::Template => f.write_str("Template"),
+            Body::Script(s) => write!(f, "Script({})", s.origin),
         }
     }
 }
@@ -41,6 +44,8 @@ pub enum Source {
     Bundled(String),
     /// A native Rust tool (origin `null`).
     Native,
+    /// Code given at run time; the string is its `inline://` origin.
+    Inline(String),
 }
 
 /// A parsed tool. Immutable; everything per-invocation lives on the context.
@@ -129,6 +134,7 @@ impl Tool {
             Source::File(path) => Value::String(format!("file://{}", path.display())),
             Source::Bundled(path) => Value::String(format!("file:///bundled/{path}")),
             Source::Native => Value::Null,
+            Source::Inline(uri) => Value::String(uri.clone()),
         };
         let frontmatter = Value::Object(frontmatter);
         let origin = json!({ "uri": uri, "frontmatter": frontmatter });
@@ -163,6 +169,7 @@ impl Tool {
             Source::File(path) => path.display().to_string(),
             Source::Bundled(path) => format!("bundled:{path}"),
             Source::Native => "native".into(),
+            Source::Inline(uri) => uri.clone(),
         }
     }
 

@@ -4,6 +4,7 @@
 //! - `orchestration`: spec 02, invocation, cascade, chain, return and error rules.
 //! - `hooks`: the Hooks part of spec 03.
 //! - `cli`: the command line end to end over the skill tree in `tests/fixtures/`.
+//! - `sandbox`: `.skill.js` skills, the ctx bridge, sandbox limits, escapes and sessions.
 
 mod cli;
 mod common;
@@ -15,4 +16,5 @@ mod events;
 mod events_cli;
 mod hooks;
 mod orchestration;
+mod sandbox;
 mod smoke;
