@@ -15,6 +15,9 @@
 //!   the untrusted-ref rule and sessions for untrusted code.
 //! - [`events`]: the event bus: envelopes, the store trait and its memory, SQLite and Postgres
 //!   stores, handler workers, and the `event-*` skills.
+//! - [`gateway`]: the transports and the layer they share (verify, fill the context, announce,
+//!   invoke, reply), `gateway-send`/`web-send`, metrics; the HTTP transport behind `serve`.
+//! - [`telemetry`]: tracing output (text or JSON) and OpenTelemetry export from `OTEL_*`.
 //! - [`cli`]: the `skillgate` command line.
 //! - [`error`]: the one error type that unwinds through the onion.
 //! - [`shutdown`]: SIGINT/SIGTERM and the `shutdown` topic.
@@ -24,11 +27,13 @@ pub mod cli;
 pub mod context;
 pub mod error;
 pub mod events;
+pub mod gateway;
 pub mod kernel;
 pub mod middleware;
 pub mod sandbox;
 pub mod shutdown;
 pub mod skills;
+pub mod telemetry;
 
 pub use context::Context;
 pub use error::{ErrorKind, Result, SkillError};

@@ -1,9 +1,8 @@
-//! The `skillgate` binary: parse the command line, start tracing, hand over to the library.
+//! The `skillgate` binary: parse the command line, start telemetry, hand over to the library.
 
 use std::process::ExitCode;
 
 use clap::Parser;
-use tracing_subscriber::EnvFilter;
 
 /// mimalloc: contexts are many small short-lived allocations, where it is markedly faster than
 /// the system allocator.
@@ -12,12 +11,12 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     let cli = skillgate::cli::Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    // `serve` says what it does at info; other commands only warn.
+    let default_filter = match cli.command {
+        skillgate::cli::Command::Serve(_) => "warn,skillgate::cli=info",
+        _ => "warn",
+    };
+    let telemetry = skillgate::telemetry::init(cli.log_format, default_filter);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -28,5 +27,8 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    runtime.block_on(skillgate::cli::main(cli))
+    let code = runtime.block_on(skillgate::cli::main(cli));
+    drop(runtime);
+    telemetry.shutdown();
+    code
 }

@@ -55,13 +55,18 @@ pub async fn signal() -> Signal {
 /// Emits `{ topic: shutdown, type: signal, data: { signal } }` and waits for the emit (handlers
 /// run on their own, so they have only as long as the process lives).
 pub async fn announce(kernel: &Kernel, signal: Signal) {
-    let args =
-        json!({ "topic": "shutdown", "type": "signal", "data": { "signal": signal.name() } });
+    announce_reason(kernel, signal.name()).await;
+    kernel.bus().shutdown();
+}
+
+/// Emits the `shutdown` event with `reason` (a signal name, or why an embedder stops) and
+/// waits for the emit; the bus keeps running (a server still drains).
+pub async fn announce_reason(kernel: &Kernel, reason: &str) {
+    let args = json!({ "topic": "shutdown", "type": "signal", "data": { "signal": reason } });
     if let Err(err) = kernel
         .invoke("event-emit", args, InvokeOptions::default())
         .await
     {
         tracing::warn!(error = %err, "could not emit the shutdown event");
     }
-    kernel.bus().shutdown();
 }

@@ -5,7 +5,9 @@
 
 pub mod args;
 pub mod events;
+pub mod keys;
 pub mod run;
+pub mod serve;
 pub mod skills;
 
 use std::path::PathBuf;
@@ -62,6 +64,15 @@ pub struct Cli {
         default_value_t = 30_000
     )]
     pub visibility: u64,
+    /// Log line format on stderr (filter with RUST_LOG).
+    #[arg(
+        long,
+        global = true,
+        env = "SKILLGATE_LOG_FORMAT",
+        value_enum,
+        default_value = "text"
+    )]
+    pub log_format: crate::telemetry::LogFormat,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -74,6 +85,12 @@ pub enum Command {
     /// flags become arrays. Also: `--arg key=value`, `--arg-json '{...}'`, and
     /// `--set key=value` to override metadata for this run (e.g. `--set debug=true`).
     Run(run::RunArgs),
+    /// Serve the project's skills over HTTP: `POST /invoke/{skill}`, `GET /skills`, custom
+    /// `web.routes`, `public/`, health, metrics and the OpenAPI document.
+    Serve(serve::ServeArgs),
+    /// Make API keys and their hashes.
+    #[command(subcommand)]
+    Keys(keys::KeysCommand),
     /// List and describe skills.
     #[command(subcommand)]
     Skills(skills::SkillsCommand),
@@ -132,6 +149,16 @@ pub async fn main(cli: Cli) -> ExitCode {
             )
             .await
         }
+        Command::Serve(args) => {
+            let Some(store) = open_store(&cli).await else {
+                return ExitCode::from(FAILED);
+            };
+            let bus = crate::events::BusConfig {
+                visibility: std::time::Duration::from_millis(cli.visibility),
+            };
+            serve::serve(&cli.project, store, bus, log, args).await
+        }
+        Command::Keys(cmd) => keys::run(cmd),
         Command::Skills(cmd) => skills::run(&cli.project, cmd),
         Command::Events(cmd) => match open_store(&cli).await {
             Some(store) => events::run(store, cmd).await,

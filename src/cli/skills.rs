@@ -4,11 +4,11 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use clap::Subcommand;
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use crate::cascade;
 use crate::cli::USAGE;
 use crate::kernel::Kernel;
+use crate::skills::describe;
 use crate::skills::tool::Tool;
 
 #[derive(Debug, Subcommand)]
@@ -48,7 +48,7 @@ pub fn run(project: &Path, cmd: &SkillsCommand) -> ExitCode {
                 })
                 .collect();
             if *json {
-                let list: Vec<Value> = tools.iter().map(|t| summary(t)).collect();
+                let list: Vec<Value> = tools.iter().map(|t| describe::summary(t)).collect();
                 println!(
                     "{}",
                     serde_json::to_string_pretty(&list).unwrap_or_default()
@@ -72,29 +72,7 @@ pub fn run(project: &Path, cmd: &SkillsCommand) -> ExitCode {
                     return ExitCode::from(USAGE);
                 }
             };
-            let mut out = summary(tool);
-            match cascade::resolved_for(&index, tool) {
-                Ok(resolved) => {
-                    let chain: Vec<&str> = resolved
-                        .entries
-                        .iter()
-                        .filter(|e| !e.is_sentinel())
-                        .map(|e| &*e.name)
-                        .collect();
-                    out["pipeline"] = json!(chain);
-                    out["params"] = resolved
-                        .metadata
-                        .get("params")
-                        .cloned()
-                        .unwrap_or(Value::Null);
-                    out["returns"] = resolved
-                        .metadata
-                        .get("returns")
-                        .cloned()
-                        .unwrap_or(Value::Null);
-                }
-                Err(err) => out["error"] = json!(err.to_string()),
-            }
+            let out = describe::describe(&index, tool);
             if *json {
                 println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
             } else {
@@ -103,16 +81,6 @@ pub fn run(project: &Path, cmd: &SkillsCommand) -> ExitCode {
             ExitCode::SUCCESS
         }
     }
-}
-
-fn summary(tool: &Tool) -> Value {
-    json!({
-        "name": tool.name,
-        "description": tool.description,
-        "origin": tool.location(),
-        "tags": tool.tags,
-        "visibility": if tool.hidden { "hidden" } else { "public" },
-    })
 }
 
 fn print_description(out: &Value) {

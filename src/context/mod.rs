@@ -287,6 +287,18 @@ impl Context {
     pub fn log(&self, event: impl Into<Value>) -> Result<Arc<Value>> {
         let mut stamp = Map::new();
         stamp.insert("rootContextId".into(), Value::String(self.root_id()));
+        // A run started by a gateway carries its request id into every log event.
+        let request_id = self
+            .0
+            .state
+            .lock()
+            .nonlocals
+            .get("request")
+            .and_then(|r| r.get("id"))
+            .cloned();
+        if let Some(id) = request_id {
+            stamp.insert("requestId".into(), id);
+        }
         stamp.insert("contextId".into(), Value::String(self.id()));
         stamp.insert("tool".into(), Value::String(self.tool_name().to_string()));
         stamp.insert("timestamp".into(), Value::from(id::now_ms()));

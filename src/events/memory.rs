@@ -303,6 +303,10 @@ impl EventStore for MemoryStore {
         self.wake.subscribe()
     }
 
+    async fn ping(&self) -> StoreResult<()> {
+        Ok(())
+    }
+
     async fn migrate(&self) -> StoreResult<()> {
         Ok(())
     }

@@ -142,6 +142,9 @@ pub struct Bus {
     /// (topic, queue) -> the worker serving a skill handler.
     workers: Mutex<HashMap<(String, String), CancellationToken>>,
     stop: CancellationToken,
+    /// Every event this process emits, for in-process watchers (a gateway streaming a run's
+    /// events). Not durable: a watcher that lags loses events, the store keeps them.
+    emitted: tokio::sync::broadcast::Sender<Arc<Event>>,
 }
 
 fn store_error(err: StoreError) -> SkillError {
@@ -163,6 +166,7 @@ impl Bus {
             config,
             workers: Mutex::new(HashMap::new()),
             stop: CancellationToken::new(),
+            emitted: tokio::sync::broadcast::channel(1024).0,
         }
     }
 
@@ -173,7 +177,16 @@ impl Bus {
     /// Publishes an event; durable when this returns.
     pub async fn emit(&self, event: &Event) -> Result<()> {
         check_name("topic", &event.topic)?;
-        self.store.emit(event).await.map_err(store_error)
+        self.store.emit(event).await.map_err(store_error)?;
+        if self.emitted.receiver_count() > 0 {
+            let _ = self.emitted.send(Arc::new(event.clone()));
+        }
+        Ok(())
+    }
+
+    /// Events emitted by this process from now on (after they are stored).
+    pub fn watch(&self) -> tokio::sync::broadcast::Receiver<Arc<Event>> {
+        self.emitted.subscribe()
     }
 
     /// Creates a queue for `event-wait` (idempotent); with `replay` a new queue starts with the

@@ -527,6 +527,11 @@ impl EventStore for PostgresStore {
         self.wake.subscribe()
     }
 
+    async fn ping(&self) -> StoreResult<()> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+
     async fn migrate(&self) -> StoreResult<()> {
         sqlx::migrate!("./migrations/postgres")
             .run(&self.pool)

@@ -442,6 +442,11 @@ impl EventStore for SqliteStore {
         self.wake.subscribe()
     }
 
+    async fn ping(&self) -> StoreResult<()> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+
     async fn migrate(&self) -> StoreResult<()> {
         sqlx::migrate!("./migrations/sqlite")
             .run(&self.pool)

@@ -117,4 +117,7 @@ pub trait EventStore: Send + Sync + 'static {
 
     /// Applies schema migrations (no-op for memory).
     async fn migrate(&self) -> StoreResult<()>;
+
+    /// Checks the store answers (a round trip for a database), for readiness probes.
+    async fn ping(&self) -> StoreResult<()>;
 }

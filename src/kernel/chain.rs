@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
+use tracing::Instrument;
 
 use crate::cascade::{Entry, EntryKind, order};
 use crate::context::Context;
@@ -264,8 +265,16 @@ async fn run_entry(served: &Context, entry: &Entry) -> Result<Ran> {
                 }));
                 return Ok(Ran::Skipped);
             }
+            // One span per chain entry, named after the middleware.
+            let span = tracing::info_span!(
+                "entry",
+                otel.name = &*entry.name,
+                middleware = &*entry.name,
+                skill = served.tool_name(),
+            );
             served
                 .invoke_entry(&entry.name, entry.args.clone(), Map::new(), Map::new())
+                .instrument(span)
                 .await?
         }
     };

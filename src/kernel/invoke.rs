@@ -10,6 +10,7 @@ use futures::future::BoxFuture;
 use parking_lot::Mutex;
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::cascade::entry::parse_extra;
 use crate::cascade::interpolate;
@@ -193,7 +194,21 @@ fn lookup(request: &Request) -> Result<(Arc<Tool>, Arc<Resolved>)> {
 /// Steps 3–8 for a resolved tool.
 async fn pipeline(request: Request, tool: Arc<Tool>, resolved: Arc<Resolved>) -> Result<Output> {
     let (ctx, link) = prepare(request, tool, &resolved)?;
-    let outcome = ctx.next().await;
+    // One span per invocation; chain entries get theirs in `chain::run_entry`.
+    let outcome = if ctx.has_other_target() {
+        ctx.next().await
+    } else {
+        let span = tracing::info_span!(
+            "invoke",
+            otel.name = ctx.tool_name(),
+            skill = ctx.tool_name(),
+            context_id = tracing::field::Empty,
+        );
+        if !span.is_disabled() {
+            span.record("context_id", ctx.id());
+        }
+        ctx.next().instrument(span).await
+    };
     drop(link);
     if ctx.parent().is_none() {
         ctx.kernel().logs().end_run(|| ctx.id());
@@ -234,6 +249,7 @@ fn prepare(
     let seed = options.context;
     let parent = seed.parent.or(caller);
     let birth = Birth {
+        id: seed.id,
         parent,
         target: seed.target,
         index,
@@ -243,6 +259,9 @@ fn prepare(
     };
     let ctx = create(&kernel, birth, resolved);
     apply_seed(&ctx, seed.locals, seed.nonlocals, seed.run)?;
+    for (path, value) in seed.extensions {
+        ctx.set_extension(&path, value);
+    }
     let link = seed.signal.map(|outer| link_signal(&ctx, outer));
     // 8. The chain (in place from the cache unless something adjusts it).
     adjust_chain(&ctx, resolved)?;
@@ -251,6 +270,7 @@ fn prepare(
 
 /// What a new context is made from.
 struct Birth {
+    id: Option<u64>,
     parent: Option<Context>,
     target: Option<Context>,
     index: Arc<SearchIndex>,
@@ -261,6 +281,7 @@ struct Birth {
 
 fn create(kernel: &Kernel, birth: Birth, resolved: &Resolved) -> Context {
     let Birth {
+        id,
         parent,
         target,
         index,
@@ -268,7 +289,7 @@ fn create(kernel: &Kernel, birth: Birth, resolved: &Resolved) -> Context {
         args,
         interactive,
     } = birth;
-    let id = id::next_id();
+    let id = id.unwrap_or_else(id::next_id);
     let nonlocals = match &parent {
         Some(p) => {
             let state = p.0.state.lock();

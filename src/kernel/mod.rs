@@ -93,6 +93,7 @@ impl KernelBuilder {
         let mut natives: Vec<Arc<Tool>> = self.natives.into_iter().map(Arc::new).collect();
         natives.extend(crate::middleware::builtins().into_iter().map(Arc::new));
         natives.extend(crate::events::skills::tools().into_iter().map(Arc::new));
+        natives.extend(crate::gateway::send::tools().into_iter().map(Arc::new));
         let bus = self.bus.unwrap_or_else(|| {
             let store = Arc::new(MemoryStore::new(Limits::default()));
             Arc::new(Bus::new(store, BusConfig::default()))

@@ -60,6 +60,11 @@ pub struct ContextSeed {
     pub locals: Map<String, Value>,
     pub nonlocals: Map<String, Value>,
     pub run: Map<String, Value>,
+    /// A context id taken in advance with `context::id::next_id()`, so a caller (a gateway
+    /// following a run's logs) knows `rootContextId` before the run starts.
+    pub id: Option<u64>,
+    /// Non-JSON values to store on the new context (see `Context::set_extension`).
+    pub extensions: Vec<(String, Arc<dyn std::any::Any + Send + Sync>)>,
 }
 
 impl ContextSeed {

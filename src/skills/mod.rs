@@ -1,6 +1,7 @@
 //! Skill definitions and discovery: markdown and native tools, search paths and shadowing,
 //! directive syntax, and the `allowed-tools` patterns.
 
+pub mod describe;
 pub mod directive_syntax;
 pub mod frontmatter;
 pub mod index;

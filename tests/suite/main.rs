@@ -4,6 +4,8 @@
 //! - `orchestration`: spec 02, invocation, cascade, chain, return and error rules.
 //! - `hooks`: the Hooks part of spec 03.
 //! - `cli`: the command line end to end over the skill tree in `tests/fixtures/`.
+//! - `http_invoke`, `http_auth`, `http_ops`: the HTTP gateway on a real socket (`server` helps).
+//! - `serve_cli`: `skillgate serve` as a process: signals, config, OTLP export.
 //! - `sandbox`: `.skill.js` skills, the ctx bridge, sandbox limits, escapes and sessions.
 
 mod cli;
@@ -15,6 +17,10 @@ mod durability;
 mod events;
 mod events_cli;
 mod hooks;
+mod http_auth;
+mod http_invoke;
+mod http_ops;
 mod orchestration;
 mod sandbox;
+mod server;
 mod smoke;

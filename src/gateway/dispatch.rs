@@ -1,0 +1,231 @@
+//! Steps 2 to 5 that every transport shares: fill `nonlocals.request` and `nonlocals.gateway`,
+//! announce `gateway-message`, invoke the routed skill through the full pipeline, and deliver
+//! what the run sends back through the reply channel. Step 1 (verify) is the transport's.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Map, Value, json};
+use tokio::sync::broadcast::error::RecvError;
+use tokio_util::sync::{CancellationToken, DropGuard};
+
+use crate::context::id;
+use crate::error::{ErrorKind, Result, SkillError};
+use crate::events::Event;
+use crate::gateway::metrics::Metrics;
+use crate::gateway::reply::{RESPONSE_PATH, Reply, ReplyPart, ReplyParts};
+use crate::kernel::{InvokeOptions, Kernel, ToolRef};
+
+/// A verified inbound message, routed to a skill.
+#[derive(Debug)]
+pub struct Inbound {
+    /// `http`, `websocket`, `webhook`, `slack`, `email`.
+    pub transport: &'static str,
+    /// The routed skill.
+    pub skill: ToolRef,
+    pub args: Value,
+    /// Parsed request fields for `nonlocals.request` (the id and the raw handle are added).
+    pub request: Map<String, Value>,
+    pub request_id: String,
+    /// Where a reply goes (`nonlocals.gateway.replyTo`): a channel and thread, an address.
+    pub reply_to: Value,
+    /// `gateway-message` event data; `None` emits no event (the spec's list of transports that
+    /// announce messages does not include HTTP requests).
+    pub announce: Option<Value>,
+    /// Forward the run's log events and bus events as reply parts (streaming clients).
+    pub follow: bool,
+    /// Abort the run after this long.
+    pub timeout: Option<Duration>,
+}
+
+/// A running dispatch: read `parts` until [`ReplyPart::Done`]. Dropping it aborts the run
+/// (the client went away).
+#[derive(Debug)]
+pub struct Dispatch {
+    pub parts: ReplyParts,
+    /// `nonlocals.rootContextId` of the run.
+    pub root_id: String,
+    pub reply: Arc<Reply>,
+    _abort: DropGuard,
+}
+
+/// What every transport holds: the kernel, the shared metrics, and the switch that aborts
+/// every run when a shutdown's grace period runs out.
+#[derive(Clone)]
+pub struct Gateway {
+    pub kernel: Kernel,
+    pub metrics: Arc<Metrics>,
+    halt: CancellationToken,
+}
+
+impl Gateway {
+    pub fn new(kernel: Kernel, metrics: Arc<Metrics>) -> Gateway {
+        Gateway {
+            kernel,
+            metrics,
+            halt: CancellationToken::new(),
+        }
+    }
+
+    /// Aborts every run in progress and every run started from now on.
+    pub fn halt(&self) {
+        self.halt.cancel();
+    }
+
+    /// Starts the run for `inbound` on a task of its own.
+    pub fn dispatch(&self, inbound: Inbound) -> Dispatch {
+        let (reply, parts) = Reply::channel(inbound.transport);
+        let context_id = id::next_id();
+        let root_id = id::format(context_id);
+        let abort = self.halt.child_token();
+        let run = Run {
+            gateway: self.clone(),
+            reply: reply.clone(),
+            context_id,
+            root_id: root_id.clone(),
+            abort: abort.clone(),
+        };
+        tokio::spawn(run.go(inbound));
+        Dispatch {
+            parts,
+            root_id,
+            reply,
+            _abort: abort.drop_guard(),
+        }
+    }
+}
+
+struct Run {
+    gateway: Gateway,
+    reply: Arc<Reply>,
+    context_id: u64,
+    root_id: String,
+    abort: CancellationToken,
+}
+
+impl Run {
+    async fn go(self, inbound: Inbound) {
+        let started = Instant::now();
+        let skill = match &inbound.skill {
+            ToolRef::Name(n) => n.to_string(),
+            ToolRef::Def(t) => t.name.clone(),
+        };
+        let transport = inbound.transport;
+        let feeds_done = CancellationToken::new();
+        let feeds = inbound.follow.then(|| self.follow(feeds_done.clone()));
+        let outcome = self.invoke(inbound).await;
+        feeds_done.cancel();
+        if let Some(feeds) = feeds {
+            let _ = feeds.await;
+        }
+        self.gateway.metrics.invocation(
+            &skill,
+            transport,
+            outcome.as_ref().err().map(|e| e.kind()),
+            started.elapsed(),
+        );
+        let _ = self.reply.send(ReplyPart::Done(outcome)).await;
+    }
+
+    async fn invoke(&self, inbound: Inbound) -> Result<crate::kernel::invoke::Output> {
+        let Inbound {
+            transport,
+            skill,
+            args,
+            mut request,
+            request_id,
+            reply_to,
+            announce,
+            timeout,
+            ..
+        } = inbound;
+        let kernel = &self.gateway.kernel;
+        if let Some(data) = announce {
+            let mut event = Event::new("gateway-message", "message");
+            event.source = Some(transport.to_string());
+            event.data = Some(data);
+            event.root_context_id = Some(self.root_id.clone());
+            kernel.bus().emit(&event).await?;
+        }
+        request.insert("id".into(), Value::String(request_id.clone()));
+        let mut options = InvokeOptions::default();
+        let seed = &mut options.context;
+        seed.id = Some(self.context_id);
+        seed.signal = Some(self.abort.clone());
+        seed.nonlocals
+            .insert("request".into(), Value::Object(request));
+        seed.nonlocals.insert(
+            "gateway".into(),
+            json!({ "name": transport, "transport": transport, "replyTo": reply_to, "requestId": request_id }),
+        );
+        seed.extensions
+            .push((RESPONSE_PATH.to_string(), self.reply.clone()));
+        let run = kernel.invoke(skill, args, options);
+        let deadline = async {
+            match timeout {
+                Some(limit) => tokio::time::sleep(limit).await,
+                None => std::future::pending().await,
+            }
+        };
+        // The run is dropped (not only signalled) on a timeout or an abort, so a skill that
+        // ignores its signal cannot hold the reply open.
+        tokio::select! {
+            outcome = run => outcome,
+            () = deadline => {
+                self.abort.cancel();
+                let limit = timeout.unwrap_or_default();
+                Err(SkillError::new(
+                    ErrorKind::Aborted,
+                    format!(
+                        "the skill did not finish within {} ms and was aborted",
+                        limit.as_millis()
+                    ),
+                )
+                .with_data(json!({ "timeout": true })))
+            }
+            () = self.abort.cancelled() => Err(SkillError::new(
+                ErrorKind::Aborted,
+                "the run was aborted: the server is shutting down or the client went away",
+            )),
+        }
+    }
+
+    /// Forwards this run's log events and bus events until `done`, then what is still queued.
+    fn follow(&self, done: CancellationToken) -> tokio::task::JoinHandle<()> {
+        let mut logs = self.gateway.kernel.logs().subscribe();
+        let mut events = self.gateway.kernel.bus().watch();
+        let reply = self.reply.clone();
+        let root = self.root_id.clone();
+        tokio::spawn(async move {
+            let mine_log =
+                |v: &Value| v.get("rootContextId").and_then(Value::as_str) == Some(&root);
+            let mine_event = |e: &Event| e.root_context_id.as_deref() == Some(root.as_str());
+            loop {
+                tokio::select! {
+                    biased;
+                    log = logs.recv() => match log {
+                        Ok(v) if mine_log(&v) => reply.offer(ReplyPart::Log(v)),
+                        Ok(_) | Err(RecvError::Lagged(_)) => {}
+                        Err(RecvError::Closed) => break,
+                    },
+                    event = events.recv() => match event {
+                        Ok(e) if mine_event(&e) => reply.offer(ReplyPart::Event(e.to_json())),
+                        Ok(_) | Err(RecvError::Lagged(_)) => {}
+                        Err(RecvError::Closed) => break,
+                    },
+                    () = done.cancelled() => break,
+                }
+            }
+            while let Ok(v) = logs.try_recv() {
+                if mine_log(&v) {
+                    reply.offer(ReplyPart::Log(v));
+                }
+            }
+            while let Ok(e) = events.try_recv() {
+                if mine_event(&e) {
+                    reply.offer(ReplyPart::Event(e.to_json()));
+                }
+            }
+        })
+    }
+}

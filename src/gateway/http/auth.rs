@@ -1,0 +1,233 @@
+//! API keys: stored as SHA-256 hashes, presented as `Authorization: Bearer <key>`; which paths
+//! are public; the per-caller key the rate limiter counts by.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::header;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use globset::{Glob, GlobSet, GlobSetBuilder};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use crate::gateway::http::problem::Problem;
+use crate::gateway::http::state::AppState;
+
+/// One configured key: a name (for logs, metrics and rate limits), the hash, and the skills it
+/// may invoke.
+#[derive(Debug, Clone)]
+pub struct ApiKey {
+    pub name: String,
+    hash: [u8; 32],
+    skills: Option<GlobSet>,
+}
+
+/// The prefix of a stored key hash.
+pub const HASH_PREFIX: &str = "sha256:";
+
+impl ApiKey {
+    /// `hash` is `sha256:<64 hex digits>` (see `skillgate keys new`).
+    pub fn new(name: &str, hash: &str, skills: Vec<String>) -> Result<ApiKey, String> {
+        let hex = hash.trim().strip_prefix(HASH_PREFIX).ok_or_else(|| {
+            format!("key `{name}`: the hash must start with `{HASH_PREFIX}` (store hashes, never keys; `skillgate keys new` makes one)")
+        })?;
+        let bytes = decode_hex(hex).ok_or_else(|| {
+            format!("key `{name}`: `{HASH_PREFIX}` must be followed by 64 hex digits")
+        })?;
+        let skills = if skills.is_empty() {
+            None
+        } else {
+            let mut set = GlobSetBuilder::new();
+            for pattern in &skills {
+                set.add(
+                    Glob::new(pattern)
+                        .map_err(|e| format!("key `{name}`: skill pattern `{pattern}`: {e}"))?,
+                );
+            }
+            Some(set.build().map_err(|e| format!("key `{name}`: {e}"))?)
+        };
+        Ok(ApiKey {
+            name: name.to_string(),
+            hash: bytes,
+            skills,
+        })
+    }
+
+    /// True when this key may invoke `skill`.
+    pub fn allows(&self, skill: &str) -> bool {
+        self.skills.as_ref().is_none_or(|set| set.is_match(skill))
+    }
+}
+
+fn decode_hex(hex: &str) -> Option<[u8; 32]> {
+    if hex.len() != 64 {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(out)
+}
+
+/// `sha256:<hex>` of a key, as stored in configuration.
+pub fn hash_key(key: &str) -> String {
+    let digest = Sha256::digest(key.as_bytes());
+    let mut out = String::from(HASH_PREFIX);
+    for byte in digest {
+        out.push_str(&format!("{byte:02x}"));
+    }
+    out
+}
+
+/// A new random key: `sg_` and 40 hex digits (160 bits).
+pub fn generate_key() -> Result<String, String> {
+    let mut bytes = [0u8; 20];
+    getrandom::fill(&mut bytes).map_err(|e| format!("no randomness available: {e}"))?;
+    let mut key = String::from("sg_");
+    for byte in bytes {
+        key.push_str(&format!("{byte:02x}"));
+    }
+    Ok(key)
+}
+
+/// Every configured key. Empty means authentication is off.
+#[derive(Debug, Clone, Default)]
+pub struct KeyRing {
+    keys: Arc<Vec<ApiKey>>,
+}
+
+impl KeyRing {
+    pub fn new(keys: Vec<ApiKey>) -> Result<KeyRing, String> {
+        for (i, key) in keys.iter().enumerate() {
+            if keys[..i].iter().any(|k| k.name == key.name) {
+                return Err(format!("two API keys are named `{}`", key.name));
+            }
+        }
+        Ok(KeyRing {
+            keys: Arc::new(keys),
+        })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// The key whose hash matches `presented`, compared in constant time.
+    pub fn verify(&self, presented: &str) -> Option<&ApiKey> {
+        let digest: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
+        let mut found = None;
+        for key in self.keys.iter() {
+            if bool::from(key.hash.ct_eq(&digest)) {
+                found = Some(key);
+            }
+        }
+        found
+    }
+}
+
+/// Who is calling, put on the request by [`authenticate`].
+#[derive(Debug, Clone)]
+pub enum Caller {
+    /// A public path, or authentication is off.
+    Anonymous,
+    Key(ApiKey),
+}
+
+impl Caller {
+    pub fn allows(&self, skill: &str) -> bool {
+        match self {
+            Caller::Anonymous => true,
+            Caller::Key(key) => key.allows(skill),
+        }
+    }
+}
+
+/// Path patterns reachable without a key.
+#[derive(Debug, Clone)]
+pub struct PublicPaths(GlobSet);
+
+impl PublicPaths {
+    pub fn new(patterns: &[String]) -> Result<PublicPaths, String> {
+        let mut set = GlobSetBuilder::new();
+        set.add(Glob::new("/healthz").map_err(|e| e.to_string())?);
+        for pattern in patterns {
+            let glob = globset::GlobBuilder::new(pattern)
+                .literal_separator(true)
+                .build()
+                .map_err(|e| format!("public path pattern `{pattern}`: {e}"))?;
+            set.add(glob);
+        }
+        Ok(PublicPaths(
+            set.build()
+                .map_err(|e| format!("public path patterns: {e}"))?,
+        ))
+    }
+
+    pub fn contains(&self, path: &str) -> bool {
+        self.0.is_match(path)
+    }
+}
+
+/// Middleware: public paths pass as [`Caller::Anonymous`]; others need a valid bearer key.
+pub async fn authenticate(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
+    let keys = &state.config.keys;
+    let caller = if keys.is_empty() || state.public.contains(req.uri().path()) {
+        Caller::Anonymous
+    } else {
+        let presented = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| {
+                v.strip_prefix("Bearer ")
+                    .or_else(|| v.strip_prefix("bearer "))
+            })
+            .map(str::trim);
+        let Some(presented) = presented else {
+            return unauthorized("this path needs an API key: send `Authorization: Bearer <key>`");
+        };
+        match keys.verify(presented) {
+            Some(key) => Caller::Key(key.clone()),
+            None => return unauthorized("the API key is not valid"),
+        }
+    };
+    req.extensions_mut().insert(caller);
+    next.run(req).await
+}
+
+fn unauthorized(detail: &str) -> Response {
+    let mut response = Problem::new(401, "unauthorized", detail).into_response();
+    response.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        header::HeaderValue::from_static("Bearer realm=\"skillgate\""),
+    );
+    response
+}
+
+/// The rate limiter's key: the API key's name, else the client address.
+#[derive(Debug, Clone, Copy)]
+pub struct CallerKey;
+
+impl tower_governor::key_extractor::KeyExtractor for CallerKey {
+    type Key = String;
+
+    fn extract<T>(
+        &self,
+        req: &axum::http::Request<T>,
+    ) -> Result<Self::Key, tower_governor::GovernorError> {
+        if let Some(Caller::Key(key)) = req.extensions().get::<Caller>() {
+            return Ok(format!("key:{}", key.name));
+        }
+        Ok(req
+            .extensions()
+            .get::<ConnectInfo<SocketAddr>>()
+            .map_or_else(|| "anonymous".to_string(), |c| format!("ip:{}", c.0.ip())))
+    }
+}

@@ -1,0 +1,330 @@
+//! `POST /invoke/{skill}`: JSON args in, `{"result": ...}` out; with `Accept:
+//! text/event-stream` the run's chunks, messages, log events and bus events stream as SSE and a
+//! final `result` (or `error`) event closes the stream. A skill that takes the response over
+//! with `web-send` answers with its own status, headers and streamed body.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
+use futures::Stream;
+use serde_json::{Map, Value, json};
+
+use crate::gateway::http::auth::Caller;
+use crate::gateway::http::problem::Problem;
+use crate::gateway::http::request_id::RequestId;
+use crate::gateway::http::state::AppState;
+use crate::gateway::{Dispatch, Inbound, ReplyPart};
+use crate::kernel::ToolRef;
+use crate::kernel::invoke::Output;
+
+pub async fn invoke(
+    State(state): State<AppState>,
+    Path(skill): Path<String>,
+    Extension(caller): Extension<Caller>,
+    Extension(RequestId(request_id)): Extension<RequestId>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let body = match body {
+        Ok(body) => body,
+        Err(rejection) => return body_problem(&rejection, state.config.body_limit),
+    };
+    let index = state.gateway.kernel.registry().current();
+    let tool = match index.get(&skill) {
+        Some(tool) if state.visible(tool) => tool.clone(),
+        _ => return unknown_skill(&skill, &index, &state),
+    };
+    if !caller.allows(&skill) {
+        return Problem::new(
+            403,
+            "forbidden",
+            format!("this API key may not invoke `{skill}`"),
+        )
+        .into_response();
+    }
+    let args = match parse_args(&body) {
+        Ok(args) => args,
+        Err(problem) => return problem.into_response(),
+    };
+    let stream = wants_stream(&headers);
+    let inbound = Inbound {
+        transport: "http",
+        skill: ToolRef::Name(Arc::from(tool.name.as_str())),
+        announce: state
+            .config
+            .announce
+            .then(|| json!({ "skill": skill, "args": args, "requestId": request_id })),
+        args,
+        request: request_fields("POST", &format!("/invoke/{skill}"), &headers, &Value::Null),
+        request_id: request_id.clone(),
+        reply_to: Value::Null,
+        follow: stream,
+        timeout: Some(state.config.timeout),
+    };
+    let dispatch = state.gateway.dispatch(inbound);
+    if stream {
+        sse(dispatch, skill, request_id).into_response()
+    } else {
+        respond(dispatch, &skill, &request_id, |result, messages| {
+            let mut body = json!({ "result": result });
+            if !messages.is_empty() {
+                body["messages"] = Value::Array(messages);
+            }
+            Json(body).into_response()
+        })
+        .await
+    }
+}
+
+/// True when the client asked for `text/event-stream`.
+pub fn wants_stream(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.contains("text/event-stream"))
+}
+
+/// `nonlocals.request` for an HTTP request: method, path, query, headers (lower-case names;
+/// `authorization` and `cookie` left out).
+pub fn request_fields(
+    method: &str,
+    path: &str,
+    headers: &HeaderMap,
+    query: &Value,
+) -> Map<String, Value> {
+    let mut fields = Map::new();
+    fields.insert("method".into(), Value::String(method.to_string()));
+    fields.insert("path".into(), Value::String(path.to_string()));
+    fields.insert("query".into(), query.clone());
+    fields.insert("headers".into(), headers_json(headers));
+    fields
+}
+
+pub fn headers_json(headers: &HeaderMap) -> Value {
+    let mut map = Map::new();
+    for (name, value) in headers {
+        if name == header::AUTHORIZATION || name == header::COOKIE {
+            continue;
+        }
+        if let Ok(v) = value.to_str() {
+            map.insert(name.as_str().to_string(), Value::String(v.to_string()));
+        }
+    }
+    Value::Object(map)
+}
+
+/// The 400 or 413 for a body that could not be read.
+pub fn body_problem(rejection: &BytesRejection, limit: usize) -> Response {
+    if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        Problem::new(
+            413,
+            "too-large",
+            format!("the request body is larger than the limit of {limit} bytes"),
+        )
+        .with("limit", json!(limit))
+        .into_response()
+    } else {
+        Problem::new(400, "bad-request", rejection.body_text()).into_response()
+    }
+}
+
+/// An empty body is `{}`; anything else must be a JSON object.
+fn parse_args(body: &[u8]) -> Result<Value, Problem> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(Value::Object(Map::new()));
+    }
+    match serde_json::from_slice::<Value>(body) {
+        Ok(Value::Object(map)) => Ok(Value::Object(map)),
+        Ok(other) => Err(Problem::new(
+            400,
+            "malformed-json",
+            format!(
+                "the body must be a JSON object of args, found {}",
+                crate::context::path::kind(&other)
+            ),
+        )),
+        Err(err) => Err(Problem::new(
+            400,
+            "malformed-json",
+            format!("the body is not valid JSON: {err}"),
+        )
+        .with("line", json!(err.line()))
+        .with("column", json!(err.column()))),
+    }
+}
+
+fn unknown_skill(
+    skill: &str,
+    index: &crate::skills::index::SearchIndex,
+    state: &AppState,
+) -> Response {
+    let suggestions: Vec<String> = index
+        .closest(skill)
+        .into_iter()
+        .filter(|name| index.get(name).is_some_and(|t| state.visible(t)))
+        .collect();
+    let mut detail = format!("no skill is named `{skill}`");
+    if let Some(first) = suggestions.first() {
+        detail.push_str(&format!("; did you mean `{first}`?"));
+    }
+    Problem::not_found(detail)
+        .with("skill", Value::String(skill.to_string()))
+        .with("suggestions", json!(suggestions))
+        .into_response()
+}
+
+/// Answers a non-streaming request: `done(result, messages)` builds the response, unless the
+/// skill took the response over with `web-send`, whose head and chunks are then the response.
+pub async fn respond(
+    mut dispatch: Dispatch,
+    skill: &str,
+    request_id: &str,
+    done: impl FnOnce(Value, Vec<Value>) -> Response,
+) -> Response {
+    let mut messages = Vec::new();
+    while let Some(part) = dispatch.parts.recv().await {
+        match part {
+            ReplyPart::Head { status, headers } => {
+                return raw(dispatch, status, headers, None, skill, request_id);
+            }
+            ReplyPart::Chunk(chunk) => {
+                return raw(dispatch, 200, Vec::new(), Some(chunk), skill, request_id);
+            }
+            ReplyPart::Message(message) => messages.push(message),
+            ReplyPart::Log(_) | ReplyPart::Event(_) => {}
+            ReplyPart::Done(Ok(result)) => return done(output(result), messages),
+            ReplyPart::Done(Err(err)) => {
+                return Problem::from_skill_error(&err, skill, request_id).into_response();
+            }
+        }
+    }
+    Problem::new(500, "internal", "the run ended without an answer").into_response()
+}
+
+fn output(result: Output) -> Value {
+    result.map_or(Value::Null, Arc::unwrap_or_clone)
+}
+
+/// The response `web-send` writes: its head, then the chunks as they come.
+fn raw(
+    dispatch: Dispatch,
+    status: u16,
+    headers: Vec<(String, String)>,
+    first: Option<Value>,
+    skill: &str,
+    request_id: &str,
+) -> Response {
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut builder = Response::builder().status(status);
+    let mut typed = false;
+    for (name, value) in headers {
+        match (
+            HeaderName::try_from(name.as_str()),
+            HeaderValue::try_from(value.as_str()),
+        ) {
+            (Ok(name), Ok(value)) => {
+                typed |= name == header::CONTENT_TYPE;
+                builder = builder.header(name, value);
+            }
+            _ => {
+                tracing::warn!(skill, request_id, header = %name, "web-send: skipped an invalid header")
+            }
+        }
+    }
+    if !typed {
+        let json = first.as_ref().is_some_and(|c| !c.is_string());
+        builder = builder.header(
+            header::CONTENT_TYPE,
+            if json {
+                "application/json"
+            } else {
+                "text/plain; charset=utf-8"
+            },
+        );
+    }
+    let skill = skill.to_string();
+    let request_id = request_id.to_string();
+    let stream = futures::stream::unfold(
+        (dispatch, first, skill, request_id),
+        |(mut dispatch, first, skill, request_id)| async move {
+            if let Some(chunk) = first {
+                return Some((
+                    Ok::<_, Infallible>(chunk_bytes(chunk)),
+                    (dispatch, None, skill, request_id),
+                ));
+            }
+            loop {
+                match dispatch.parts.recv().await? {
+                    ReplyPart::Chunk(chunk) => {
+                        return Some((Ok(chunk_bytes(chunk)), (dispatch, None, skill, request_id)));
+                    }
+                    ReplyPart::Done(Err(err)) => {
+                        tracing::error!(skill, request_id, error = %err, "the skill failed after its response started");
+                        return None;
+                    }
+                    ReplyPart::Done(Ok(_)) => return None,
+                    _ => {}
+                }
+            }
+        },
+    );
+    builder
+        .body(Body::from_stream(stream))
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}
+
+fn chunk_bytes(chunk: Value) -> Bytes {
+    match chunk {
+        Value::String(s) => Bytes::from(s),
+        other => Bytes::from(other.to_string()),
+    }
+}
+
+/// The SSE stream of a run.
+fn sse(
+    dispatch: Dispatch,
+    skill: String,
+    request_id: String,
+) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
+    let stream = futures::stream::unfold(Some((dispatch, 0u64)), move |state| {
+        let skill = skill.clone();
+        let request_id = request_id.clone();
+        async move {
+            let (mut dispatch, seq) = state?;
+            loop {
+                let part = dispatch.parts.recv().await?;
+                let (name, data, last) = match part {
+                    ReplyPart::Chunk(chunk) => ("chunk", chunk, false),
+                    ReplyPart::Message(message) => ("message", message, false),
+                    ReplyPart::Log(log) => ("log", (*log).clone(), false),
+                    ReplyPart::Event(event) => ("event", event, false),
+                    ReplyPart::Head { .. } => continue,
+                    ReplyPart::Done(Ok(result)) => {
+                        ("result", json!({ "result": output(result) }), true)
+                    }
+                    ReplyPart::Done(Err(err)) => (
+                        "error",
+                        Problem::from_skill_error(&err, &skill, &request_id).to_json(),
+                        true,
+                    ),
+                };
+                let event = SseEvent::default()
+                    .event(name)
+                    .id(seq.to_string())
+                    .data(data.to_string());
+                let next = (!last).then_some((dispatch, seq + 1));
+                return Some((Ok(event), next));
+            }
+        }
+    });
+    Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+}

@@ -1,0 +1,22 @@
+//! The HTTP transport: `POST /invoke/{skill}` (JSON or SSE), `GET /skills[/{name}]`, custom
+//! `web.routes`, `public/` files, `/healthz`, `/readyz`, `/metrics`, `/openapi.yaml` and
+//! `/docs`, behind API keys, a per-key rate limit, a body limit, timeouts and CORS.
+//!
+//! One module a concern: [`config`] (flags, environment, file), [`server`] (router, layers,
+//! shutdown), [`invoke`], [`routes`], [`skills`], [`ops`], [`auth`], [`request_id`],
+//! [`problem`] (RFC 9457 errors), [`openapi`] (the document and the docs page).
+
+pub mod auth;
+pub mod config;
+pub mod invoke;
+pub mod openapi;
+pub mod ops;
+pub mod problem;
+pub mod request_id;
+pub mod routes;
+pub mod server;
+pub mod skills;
+pub mod state;
+
+pub use config::{HttpConfig, Overrides};
+pub use server::{Server, ShutdownReport};

@@ -1,0 +1,84 @@
+//! Operations endpoints: `/healthz`, `/readyz`, `/metrics`, `/openapi.yaml`, `/docs`, and the
+//! problem for paths nothing serves.
+
+use axum::extract::State;
+use axum::http::{StatusCode, Uri, header};
+use axum::response::{Html, IntoResponse, Response};
+use serde_json::json;
+
+use crate::gateway::http::openapi;
+use crate::gateway::http::problem::Problem;
+use crate::gateway::http::state::AppState;
+
+/// Liveness: the process answers.
+pub async fn healthz() -> Response {
+    axum::Json(json!({ "status": "ok" })).into_response()
+}
+
+/// Readiness: the event store answers and the skills loaded without failures.
+pub async fn readyz(State(state): State<AppState>) -> Response {
+    let kernel = &state.gateway.kernel;
+    let store = match kernel.bus().store().ping().await {
+        Ok(()) => json!({ "ok": true, "kind": kernel.bus().store().kind() }),
+        Err(err) => {
+            json!({ "ok": false, "kind": kernel.bus().store().kind(), "error": err.to_string() })
+        }
+    };
+    let index = kernel.registry().current();
+    let failures: Vec<String> = index
+        .failures()
+        .iter()
+        .map(|f| f.error.to_string())
+        .collect();
+    let skills = json!({
+        "ok": failures.is_empty() && index.tools().next().is_some(),
+        "count": index.tools().count(),
+        "failures": failures,
+    });
+    let ready = store["ok"] == true && skills["ok"] == true;
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    let body = json!({ "status": if ready { "ready" } else { "not-ready" }, "store": store, "skills": skills });
+    (status, axum::Json(body)).into_response()
+}
+
+pub async fn metrics(State(state): State<AppState>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        state.gateway.metrics.render(),
+    )
+        .into_response()
+}
+
+/// The checked-in `openapi.yaml`, byte for byte.
+pub async fn openapi_yaml() -> Response {
+    (
+        [(header::CONTENT_TYPE, "application/yaml")],
+        openapi::DOCUMENT,
+    )
+        .into_response()
+}
+
+/// The docs page, rendered from the OpenAPI document.
+pub async fn docs() -> Response {
+    Html(openapi::docs_page()).into_response()
+}
+
+pub async fn not_found(uri: Uri) -> Response {
+    Problem::not_found(format!("nothing is served at `{}`", uri.path())).into_response()
+}
+
+pub async fn method_not_allowed(uri: Uri) -> Response {
+    Problem::new(
+        405,
+        "method-not-allowed",
+        format!("`{}` does not answer this method", uri.path()),
+    )
+    .into_response()
+}

@@ -1,0 +1,61 @@
+//! Per-request bookkeeping: the request id (accepted from `x-request-id` or generated, and
+//! returned), the request's tracing span, in-flight count and request metrics.
+
+use std::time::Instant;
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::HeaderValue;
+use axum::middleware::Next;
+use axum::response::Response;
+use tracing::Instrument;
+
+use crate::gateway::http::state::AppState;
+
+pub const HEADER: &str = "x-request-id";
+
+/// The request's id, as a request extension.
+#[derive(Debug, Clone)]
+pub struct RequestId(pub String);
+
+/// An id from the client is kept when it is 1 to 128 visible ASCII characters.
+fn accepted(value: &HeaderValue) -> Option<String> {
+    let s = value.to_str().ok()?;
+    (!s.is_empty() && s.len() <= 128 && s.bytes().all(|b| b.is_ascii_graphic()))
+        .then(|| s.to_string())
+}
+
+pub async fn track(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let id = req
+        .headers()
+        .get(HEADER)
+        .and_then(accepted)
+        .unwrap_or_else(|| crate::context::id::format(crate::context::id::next_id()));
+    let method = req.method().as_str().to_string();
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_string(), |m| m.as_str().to_string());
+    let span = tracing::info_span!(
+        "http.request",
+        otel.name = format!("{method} {route}"),
+        otel.kind = "server",
+        http.request.method = %method,
+        http.route = %route,
+        url.path = %req.uri().path(),
+        request_id = %id,
+        http.response.status_code = tracing::field::Empty,
+    );
+    req.extensions_mut().insert(RequestId(id.clone()));
+    let metrics = state.gateway.metrics.clone();
+    metrics.in_flight(1);
+    let mut response = next.run(req).instrument(span.clone()).await;
+    metrics.in_flight(-1);
+    let status = response.status().as_u16();
+    span.record("http.response.status_code", status);
+    metrics.request(&method, &route, status, started.elapsed());
+    if let Ok(value) = HeaderValue::from_str(&id) {
+        response.headers_mut().insert(HEADER, value);
+    }
+    response
+}

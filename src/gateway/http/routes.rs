@@ -1,0 +1,276 @@
+//! Custom routes: `web.routes: [{method, path, ref}]` in the project's main skill (and the
+//! cascade above it), and `web.route` on any skill. The handler skill gets
+//! `{route, query, body, headers, method, path, params}`; a string result is HTML, an object JSON,
+//! nothing a 204.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{Query, RawPathParams, Request, State};
+use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::{MethodFilter, on};
+use serde_json::{Map, Value, json};
+
+use crate::cascade;
+use crate::gateway::Inbound;
+use crate::gateway::http::auth::Caller;
+use crate::gateway::http::invoke::{headers_json, request_fields, respond};
+use crate::gateway::http::problem::Problem;
+use crate::gateway::http::request_id::RequestId;
+use crate::gateway::http::state::AppState;
+use crate::kernel::ToolRef;
+use crate::skills::index::SearchIndex;
+use crate::skills::tool::Tool;
+
+/// One custom route.
+#[derive(Debug, Clone)]
+pub struct WebRoute {
+    pub method: Method,
+    /// As written (`/hello/:name`), passed to the handler as `route`.
+    pub pattern: String,
+    /// In the router's syntax (`/hello/{name}`).
+    pub path: String,
+    pub skill: String,
+    /// Where it was declared, for error messages.
+    pub declared_in: String,
+}
+
+/// Paths the gateway serves itself.
+const RESERVED: [&str; 7] = [
+    "/invoke",
+    "/skills",
+    "/healthz",
+    "/readyz",
+    "/metrics",
+    "/openapi.yaml",
+    "/docs",
+];
+
+/// Every route the skills declare, checked: known methods, free paths, existing skills.
+pub fn collect(index: &SearchIndex, project: &std::path::Path) -> Result<Vec<WebRoute>, String> {
+    let mut routes = Vec::new();
+    let project = std::path::absolute(project).ok();
+    let main = index.tools().find(|t| {
+        t.is_main
+            && matches!(&t.source, crate::skills::Source::File(p) if p.parent() == project.as_deref())
+    });
+    if let Some(main) = main {
+        let merged = cascade::merged_for(index, main).map_err(|e| e.to_string())?;
+        if let Some(list) = merged.metadata.get("web").and_then(|w| w.get("routes")) {
+            let where_ = format!("{} (metadata.web.routes)", main.location());
+            let Value::Array(items) = list else {
+                return Err(format!("{where_}: must be a list of {{method, path, ref}}"));
+            };
+            for (i, item) in items.iter().enumerate() {
+                routes.push(parse(item, None, &format!("{where_}[{i}]"))?);
+            }
+        }
+    }
+    for tool in index.tools() {
+        if let Some(route) = tool.metadata.get("web").and_then(|w| w.get("route")) {
+            let where_ = format!("{} (metadata.web.route)", tool.location());
+            routes.push(parse(route, Some(tool), &where_)?);
+        }
+    }
+    let mut seen: HashMap<(String, String), String> = HashMap::new();
+    for route in &routes {
+        if RESERVED
+            .iter()
+            .any(|r| route.path == *r || route.path.starts_with(&format!("{r}/")))
+        {
+            return Err(format!(
+                "{}: `{}` is a path skillgate serves itself",
+                route.declared_in, route.pattern
+            ));
+        }
+        if index.get(&route.skill).is_none() {
+            return Err(format!(
+                "{}: no skill is named `{}`",
+                route.declared_in, route.skill
+            ));
+        }
+        let key = (route.method.to_string(), route.path.clone());
+        if let Some(first) = seen.insert(key, route.declared_in.clone()) {
+            return Err(format!(
+                "{}: {} {} is also declared in {first}",
+                route.declared_in, route.method, route.pattern
+            ));
+        }
+    }
+    Ok(routes)
+}
+
+/// `{method, path, ref}`, or on a skill `"GET /path"` / `{method, path}` (ref: the skill).
+fn parse(item: &Value, owner: Option<&Tool>, where_: &str) -> Result<WebRoute, String> {
+    let (method, pattern, skill) = match item {
+        Value::String(s) => {
+            let (m, p) = s
+                .split_once(' ')
+                .ok_or_else(|| format!("{where_}: write `METHOD /path`, found `{s}`"))?;
+            (m.to_string(), p.trim().to_string(), None)
+        }
+        Value::Object(map) => {
+            let get = |k: &str| map.get(k).and_then(Value::as_str).map(str::to_string);
+            (
+                get("method").unwrap_or_else(|| "GET".into()),
+                get("path").ok_or_else(|| format!("{where_}: `path` is missing"))?,
+                get("ref"),
+            )
+        }
+        _ => return Err(format!("{where_}: must be an object {{method, path, ref}}")),
+    };
+    let skill = match (skill, owner) {
+        (Some(s), _) => s,
+        (None, Some(tool)) => tool.name.clone(),
+        (None, None) => return Err(format!("{where_}: `ref` (the skill to run) is missing")),
+    };
+    let method = Method::from_bytes(method.to_ascii_uppercase().as_bytes())
+        .map_err(|_| format!("{where_}: `{method}` is not an HTTP method"))?;
+    if !pattern.starts_with('/') {
+        return Err(format!(
+            "{where_}: the path `{pattern}` must start with `/`"
+        ));
+    }
+    let path = pattern
+        .split('/')
+        .map(|seg| match (seg.strip_prefix(':'), seg.strip_prefix('*')) {
+            (Some(name), _) => format!("{{{name}}}"),
+            (_, Some(name)) if !name.is_empty() => format!("{{*{name}}}"),
+            _ => seg.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("/");
+    Ok(WebRoute {
+        method,
+        pattern,
+        path,
+        skill,
+        declared_in: where_.to_string(),
+    })
+}
+
+/// Adds the routes to `router`.
+pub fn mount(mut router: Router<AppState>, routes: &[WebRoute]) -> Router<AppState> {
+    let mut by_path: HashMap<&str, Vec<&WebRoute>> = HashMap::new();
+    for route in routes {
+        by_path.entry(route.path.as_str()).or_default().push(route);
+    }
+    for (path, list) in by_path {
+        let mut method_router = axum::routing::MethodRouter::new();
+        for route in list {
+            let filter = MethodFilter::try_from(route.method.clone()).unwrap_or(MethodFilter::GET);
+            let route = Arc::new(route.clone());
+            method_router = method_router.merge(on(filter, move |state, params, req| {
+                handle(state, params, req, route.clone())
+            }));
+        }
+        router = router.route(path, method_router);
+    }
+    router
+}
+
+async fn handle(
+    State(state): State<AppState>,
+    params: RawPathParams,
+    req: Request,
+    route: Arc<WebRoute>,
+) -> Response {
+    let request_id = req
+        .extensions()
+        .get::<RequestId>()
+        .map_or_else(String::new, |r| r.0.clone());
+    if let Some(caller) = req.extensions().get::<Caller>()
+        && !caller.allows(&route.skill)
+    {
+        return Problem::new(
+            403,
+            "forbidden",
+            format!("this API key may not invoke `{}`", route.skill),
+        )
+        .into_response();
+    }
+    let params: Map<String, Value> = params
+        .iter()
+        .map(|(k, v)| (k.to_string(), Value::String(v.to_string())))
+        .collect();
+    let query = Query::<HashMap<String, String>>::try_from_uri(req.uri())
+        .map(|q| json!(q.0))
+        .unwrap_or_else(|_| json!({}));
+    let method = req.method().to_string();
+    let path = req.uri().path().to_string();
+    let headers = req.headers().clone();
+    let body = match axum::body::to_bytes(req.into_body(), state.config.body_limit).await {
+        Ok(bytes) => bytes,
+        Err(_) => {
+            return Problem::new(
+                413,
+                "too-large",
+                format!(
+                    "the request body is larger than the limit of {} bytes",
+                    state.config.body_limit
+                ),
+            )
+            .into_response();
+        }
+    };
+    let body = match body_value(&headers, &body) {
+        Ok(body) => body,
+        Err(problem) => return problem.into_response(),
+    };
+    let args = json!({
+        "route": route.pattern,
+        "query": query,
+        "body": body,
+        "headers": headers_json(&headers),
+        "method": method,
+        "path": path,
+        "params": params,
+    });
+    let inbound = Inbound {
+        transport: "http",
+        skill: ToolRef::Name(Arc::from(route.skill.as_str())),
+        announce: state.config.announce.then(|| args.clone()),
+        request: request_fields(&method, &path, &headers, &query),
+        args,
+        request_id: request_id.clone(),
+        reply_to: Value::Null,
+        follow: false,
+        timeout: Some(state.config.timeout),
+    };
+    let dispatch = state.gateway.dispatch(inbound);
+    respond(
+        dispatch,
+        &route.skill,
+        &request_id,
+        |result, _| match result {
+            Value::Null => StatusCode::NO_CONTENT.into_response(),
+            Value::String(html) => Html(html).into_response(),
+            other => axum::Json(other).into_response(),
+        },
+    )
+    .await
+}
+
+/// JSON bodies parsed (malformed is a 400), other bodies as text, none as null.
+fn body_value(headers: &HeaderMap, body: &[u8]) -> Result<Value, Problem> {
+    if body.is_empty() {
+        return Ok(Value::Null);
+    }
+    let is_json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json") || v.contains("+json"));
+    if is_json {
+        serde_json::from_slice(body).map_err(|err| {
+            Problem::new(
+                400,
+                "malformed-json",
+                format!("the body is not valid JSON: {err}"),
+            )
+        })
+    } else {
+        Ok(Value::String(String::from_utf8_lossy(body).into_owned()))
+    }
+}

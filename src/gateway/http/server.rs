@@ -1,0 +1,239 @@
+//! The HTTP server: the router with its layers, the listener, and graceful shutdown (stop
+//! accepting, announce `shutdown`, drain for a bounded grace period).
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::DefaultBodyLimit;
+use axum::http::{HeaderValue, Method, header};
+use axum::middleware::from_fn_with_state;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tower_governor::GovernorError;
+use tower_governor::governor::GovernorConfigBuilder;
+use tower_http::cors::{AllowOrigin, CorsLayer};
+use tower_http::services::ServeDir;
+
+use crate::gateway::Gateway;
+use crate::gateway::http::auth::{self, CallerKey};
+use crate::gateway::http::config::HttpConfig;
+use crate::gateway::http::problem::Problem;
+use crate::gateway::http::state::AppState;
+use crate::gateway::http::{invoke, ops, request_id, routes, skills};
+
+/// A bound HTTP server, not yet serving.
+pub struct Server {
+    listener: TcpListener,
+    router: Router,
+    state: AppState,
+}
+
+/// How a shutdown went.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShutdownReport {
+    /// True when every in-flight request finished within the grace period.
+    pub drained: bool,
+    /// Requests still running when the grace ran out (0 when drained).
+    pub abandoned: i64,
+}
+
+impl Server {
+    /// Builds the router (custom routes checked) and binds the listener.
+    pub async fn bind(
+        gateway: Gateway,
+        config: HttpConfig,
+        project: &Path,
+    ) -> Result<Server, String> {
+        let index = gateway.kernel.registry().current();
+        let web_routes = routes::collect(&index, project)?;
+        let bind = config.bind;
+        let state = AppState::new(gateway, config)?;
+        let router = build_router(&state, &web_routes)?;
+        let listener = TcpListener::bind(bind)
+            .await
+            .map_err(|e| format!("cannot listen on {bind}: {e}"))?;
+        Ok(Server {
+            listener,
+            router,
+            state,
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener
+            .local_addr()
+            .unwrap_or_else(|_| self.state.config.bind)
+    }
+
+    /// Serves until `shutdown` resolves (with the reason, e.g. `SIGTERM`), then stops accepting,
+    /// emits `shutdown`, and waits up to the grace period for in-flight requests and streams.
+    pub async fn run(self, shutdown: impl Future<Output = String> + Send) -> ShutdownReport {
+        let Server {
+            listener,
+            router,
+            state,
+        } = self;
+        let stop = CancellationToken::new();
+        let service = router.into_make_service_with_connect_info::<SocketAddr>();
+        let serve =
+            axum::serve(listener, service).with_graceful_shutdown(stop.clone().cancelled_owned());
+        let mut serving = tokio::spawn(async move { serve.await });
+        let reason = tokio::select! {
+            reason = shutdown => reason,
+            ended = &mut serving => {
+                tracing::error!(?ended, "the HTTP server stopped on its own");
+                return ShutdownReport { drained: true, abandoned: 0 };
+            }
+        };
+        stop.cancel();
+        let kernel = &state.gateway.kernel;
+        crate::shutdown::announce_reason(kernel, &reason).await;
+        let grace = state.config.grace;
+        let report = match tokio::time::timeout(grace, &mut serving).await {
+            Ok(_) => ShutdownReport {
+                drained: true,
+                abandoned: 0,
+            },
+            Err(_) => {
+                let abandoned = state.gateway.metrics.in_flight_now();
+                tracing::warn!(
+                    grace_ms = grace.as_millis() as u64,
+                    abandoned,
+                    "the shutdown grace period ran out; aborting {abandoned} in-flight request(s)"
+                );
+                // Aborted runs answer 503 (or an SSE `error` event); connections that still
+                // do not finish are dropped.
+                state.gateway.halt();
+                if tokio::time::timeout(Duration::from_secs(1), &mut serving)
+                    .await
+                    .is_err()
+                {
+                    serving.abort();
+                }
+                ShutdownReport {
+                    drained: false,
+                    abandoned,
+                }
+            }
+        };
+        kernel.bus().shutdown();
+        report
+    }
+}
+
+fn build_router(state: &AppState, web_routes: &[routes::WebRoute]) -> Result<Router, String> {
+    let config = &state.config;
+    let mut router: Router<AppState> = Router::new()
+        .route("/invoke/{skill}", post(invoke::invoke))
+        .route("/skills", get(skills::list))
+        .route("/skills/{name}", get(skills::describe))
+        .route("/healthz", get(ops::healthz))
+        .route("/readyz", get(ops::readyz))
+        .route("/metrics", get(ops::metrics))
+        .route("/openapi.yaml", get(ops::openapi_yaml))
+        .route("/docs", get(ops::docs));
+    router = routes::mount(router, web_routes);
+    router = match &config.public_dir {
+        Some(dir) => router.fallback_service(
+            ServeDir::new(dir)
+                .append_index_html_on_directories(true)
+                .not_found_service(axum::routing::any(ops::not_found).with_state(state.clone())),
+        ),
+        None => router.fallback(ops::not_found),
+    };
+    router = router.method_not_allowed_fallback(ops::method_not_allowed);
+    if config.rate_per_second > 0 {
+        let period = Duration::from_nanos(1_000_000_000 / u64::from(config.rate_per_second));
+        let governor = GovernorConfigBuilder::default()
+            .key_extractor(CallerKey)
+            .period(period)
+            .burst_size(config.rate_burst)
+            .finish()
+            .ok_or("the rate limit needs a rate and a burst above 0")?;
+        let governor = Arc::new(governor);
+        let limiter = governor.limiter().clone();
+        // Forget idle callers now and then so the limiter does not grow without bound.
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(60));
+            loop {
+                tick.tick().await;
+                limiter.retain_recent();
+            }
+        });
+        router =
+            router.layer(tower_governor::GovernorLayer::new(governor).error_handler(rate_limited));
+    }
+    router = router
+        .layer(from_fn_with_state(state.clone(), auth::authenticate))
+        .layer(cors(&config.cors_origins)?)
+        .layer(DefaultBodyLimit::max(config.body_limit))
+        .layer(from_fn_with_state(state.clone(), request_id::track));
+    Ok(router.with_state(state.clone()))
+}
+
+fn rate_limited(err: GovernorError) -> Response<Body> {
+    match err {
+        GovernorError::TooManyRequests { wait_time, headers } => {
+            let mut response = Problem::new(
+                429,
+                "rate-limited",
+                format!("too many requests; try again in {wait_time} s"),
+            )
+            .with("retryAfter", serde_json::json!(wait_time))
+            .into_response();
+            if let Some(headers) = headers {
+                response.headers_mut().extend(headers);
+            }
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(wait_time.max(1)));
+            response
+        }
+        other => {
+            tracing::error!(error = %other, "rate limiter failed");
+            Problem::new(500, "internal", "the rate limiter failed").into_response()
+        }
+    }
+}
+
+fn cors(origins: &[String]) -> Result<CorsLayer, String> {
+    let layer = CorsLayer::new()
+        .allow_methods([
+            Method::GET,
+            Method::POST,
+            Method::PUT,
+            Method::PATCH,
+            Method::DELETE,
+        ])
+        .allow_headers([
+            header::AUTHORIZATION,
+            header::CONTENT_TYPE,
+            header::ACCEPT,
+            header::HeaderName::from_static(request_id::HEADER),
+        ])
+        .expose_headers([
+            header::HeaderName::from_static(request_id::HEADER),
+            header::RETRY_AFTER,
+        ]);
+    if origins.is_empty() {
+        return Ok(CorsLayer::new());
+    }
+    if origins.iter().any(|o| o == "*") {
+        return Ok(layer.allow_origin(AllowOrigin::any()));
+    }
+    let mut list = Vec::new();
+    for origin in origins {
+        list.push(
+            HeaderValue::from_str(origin)
+                .map_err(|_| format!("CORS origin `{origin}` is not a valid header value"))?,
+        );
+    }
+    Ok(layer.allow_origin(AllowOrigin::list(list)))
+}

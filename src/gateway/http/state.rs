@@ -1,0 +1,42 @@
+//! What every HTTP handler shares: the gateway, the settings, and what is derived from them.
+
+use std::sync::Arc;
+
+use globset::{Glob, GlobSet, GlobSetBuilder};
+
+use crate::gateway::Gateway;
+use crate::gateway::http::auth::PublicPaths;
+use crate::gateway::http::config::HttpConfig;
+use crate::skills::tool::Tool;
+
+#[derive(Clone)]
+pub struct AppState {
+    pub gateway: Gateway,
+    pub config: Arc<HttpConfig>,
+    pub public: Arc<PublicPaths>,
+    exposed: Arc<GlobSet>,
+}
+
+impl AppState {
+    pub fn new(gateway: Gateway, config: HttpConfig) -> Result<AppState, String> {
+        let public = PublicPaths::new(&config.public)?;
+        let mut exposed = GlobSetBuilder::new();
+        for pattern in &config.expose_hidden {
+            exposed.add(
+                Glob::new(pattern)
+                    .map_err(|e| format!("expose-hidden pattern `{pattern}`: {e}"))?,
+            );
+        }
+        Ok(AppState {
+            gateway,
+            config: Arc::new(config),
+            public: Arc::new(public),
+            exposed: Arc::new(exposed.build().map_err(|e| e.to_string())?),
+        })
+    }
+
+    /// True when `tool` may be reached over HTTP: public, or hidden and exposed by config.
+    pub fn visible(&self, tool: &Tool) -> bool {
+        !tool.hidden || self.exposed.is_match(&tool.name)
+    }
+}

@@ -1,0 +1,186 @@
+//! Prometheus metrics shared by every transport: HTTP requests and their latency, in-flight
+//! requests, and invocations, errors and durations per skill and transport.
+//!
+//! Labels are bounded: routes are path templates (`/invoke/{skill}`), skills are registry names.
+
+use std::sync::atomic::AtomicI64;
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use crate::error::ErrorKind;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    method: String,
+    route: String,
+    status: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteLabels {
+    method: String,
+    route: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SkillLabels {
+    skill: String,
+    transport: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ErrorLabels {
+    skill: String,
+    transport: String,
+    kind: String,
+}
+
+type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
+
+fn latency_histogram() -> Histogram {
+    // 100 µs to ~6.5 s.
+    Histogram::new(exponential_buckets(0.0001, 2.0, 17))
+}
+
+pub struct Metrics {
+    registry: Registry,
+    requests: Family<RequestLabels, Counter>,
+    latency: Histograms<RouteLabels>,
+    in_flight: Gauge<i64, AtomicI64>,
+    invocations: Family<SkillLabels, Counter>,
+    errors: Family<ErrorLabels, Counter>,
+    durations: Histograms<SkillLabels>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Metrics")
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("skillgate");
+        let requests = Family::<RequestLabels, Counter>::default();
+        let latency: Histograms<RouteLabels> = Family::new_with_constructor(latency_histogram);
+        let in_flight = Gauge::<i64, AtomicI64>::default();
+        let invocations = Family::<SkillLabels, Counter>::default();
+        let errors = Family::<ErrorLabels, Counter>::default();
+        let durations: Histograms<SkillLabels> = Family::new_with_constructor(latency_histogram);
+        registry.register(
+            "http_requests",
+            "HTTP requests by method, route template and status",
+            requests.clone(),
+        );
+        registry.register(
+            "http_request_duration_seconds",
+            "HTTP request latency until the response head, by method and route template",
+            latency.clone(),
+        );
+        registry.register(
+            "http_requests_in_flight",
+            "HTTP requests being served",
+            in_flight.clone(),
+        );
+        registry.register(
+            "invocations",
+            "Skill invocations started by a transport, by skill and transport",
+            invocations.clone(),
+        );
+        registry.register(
+            "invocation_errors",
+            "Skill invocations that failed, by skill, transport and error kind",
+            errors.clone(),
+        );
+        registry.register(
+            "invocation_duration_seconds",
+            "Skill invocation time, by skill and transport",
+            durations.clone(),
+        );
+        Metrics {
+            registry,
+            requests,
+            latency,
+            in_flight,
+            invocations,
+            errors,
+            durations,
+        }
+    }
+
+    /// Counts one finished HTTP request.
+    pub fn request(&self, method: &str, route: &str, status: u16, elapsed: Duration) {
+        let labels = RouteLabels {
+            method: method.to_string(),
+            route: route.to_string(),
+        };
+        self.latency
+            .get_or_create(&labels)
+            .observe(elapsed.as_secs_f64());
+        self.requests
+            .get_or_create(&RequestLabels {
+                method: labels.method,
+                route: labels.route,
+                status,
+            })
+            .inc();
+    }
+
+    /// +1 / -1 requests in flight.
+    pub fn in_flight(&self, delta: i64) {
+        self.in_flight.inc_by(delta);
+    }
+
+    /// Requests being served right now.
+    pub fn in_flight_now(&self) -> i64 {
+        self.in_flight.get()
+    }
+
+    /// Counts one invocation a transport started.
+    pub fn invocation(
+        &self,
+        skill: &str,
+        transport: &str,
+        error: Option<ErrorKind>,
+        elapsed: Duration,
+    ) {
+        let labels = SkillLabels {
+            skill: skill.to_string(),
+            transport: transport.to_string(),
+        };
+        self.durations
+            .get_or_create(&labels)
+            .observe(elapsed.as_secs_f64());
+        if let Some(kind) = error {
+            self.errors
+                .get_or_create(&ErrorLabels {
+                    skill: labels.skill.clone(),
+                    transport: labels.transport.clone(),
+                    kind: kind.code().to_string(),
+                })
+                .inc();
+        }
+        self.invocations.get_or_create(&labels).inc();
+    }
+
+    /// The Prometheus text exposition.
+    pub fn render(&self) -> String {
+        let mut out = String::with_capacity(4096);
+        if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
+            out.clear();
+        }
+        out
+    }
+}

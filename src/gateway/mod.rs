@@ -1,0 +1,18 @@
+//! The transports and what they share: an inbound message is verified by its transport, then
+//! [`dispatch::Gateway::dispatch`] fills the context, announces it, runs the routed skill and
+//! hands the reply parts back for the transport to deliver.
+//!
+//! - [`dispatch`]: the shared steps 2–5 and the [`dispatch::Inbound`] every transport builds.
+//! - [`reply`]: the reply channel, the raw response handle at `nonlocals.request.res`.
+//! - [`send`]: the `gateway-send` and `web-send` tools.
+//! - [`metrics`]: Prometheus metrics of requests and invocations, shared by all transports.
+//! - [`http`]: the HTTP transport (`skillgate serve`).
+
+pub mod dispatch;
+pub mod http;
+pub mod metrics;
+pub mod reply;
+pub mod send;
+
+pub use dispatch::{Dispatch, Gateway, Inbound};
+pub use reply::{Reply, ReplyPart};

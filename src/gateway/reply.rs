@@ -1,0 +1,115 @@
+//! The reply channel: what a running skill sends back to the transport that started it.
+//!
+//! A [`Reply`] is the "raw response handle" of `nonlocals.request.res`: `web-send` writes a
+//! status, headers and body chunks through it, `gateway-send` writes transport-neutral
+//! messages, and the gateway adds the run's log events, bus events and, last, the outcome.
+//! Each transport reads the other end ([`ReplyParts`]) and turns the parts into its own wire
+//! format (an HTTP body or SSE stream, a Slack message, an email).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use crate::error::{Result, SkillError};
+use crate::kernel::invoke::Output;
+
+/// One thing sent back over a transport.
+#[derive(Debug)]
+pub enum ReplyPart {
+    /// `web-send` status and headers; at most one, before any chunk.
+    Head {
+        status: u16,
+        headers: Vec<(String, String)>,
+    },
+    /// `web-send` body bytes (a string as is, anything else as JSON).
+    Chunk(Value),
+    /// `gateway-send`: a message for whoever is on the other end.
+    Message(Value),
+    /// A log event of the run.
+    Log(Arc<Value>),
+    /// A bus event emitted by the run (agent events, `event-emit`).
+    Event(Value),
+    /// The run ended: its result or its error. Always the last part.
+    Done(Result<Output>),
+}
+
+/// The sending side, stored on the root context at [`RESPONSE_PATH`].
+#[derive(Debug)]
+pub struct Reply {
+    transport: &'static str,
+    tx: mpsc::Sender<ReplyPart>,
+    head_sent: AtomicBool,
+    body_started: AtomicBool,
+}
+
+/// Where the raw response handle lives on a gateway run's context.
+pub const RESPONSE_PATH: &str = "nonlocals.request.res";
+
+/// How many parts may wait for a slow client before senders wait too.
+const CAPACITY: usize = 64;
+
+/// The receiving side, read by the transport.
+pub type ReplyParts = mpsc::Receiver<ReplyPart>;
+
+impl Reply {
+    pub fn channel(transport: &'static str) -> (Arc<Reply>, ReplyParts) {
+        let (tx, rx) = mpsc::channel(CAPACITY);
+        let reply = Reply {
+            transport,
+            tx,
+            head_sent: AtomicBool::new(false),
+            body_started: AtomicBool::new(false),
+        };
+        (Arc::new(reply), rx)
+    }
+
+    /// The transport this reply goes back over (`http`, `websocket`, `slack`, ...).
+    pub fn transport(&self) -> &'static str {
+        self.transport
+    }
+
+    /// Sets the status and headers; refused once a head or a chunk went out.
+    pub async fn head(&self, status: u16, headers: Vec<(String, String)>) -> Result<()> {
+        if !(100..=999).contains(&status) {
+            return Err(SkillError::failed(format!(
+                "`status` must be an HTTP status code (100-999), got {status}"
+            )));
+        }
+        if self.body_started.load(Ordering::Acquire) || self.head_sent.swap(true, Ordering::AcqRel)
+        {
+            return Err(SkillError::failed(
+                "the response head was already sent (status and headers come before the body)",
+            ));
+        }
+        self.send(ReplyPart::Head { status, headers }).await
+    }
+
+    /// Sends a body chunk (the head defaults to 200 if none was sent).
+    pub async fn chunk(&self, chunk: Value) -> Result<()> {
+        self.body_started.store(true, Ordering::Release);
+        self.send(ReplyPart::Chunk(chunk)).await
+    }
+
+    /// True once `web-send` took over the response (a head or a chunk went out).
+    pub fn is_raw(&self) -> bool {
+        self.head_sent.load(Ordering::Acquire) || self.body_started.load(Ordering::Acquire)
+    }
+
+    /// Sends a part; fails when the other end is gone (the client disconnected).
+    pub async fn send(&self, part: ReplyPart) -> Result<()> {
+        self.tx.send(part).await.map_err(|_| {
+            SkillError::failed(format!(
+                "the {} client is gone: nothing more can be sent",
+                self.transport
+            ))
+        })
+    }
+
+    /// Sends a part without waiting; a full or closed channel drops it (log and event feeds,
+    /// which must never slow the run down).
+    pub fn offer(&self, part: ReplyPart) {
+        let _ = self.tx.try_send(part);
+    }
+}

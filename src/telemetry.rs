@@ -1,0 +1,102 @@
+//! Tracing output: human-readable or JSON lines on stderr, filtered by `RUST_LOG`; and, when
+//! the standard `OTEL_*` variables name an OTLP endpoint, spans exported over OTLP/HTTP
+//! (`http/protobuf` or `http/json` per `OTEL_EXPORTER_OTLP_PROTOCOL`).
+//!
+//! Spans: one per HTTP request (`METHOD /route`), one per invocation (the skill's name) and one
+//! per chain entry (the middleware's name); the name is the `otel.name` field.
+
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::trace::SdkTracerProvider;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Layer};
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Keeps the exporter alive; [`Telemetry::shutdown`] flushes the spans not yet sent.
+#[derive(Debug)]
+pub struct Telemetry {
+    provider: Option<SdkTracerProvider>,
+}
+
+/// True when the environment asks for OTLP export.
+pub fn otlp_requested() -> bool {
+    let set = |k: &str| std::env::var(k).is_ok_and(|v| !v.trim().is_empty());
+    let disabled = std::env::var("OTEL_SDK_DISABLED").is_ok_and(|v| v.eq_ignore_ascii_case("true"))
+        || std::env::var("OTEL_TRACES_EXPORTER").is_ok_and(|v| v.eq_ignore_ascii_case("none"));
+    !disabled && (set("OTEL_EXPORTER_OTLP_ENDPOINT") || set("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
+}
+
+/// Installs the global subscriber. `default_filter` applies when `RUST_LOG` is unset.
+/// Call outside any async runtime (the OTLP client runs its own).
+pub fn init(format: LogFormat, default_filter: &str) -> Telemetry {
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
+    let fmt = match format {
+        LogFormat::Text => tracing_subscriber::fmt::layer()
+            .with_writer(std::io::stderr)
+            .with_filter(filter)
+            .boxed(),
+        LogFormat::Json => tracing_subscriber::fmt::layer()
+            .json()
+            .flatten_event(true)
+            .with_current_span(true)
+            .with_span_list(false)
+            .with_writer(std::io::stderr)
+            .with_filter(filter)
+            .boxed(),
+    };
+    let mut errors = Vec::new();
+    let provider = if otlp_requested() {
+        match opentelemetry_otlp::SpanExporter::builder().build() {
+            Ok(exporter) => {
+                let service =
+                    std::env::var("OTEL_SERVICE_NAME").unwrap_or_else(|_| "skillgate".into());
+                let resource = Resource::builder().with_service_name(service).build();
+                Some(
+                    SdkTracerProvider::builder()
+                        .with_batch_exporter(exporter)
+                        .with_resource(resource)
+                        .build(),
+                )
+            }
+            Err(err) => {
+                errors.push(format!("OTLP export is off: {err}"));
+                None
+            }
+        }
+    } else {
+        None
+    };
+    let otel = provider.as_ref().map(|p| {
+        let filter = std::env::var("SKILLGATE_OTEL_FILTER").unwrap_or_else(|_| "info".into());
+        tracing_opentelemetry::layer()
+            .with_tracer(p.tracer("skillgate"))
+            .with_filter(EnvFilter::new(filter))
+    });
+    let _ = tracing_subscriber::registry()
+        .with(fmt)
+        .with(otel)
+        .try_init();
+    for error in errors {
+        tracing::warn!("{error}");
+    }
+    Telemetry { provider }
+}
+
+impl Telemetry {
+    /// Flushes and stops the exporter (blocks; call outside the runtime).
+    pub fn shutdown(self) {
+        if let Some(provider) = self.provider
+            && let Err(err) = provider.shutdown()
+        {
+            eprintln!("warning: could not flush traces: {err}");
+        }
+    }
+}

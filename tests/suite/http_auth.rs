@@ -1,0 +1,180 @@
+//! API keys, key scopes, public paths, the body limit, the rate limit and CORS, over HTTP.
+
+use serde_json::{Value, json};
+use skillgate::gateway::http::HttpConfig;
+use skillgate::gateway::http::auth::{ApiKey, KeyRing, hash_key};
+
+use crate::common::Project;
+use crate::server::{TestServer, config, problem};
+
+fn project() -> Project {
+    let project = Project::new();
+    project
+        .skill(
+            "hello.skill.md",
+            "---\nname: hello\ndescription: Hi.\n---\nhi\n",
+        )
+        .skill(
+            "admin.skill.md",
+            "---\nname: admin\ndescription: Admin.\n---\nroot\n",
+        );
+    project
+}
+
+fn with_keys() -> HttpConfig {
+    let mut settings = config();
+    settings.keys = KeyRing::new(vec![
+        ApiKey::new("ci", &hash_key("sg_ci_key"), vec![]).unwrap(),
+        ApiKey::new("narrow", &hash_key("sg_narrow_key"), vec!["hel*".into()]).unwrap(),
+    ])
+    .unwrap();
+    settings
+}
+
+#[tokio::test]
+async fn without_a_key_a_protected_path_is_401_and_healthz_stays_public() {
+    let mut server = TestServer::start(project(), with_keys()).await;
+    let response = server.post_json("/invoke/hello", &json!({})).await;
+    assert_eq!(
+        response.headers()["www-authenticate"],
+        "Bearer realm=\"skillgate\""
+    );
+    problem(response, 401).await;
+    problem(server.get("/skills").await, 401).await;
+    assert_eq!(server.get("/healthz").await.status(), 200);
+    assert_eq!(server.get("/openapi.yaml").await.status(), 200);
+    server.finish().await;
+}
+
+#[tokio::test]
+async fn a_wrong_key_is_401_and_a_valid_key_is_accepted() {
+    let mut server = TestServer::start(project(), with_keys()).await;
+    let wrong = server
+        .client
+        .post(server.url("/invoke/hello"))
+        .bearer_auth("sg_guess")
+        .send()
+        .await
+        .unwrap();
+    let body = problem(wrong, 401).await;
+    assert!(body["detail"].as_str().unwrap().contains("not valid"));
+    let right = server
+        .client
+        .post(server.url("/invoke/hello"))
+        .bearer_auth("sg_ci_key")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(right.status(), 200);
+    assert_eq!(right.json::<Value>().await.unwrap()["result"], "hi\n");
+    server.finish().await;
+}
+
+#[tokio::test]
+async fn a_key_scoped_to_other_skills_is_403() {
+    let mut server = TestServer::start(project(), with_keys()).await;
+    let send = |skill: &str| {
+        server
+            .client
+            .post(server.url(&format!("/invoke/{skill}")))
+            .bearer_auth("sg_narrow_key")
+            .send()
+    };
+    assert_eq!(send("hello").await.unwrap().status(), 200);
+    let body = problem(send("admin").await.unwrap(), 403).await;
+    assert!(body["detail"].as_str().unwrap().contains("`admin`"));
+    server.finish().await;
+}
+
+#[tokio::test]
+async fn public_paths_are_configurable() {
+    let mut settings = with_keys();
+    settings.public = vec!["/skills".into(), "/skills/*".into()];
+    let mut server = TestServer::start(project(), settings).await;
+    assert_eq!(server.get("/skills").await.status(), 200);
+    assert_eq!(server.get("/skills/hello").await.status(), 200);
+    // Not listed any more: the defaults are replaced, /healthz stays.
+    problem(server.get("/readyz").await, 401).await;
+    assert_eq!(server.get("/healthz").await.status(), 200);
+    server.finish().await;
+}
+
+#[tokio::test]
+async fn a_body_over_the_limit_is_413() {
+    let mut settings = config();
+    settings.body_limit = 64;
+    let mut server = TestServer::start(project(), settings).await;
+    let big = json!({ "text": "x".repeat(200) });
+    let body = problem(server.post_json("/invoke/hello", &big).await, 413).await;
+    assert_eq!(body["limit"], 64);
+    server.finish().await;
+}
+
+#[tokio::test]
+async fn past_the_rate_limit_a_key_gets_429_with_retry_after_and_other_keys_do_not() {
+    let mut settings = with_keys();
+    settings.rate_per_second = 1;
+    settings.rate_burst = 2;
+    let mut server = TestServer::start(project(), settings).await;
+    let send = |key: &'static str| {
+        server
+            .client
+            .post(server.url("/invoke/hello"))
+            .bearer_auth(key)
+            .send()
+    };
+    assert_eq!(send("sg_ci_key").await.unwrap().status(), 200);
+    assert_eq!(send("sg_ci_key").await.unwrap().status(), 200);
+    let limited = send("sg_ci_key").await.unwrap();
+    assert!(limited.headers().get("retry-after").is_some());
+    problem(limited, 429).await;
+    // The limit is per key.
+    assert_eq!(send("sg_narrow_key").await.unwrap().status(), 200);
+    server.finish().await;
+}
+
+#[tokio::test]
+async fn cors_answers_preflight_for_allowed_origins_only() {
+    let mut settings = config();
+    settings.cors_origins = vec!["https://app.example".into()];
+    let mut server = TestServer::start(project(), settings).await;
+    let preflight = |origin: &'static str| {
+        server
+            .client
+            .request(reqwest::Method::OPTIONS, server.url("/invoke/hello"))
+            .header("origin", origin)
+            .header("access-control-request-method", "POST")
+            .header(
+                "access-control-request-headers",
+                "content-type, authorization",
+            )
+            .send()
+    };
+    let allowed = preflight("https://app.example").await.unwrap();
+    assert_eq!(
+        allowed.headers()["access-control-allow-origin"],
+        "https://app.example"
+    );
+    let refused = preflight("https://evil.example").await.unwrap();
+    assert!(
+        refused
+            .headers()
+            .get("access-control-allow-origin")
+            .is_none()
+    );
+    server.finish().await;
+}
+
+#[test]
+fn stored_key_hashes_must_be_sha256_hex() {
+    let err = ApiKey::new("ci", "plaintext-key", vec![]).unwrap_err();
+    assert!(err.contains("sha256:"), "{err}");
+    let err = ApiKey::new("ci", "sha256:abc", vec![]).unwrap_err();
+    assert!(err.contains("64 hex digits"), "{err}");
+    assert!(ApiKey::new("ci", &hash_key("k"), vec![]).is_ok());
+    let dup = KeyRing::new(vec![
+        ApiKey::new("a", &hash_key("1"), vec![]).unwrap(),
+        ApiKey::new("a", &hash_key("2"), vec![]).unwrap(),
+    ]);
+    assert!(dup.unwrap_err().contains("two API keys are named `a`"));
+}

@@ -1,0 +1,177 @@
+//! A real HTTP server on port 0 over a test project, a client, and an SSE reader.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use serde_json::Value;
+use skillgate::Kernel;
+use skillgate::gateway::Gateway;
+use skillgate::gateway::http::{HttpConfig, Server, ShutdownReport};
+use skillgate::gateway::metrics::Metrics;
+use skillgate::kernel::KernelBuilder;
+use tokio::sync::oneshot;
+
+use crate::common::Project;
+
+pub struct TestServer {
+    pub addr: SocketAddr,
+    pub client: reqwest::Client,
+    pub kernel: Kernel,
+    stop: Option<oneshot::Sender<String>>,
+    running: Option<tokio::task::JoinHandle<ShutdownReport>>,
+    pub project: Project,
+}
+
+/// Settings for tests: port 0, no rate limit unless a test sets one.
+pub fn config() -> HttpConfig {
+    HttpConfig {
+        bind: "127.0.0.1:0".parse().unwrap(),
+        rate_per_second: 0,
+        ..HttpConfig::default()
+    }
+}
+
+impl TestServer {
+    pub async fn start(project: Project, config: HttpConfig) -> TestServer {
+        TestServer::start_with(project, config, |b| b).await
+    }
+
+    /// Starts with extra native tools or settings on the kernel builder.
+    pub async fn start_with(
+        project: Project,
+        mut config: HttpConfig,
+        build: impl FnOnce(KernelBuilder) -> KernelBuilder,
+    ) -> TestServer {
+        let public = project.path().join("public");
+        if public.is_dir() {
+            config.public_dir = Some(public);
+        }
+        let kernel = build(project.builder()).build();
+        let gateway = Gateway::new(kernel.clone(), Arc::new(Metrics::new()));
+        let server = Server::bind(gateway, config, project.path())
+            .await
+            .expect("server binds");
+        let addr = server.local_addr();
+        let (stop, stopped) = oneshot::channel::<String>();
+        let running = tokio::spawn(
+            server.run(async move { stopped.await.unwrap_or_else(|_| "test-ended".into()) }),
+        );
+        TestServer {
+            addr,
+            client: reqwest::Client::new(),
+            kernel,
+            stop: Some(stop),
+            running: Some(running),
+            project,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    pub async fn post_json(&self, path: &str, body: &Value) -> reqwest::Response {
+        self.client
+            .post(self.url(path))
+            .json(body)
+            .send()
+            .await
+            .expect("request sent")
+    }
+
+    pub async fn get(&self, path: &str) -> reqwest::Response {
+        self.client
+            .get(self.url(path))
+            .send()
+            .await
+            .expect("request sent")
+    }
+
+    /// Triggers shutdown; `finish` waits for the report.
+    pub fn begin_shutdown(&mut self, reason: &str) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(reason.to_string());
+        }
+    }
+
+    pub async fn finish(&mut self) -> ShutdownReport {
+        self.begin_shutdown("test");
+        self.running
+            .take()
+            .expect("still running")
+            .await
+            .expect("server task")
+    }
+}
+
+/// The body as JSON, with the content type checked.
+pub async fn problem(response: reqwest::Response, status: u16) -> Value {
+    assert_eq!(response.status().as_u16(), status, "status");
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    assert_eq!(content_type, "application/problem+json");
+    let body: Value = response.json().await.expect("problem body is JSON");
+    assert_eq!(body["status"], status);
+    assert!(body["type"].as_str().unwrap().starts_with("/docs#problem-"));
+    body
+}
+
+/// One server-sent event.
+#[derive(Debug, Clone)]
+pub struct Sse {
+    pub event: String,
+    pub data: Value,
+}
+
+/// Reads server-sent events off a streaming response, one at a time.
+pub struct SseReader {
+    stream: futures::stream::BoxStream<'static, reqwest::Result<axum::body::Bytes>>,
+    buffer: String,
+}
+
+impl SseReader {
+    pub fn new(response: reqwest::Response) -> SseReader {
+        assert_eq!(
+            response.headers().get("content-type").unwrap(),
+            "text/event-stream"
+        );
+        SseReader {
+            stream: response.bytes_stream().boxed(),
+            buffer: String::new(),
+        }
+    }
+
+    /// The next event, or `None` when the stream ended. Comments (keep-alives) are skipped.
+    pub async fn next(&mut self) -> Option<Sse> {
+        loop {
+            if let Some(end) = self.buffer.find("\n\n") {
+                let block: String = self.buffer.drain(..end + 2).collect();
+                let mut event = String::from("message");
+                let mut data = String::new();
+                for line in block.lines() {
+                    if let Some(v) = line.strip_prefix("event:") {
+                        event = v.trim().to_string();
+                    } else if let Some(v) = line.strip_prefix("data:") {
+                        data.push_str(v.trim_start());
+                    }
+                }
+                if data.is_empty() {
+                    continue;
+                }
+                let data = serde_json::from_str(&data).expect("SSE data is JSON");
+                return Some(Sse { event, data });
+            }
+            match self.stream.next().await {
+                Some(Ok(bytes)) => self.buffer.push_str(&String::from_utf8_lossy(&bytes)),
+                Some(Err(err)) => panic!("stream failed: {err}"),
+                None => return None,
+            }
+        }
+    }
+}
