@@ -85,7 +85,8 @@ impl Gateway {
             root_id: root_id.clone(),
             abort: abort.clone(),
         };
-        tokio::spawn(run.go(inbound));
+        // The run continues the trace of the request that started it.
+        tokio::spawn(tracing::Instrument::in_current_span(run.go(inbound)));
         Dispatch {
             parts,
             root_id,

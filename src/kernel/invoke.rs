@@ -145,11 +145,14 @@ fn run(mut request: Request) -> BoxFuture<'static, Result<Output>> {
         match found {
             Ok((tool, resolved)) => {
                 request.options.detached = false;
-                tokio::spawn(async move {
-                    if let Err(err) = pipeline(request, tool, resolved).await {
-                        tracing::debug!(error = %err, "detached invocation failed");
+                tokio::spawn(
+                    async move {
+                        if let Err(err) = pipeline(request, tool, resolved).await {
+                            tracing::debug!(error = %err, "detached invocation failed");
+                        }
                     }
-                });
+                    .in_current_span(),
+                );
             }
             Err(err) => tracing::debug!(error = %err, "detached invocation failed"),
         }

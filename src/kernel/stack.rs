@@ -57,7 +57,9 @@ impl Future for Guarded {
                 let State::Inline(inner) = std::mem::replace(&mut this.state, State::Done) else {
                     unreachable!("a new invocation is inline")
                 };
-                this.state = State::Spawned(runtime.spawn(inner));
+                // The task continues the caller's trace.
+                this.state =
+                    State::Spawned(runtime.spawn(tracing::Instrument::in_current_span(inner)));
             }
         }
         match &mut this.state {

@@ -22,5 +22,6 @@ mod http_invoke;
 mod http_ops;
 mod orchestration;
 mod sandbox;
+mod serve_cli;
 mod server;
 mod smoke;

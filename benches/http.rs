@@ -1,0 +1,248 @@
+//! HTTP load: `POST /invoke/noop` through the whole gateway (auth check, rate-limit layer off,
+//! request id, metrics, dispatch, the kernel's full default pipeline) against a bare axum
+//! handler that returns the same JSON, measured in the same run by the load generator below.
+//!
+//! The generator speaks HTTP/1.1 keep-alive over raw sockets (one request in flight per
+//! connection) so that it costs little next to the servers it measures. Two phases:
+//! 1. saturation: `CONNS` connections send back to back for `SECS` seconds: requests/s;
+//! 2. half load: a fixed rate of half the gateway's saturation figure, spread over the
+//!    connections, each request timed from when it was due (no coordinated omission): p50/p99.
+//!
+//! Run: `cargo bench --bench http` (release). `SKILLGATE_BENCH_SECS` and
+//! `SKILLGATE_BENCH_CONNS` change the duration (default 5 s) and the connections (default 32).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::routing::post;
+use serde_json::{Value, json};
+use skillgate::Kernel;
+use skillgate::gateway::Gateway;
+use skillgate::gateway::http::{HttpConfig, Server};
+use skillgate::gateway::metrics::Metrics;
+use skillgate::middleware::native;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+fn env_or(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Starts both servers on a runtime of their own; returns (gateway, bare) addresses.
+fn start_servers(project: &std::path::Path) -> (SocketAddr, SocketAddr) {
+    let project = project.to_path_buf();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("server runtime");
+        runtime.block_on(async move {
+            let kernel = Kernel::builder(&project)
+                .native(native(
+                    "name: noop\ndescription: Does nothing.\n",
+                    |_ctx, _args| async move { Ok(Some(json!({ "ok": true }))) },
+                ))
+                .build();
+            let config = HttpConfig {
+                bind: "127.0.0.1:0".parse().unwrap(),
+                rate_per_second: 0,
+                ..HttpConfig::default()
+            };
+            let gateway = Gateway::new(kernel, Arc::new(Metrics::new()));
+            let server = Server::bind(gateway, config, &project).await.expect("bind");
+            let gateway_addr = server.local_addr();
+            tokio::spawn(server.run(std::future::pending()));
+            let bare = Router::new().route(
+                "/invoke/noop",
+                post(|| async { axum::Json(json!({ "result": { "ok": true } })) }),
+            );
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let bare_addr = listener.local_addr().unwrap();
+            tokio::spawn(async move { axum::serve(listener, bare).await });
+            tx.send((gateway_addr, bare_addr)).unwrap();
+            std::future::pending::<()>().await;
+        });
+    });
+    rx.recv().expect("servers started")
+}
+
+const BODY: &str = "{}";
+
+fn request(addr: SocketAddr) -> Vec<u8> {
+    format!(
+        "POST /invoke/noop HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{BODY}",
+        BODY.len()
+    )
+    .into_bytes()
+}
+
+/// One keep-alive connection: sends a request, reads one whole response, returns its body.
+struct Conn {
+    stream: TcpStream,
+    buf: Vec<u8>,
+    request: Vec<u8>,
+}
+
+impl Conn {
+    async fn open(addr: SocketAddr) -> Conn {
+        let stream = TcpStream::connect(addr).await.expect("connect");
+        stream.set_nodelay(true).unwrap();
+        Conn {
+            stream,
+            buf: Vec::with_capacity(4096),
+            request: request(addr),
+        }
+    }
+
+    async fn round_trip(&mut self) -> Vec<u8> {
+        self.stream.write_all(&self.request).await.expect("write");
+        self.buf.clear();
+        loop {
+            let mut chunk = [0u8; 4096];
+            let n = self.stream.read(&mut chunk).await.expect("read");
+            assert!(n > 0, "the server closed the connection");
+            self.buf.extend_from_slice(&chunk[..n]);
+            if let Some(end) = find(&self.buf, b"\r\n\r\n") {
+                let head = String::from_utf8_lossy(&self.buf[..end]).to_ascii_lowercase();
+                assert!(head.starts_with("http/1.1 200"), "{head}");
+                let length: usize = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .map(|v| v.trim().parse().unwrap())
+                    .expect("content-length");
+                if self.buf.len() >= end + 4 + length {
+                    return self.buf[end + 4..end + 4 + length].to_vec();
+                }
+            }
+        }
+    }
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+/// Back-to-back requests on `conns` connections for `secs`: requests per second.
+async fn saturate(addr: SocketAddr, conns: usize, secs: u64) -> f64 {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    let tasks: Vec<_> = (0..conns)
+        .map(|_| {
+            tokio::spawn(async move {
+                let mut conn = Conn::open(addr).await;
+                let mut n = 0u64;
+                while Instant::now() < deadline {
+                    conn.round_trip().await;
+                    n += 1;
+                }
+                n
+            })
+        })
+        .collect();
+    let started = Instant::now();
+    let mut total = 0;
+    for task in tasks {
+        total += task.await.unwrap();
+    }
+    total as f64 / started.elapsed().as_secs_f64()
+}
+
+/// A fixed total `rate` over `conns` connections for `secs`; latency from each request's due
+/// time, in microseconds, sorted.
+async fn paced(addr: SocketAddr, conns: usize, rate: f64, secs: u64) -> Vec<u64> {
+    let per_conn = Duration::from_secs_f64(conns as f64 / rate);
+    let start = Instant::now() + Duration::from_millis(50);
+    let end = start + Duration::from_secs(secs);
+    let tasks: Vec<_> = (0..conns)
+        .map(|i| {
+            tokio::spawn(async move {
+                let mut conn = Conn::open(addr).await;
+                let mut latencies = Vec::new();
+                // Stagger the connections across one interval.
+                let mut due = start + per_conn.mul_f64(i as f64 / conns as f64);
+                while due < end {
+                    tokio::time::sleep_until(due.into()).await;
+                    conn.round_trip().await;
+                    latencies.push(due.elapsed().as_micros() as u64);
+                    due += per_conn;
+                }
+                latencies
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    for task in tasks {
+        all.extend(task.await.unwrap());
+    }
+    all.sort_unstable();
+    all
+}
+
+fn pct(sorted: &[u64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
+    sorted[i] as f64 / 1000.0
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; a filter argument of another bench skips this one.
+    if std::env::args()
+        .skip(1)
+        .any(|a| !a.starts_with('-') && !"http".contains(&a))
+    {
+        return;
+    }
+    let secs = env_or("SKILLGATE_BENCH_SECS", 5);
+    let conns = env_or("SKILLGATE_BENCH_CONNS", 32) as usize;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (gateway, bare) = start_servers(dir.path());
+    let client = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("client runtime");
+    client.block_on(async {
+        // Both answer the same JSON.
+        let a: Value =
+            serde_json::from_slice(&Conn::open(gateway).await.round_trip().await).unwrap();
+        let b: Value = serde_json::from_slice(&Conn::open(bare).await.round_trip().await).unwrap();
+        assert_eq!(a, b, "the two servers must answer the same body");
+        // Warm up.
+        saturate(gateway, conns, 1).await;
+        saturate(bare, conns, 1).await;
+        let bare_rps = saturate(bare, conns, secs).await;
+        let gateway_rps = saturate(gateway, conns, secs).await;
+        let half = gateway_rps / 2.0;
+        let bare_lat = paced(bare, conns, half, secs).await;
+        let gateway_lat = paced(gateway, conns, half, secs).await;
+        println!("POST /invoke/noop, {conns} connections, {secs} s per phase, release build");
+        println!(
+            "{:<22} {:>10} {:>14} {:>10} {:>10}",
+            "server", "req/s", "half load r/s", "p50 ms", "p99 ms"
+        );
+        for (name, rps, lat) in [
+            ("bare axum handler", bare_rps, &bare_lat),
+            ("skillgate gateway", gateway_rps, &gateway_lat),
+        ] {
+            println!(
+                "{name:<22} {rps:>10.0} {half:>14.0} {:>10.3} {:>10.3}",
+                pct(lat, 0.50),
+                pct(lat, 0.99)
+            );
+        }
+        println!(
+            "gateway / bare: {:.0}% of the bare handler's requests/s (target at least 50%)",
+            100.0 * gateway_rps / bare_rps
+        );
+    });
+}

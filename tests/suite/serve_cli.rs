@@ -1,0 +1,295 @@
+//! `skillgate serve` as a process: the default SQLite store, config from file and environment
+//! with clear errors, SIGTERM shutdown, JSON logs, and spans exported to an OTLP collector.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use serde_json::{Value, json};
+
+use crate::common::Project;
+
+/// A running `skillgate serve` and its stderr lines.
+struct Served {
+    child: Child,
+    addr: String,
+    stderr: mpsc::Receiver<String>,
+}
+
+fn serve(project: &Path, args: &[&str], env: &[(&str, &str)]) -> Served {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_skillgate"));
+    command
+        .arg("--project")
+        .arg(project)
+        .arg("serve")
+        .args(args)
+        .env_remove("SKILLGATE_STORE")
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    let mut child = command.spawn().expect("start skillgate serve");
+    let (tx, rx) = mpsc::channel();
+    let stderr = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let addr = loop {
+        let line = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("serve prints where it listens");
+        if let Some(rest) = line.split("listening on http://").nth(1) {
+            break rest.split_whitespace().next().unwrap().to_string();
+        }
+    };
+    Served {
+        child,
+        addr,
+        stderr: rx,
+    }
+}
+
+impl Served {
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// SIGTERM, then the exit code and the rest of stderr.
+    fn stop(mut self) -> (Option<i32>, Vec<String>) {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success());
+        let code = self.child.wait().expect("wait").code();
+        let rest: Vec<String> = self.stderr.try_iter().collect();
+        (code, rest)
+    }
+}
+
+fn hello_project() -> Project {
+    let project = Project::new();
+    project.skill(
+        "hello.skill.md",
+        "---\nname: hello\ndescription: Greets.\nmetadata:\n  params:\n    type: object\n    properties:\n      name: { type: string }\n---\nHello, :arg[name]!\n",
+    );
+    project
+}
+
+#[tokio::test]
+async fn serve_runs_on_the_embedded_sqlite_store_and_stops_cleanly_on_sigterm() {
+    let project = hello_project();
+    let served = serve(project.path(), &["--bind", "127.0.0.1:0"], &[]);
+    let body: Value = reqwest::Client::new()
+        .post(served.url("/invoke/hello"))
+        .json(&json!({ "name": "Ada" }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(body["result"], "Hello, Ada!\n");
+    let ready: Value = reqwest::get(served.url("/readyz"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(ready["store"]["kind"], "sqlite");
+    let (code, rest) = served.stop();
+    assert_eq!(code, Some(0), "{rest:?}");
+    assert!(
+        rest.iter().any(|l| l.contains("SIGTERM: stopping")),
+        "{rest:?}"
+    );
+    assert!(rest.iter().any(|l| l.contains("stopped")), "{rest:?}");
+    assert!(project.path().join(".skillgate/events.db").is_file());
+}
+
+#[test]
+fn a_config_file_with_an_unknown_key_is_refused_naming_file_line_and_key() {
+    let project = hello_project();
+    project.write(
+        "skillgate.yaml",
+        "bind: 127.0.0.1:0\nrate-limit:\n  per-second: 5\n  brust: 10\n",
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_skillgate"))
+        .arg("--project")
+        .arg(project.path())
+        .args(["--store", "memory", "serve"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("skillgate.yaml:4"), "{err}");
+    assert!(err.contains("brust"), "{err}");
+}
+
+#[tokio::test]
+async fn environment_settings_override_the_config_file() {
+    let project = hello_project();
+    let hash = skillgate::gateway::http::auth::hash_key("sg_file_key");
+    project.write(
+        "skillgate.yaml",
+        &format!("bind: 127.0.0.1:1\nauth:\n  keys:\n    - {{ name: file, hash: \"{hash}\" }}\n"),
+    );
+    // The file's port 1 would fail; the environment's port 0 wins.
+    let served = serve(
+        project.path(),
+        &[],
+        &[
+            ("SKILLGATE_BIND", "127.0.0.1:0"),
+            ("SKILLGATE_STORE", "memory"),
+        ],
+    );
+    let client = reqwest::Client::new();
+    let refused = client
+        .post(served.url("/invoke/hello"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 401);
+    let accepted = client
+        .post(served.url("/invoke/hello"))
+        .bearer_auth("sg_file_key")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(accepted.status(), 200);
+    let (code, _) = served.stop();
+    assert_eq!(code, Some(0));
+}
+
+#[tokio::test]
+async fn json_logs_carry_the_cause_of_a_500_with_its_request_id() {
+    let project = Project::new();
+    project.skill(
+        "broken.skill.md",
+        "---\nname: broken\ndescription: Invokes what does not exist.\n---\n:skill[no-such-skill]\n",
+    );
+    let served = serve(
+        project.path(),
+        &["--bind", "127.0.0.1:0", "--log-format", "json"],
+        &[("SKILLGATE_STORE", "memory")],
+    );
+    let response = reqwest::Client::new()
+        .post(served.url("/invoke/broken"))
+        .header("x-request-id", "trace-me")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 500);
+    let body = response.text().await.unwrap();
+    assert!(!body.contains("no-such-skill"), "{body}");
+    let (_, rest) = served.stop();
+    let logged = rest
+        .iter()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|l| l["request_id"] == "trace-me")
+        .unwrap_or_else(|| panic!("no JSON log line for the request: {rest:?}"));
+    assert_eq!(logged["level"], "ERROR");
+    assert!(
+        logged["error"].as_str().unwrap().contains("no-such-skill"),
+        "{logged}"
+    );
+}
+
+/// A collector that speaks OTLP/HTTP with JSON bodies and keeps what it receives.
+async fn collector() -> (String, Arc<Mutex<Vec<Value>>>) {
+    let received: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let store = received.clone();
+    let app = axum::Router::new().route(
+        "/v1/traces",
+        axum::routing::post(move |body: axum::body::Bytes| {
+            let store = store.clone();
+            async move {
+                if let Ok(v) = serde_json::from_slice::<Value>(&body) {
+                    store.lock().push(v);
+                }
+                axum::Json(json!({}))
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (format!("http://{addr}"), received)
+}
+
+fn span_names(batches: &[Value]) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for batch in batches {
+        for rs in batch["resourceSpans"].as_array().into_iter().flatten() {
+            for ss in rs["scopeSpans"].as_array().into_iter().flatten() {
+                for span in ss["spans"].as_array().into_iter().flatten() {
+                    out.push((
+                        span["name"].as_str().unwrap_or_default().to_string(),
+                        span["traceId"].as_str().unwrap_or_default().to_string(),
+                    ));
+                }
+            }
+        }
+    }
+    out
+}
+
+// Multi-threaded: the collector must answer while the test thread waits for the process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spans_for_the_request_the_invocation_and_each_chain_entry_reach_the_otlp_collector() {
+    let (endpoint, received) = collector().await;
+    let project = hello_project();
+    let served = serve(
+        project.path(),
+        &["--bind", "127.0.0.1:0"],
+        &[
+            ("SKILLGATE_STORE", "memory"),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json"),
+            ("OTEL_SERVICE_NAME", "skillgate-test"),
+        ],
+    );
+    let response = reqwest::Client::new()
+        .post(served.url("/invoke/hello"))
+        .json(&json!({ "name": "Ada" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let (code, rest) = served.stop();
+    assert_eq!(code, Some(0), "{rest:?}");
+    // The exporter flushes at exit.
+    let batches = received.lock().clone();
+    let spans = span_names(&batches);
+    let trace_of = |name: &str| {
+        spans
+            .iter()
+            .find(|(n, _)| n == name)
+            .unwrap_or_else(|| panic!("no span `{name}` in {spans:?}"))
+            .1
+            .clone()
+    };
+    let request = trace_of("POST /invoke/{skill}");
+    assert_eq!(
+        trace_of("hello"),
+        request,
+        "the invocation is in the request's trace"
+    );
+    assert_eq!(trace_of("execute"), request, "chain entries are too");
+    assert_eq!(trace_of("validate-args"), request);
+    let service = batches[0]["resourceSpans"][0]["resource"]["attributes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["key"] == "service.name")
+        .map(|a| a["value"]["stringValue"].clone());
+    assert_eq!(service, Some(json!("skillgate-test")));
+}
