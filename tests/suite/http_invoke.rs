@@ -9,7 +9,7 @@ use skillgate::Context;
 use tokio::sync::Notify;
 
 use crate::common::{Project, native};
-use crate::server::{SseReader, TestServer, config, problem};
+use crate::server::{TestServer, config, problem};
 
 fn hello_project() -> Project {
     let project = Project::new();
@@ -178,6 +178,61 @@ async fn hidden_skills_are_404_over_http_unless_exposed() {
 }
 
 #[tokio::test]
+async fn with_gateway_message_on_each_request_is_announced_before_the_skill_runs() {
+    let mut settings = config();
+    settings.announce = true;
+    let mut server = TestServer::start(hello_project(), settings).await;
+    server
+        .kernel
+        .bus()
+        .subscribe_queue("gateway-message", "watch", false)
+        .await
+        .unwrap();
+    let response = server
+        .client
+        .post(server.url("/invoke/hello"))
+        .header("x-request-id", "msg-1")
+        .json(&json!({ "name": "Ada" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let got = server
+        .kernel
+        .bus()
+        .wait("gateway-message", "watch", Duration::from_secs(2), 10, true)
+        .await
+        .unwrap();
+    assert_eq!(got.len(), 1);
+    let event = &got[0].event;
+    assert_eq!(event.source.as_deref(), Some("http"));
+    let data = event.data.as_ref().unwrap();
+    assert_eq!(data["skill"], "hello");
+    assert_eq!(data["args"], json!({ "name": "Ada" }));
+    assert_eq!(data["requestId"], "msg-1");
+    server.finish().await;
+}
+
+#[tokio::test]
+async fn middleware_are_not_invokable_over_http() {
+    let mut server = TestServer::start(hello_project(), config()).await;
+    problem(server.post_json("/invoke/execute", &json!({})).await, 404).await;
+    let list: Value = server.get("/skills").await.json().await.unwrap();
+    let names: Vec<&str> = list["skills"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        names.contains(&"hello") && names.contains(&"event-emit"),
+        "{names:?}"
+    );
+    assert!(!names.contains(&"validate-args"), "{names:?}");
+    server.finish().await;
+}
+
+#[tokio::test]
 async fn the_request_id_is_accepted_returned_and_carried_into_the_context_and_logs() {
     let project = Project::new();
     let mut server = TestServer::start_with(project, config(), |b| {
@@ -250,15 +305,7 @@ async fn sse_streams_each_chunk_while_the_skill_runs_and_a_result_event_closes_i
     let go = Arc::new(Notify::new());
     let tool = chunky(Some(go.clone()));
     let mut server = TestServer::start_with(Project::new(), config(), |b| b.native(tool)).await;
-    let response = server
-        .client
-        .post(server.url("/invoke/chunky"))
-        .header("accept", "text/event-stream")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
-    let mut events = SseReader::new(response);
+    let mut events = server.stream("/invoke/chunky", &json!({})).await;
     let mut seen = Vec::new();
     for expected in ["part 0", "part 1", "part 2"] {
         // Each part arrives before the skill is allowed to send the next one.
@@ -291,15 +338,7 @@ async fn sse_streams_each_chunk_while_the_skill_runs_and_a_result_event_closes_i
 #[tokio::test]
 async fn sse_ends_with_an_error_event_when_the_skill_fails() {
     let mut server = TestServer::start(hello_project(), config()).await;
-    let response = server
-        .client
-        .post(server.url("/invoke/hello"))
-        .header("accept", "text/event-stream")
-        .json(&json!({ "name": 1 }))
-        .send()
-        .await
-        .unwrap();
-    let mut events = SseReader::new(response);
+    let mut events = server.stream("/invoke/hello", &json!({ "name": 1 })).await;
     let mut last = None;
     while let Some(event) = events.next().await {
         last = Some(event);
@@ -328,14 +367,7 @@ async fn sse_streams_bus_events_the_run_emits() {
         ))
     })
     .await;
-    let response = server
-        .client
-        .post(server.url("/invoke/announcer"))
-        .header("accept", "text/event-stream")
-        .send()
-        .await
-        .unwrap();
-    let mut events = SseReader::new(response);
+    let mut events = server.stream("/invoke/announcer", &json!({})).await;
     let mut got = Vec::new();
     while let Some(event) = events.next().await {
         got.push(event);

@@ -9,7 +9,7 @@ use skillgate::Context;
 use tokio::sync::Notify;
 
 use crate::common::{Project, native};
-use crate::server::{SseReader, TestServer, config, problem};
+use crate::server::{TestServer, config, problem};
 
 fn project() -> Project {
     let project = Project::new();
@@ -266,38 +266,35 @@ async fn web_routes_run_their_skill_with_route_query_body_headers_method_and_pat
     server.finish().await;
 }
 
+/// The error `Server::bind` gives for a project whose main skill declares `routes` (YAML list).
+async fn refused_routes(routes: &str) -> String {
+    let project = Project::new();
+    project.write(
+        "main.skill.md",
+        &format!("---\nname: site\ndescription: The project.\nmetadata:\n  role: main\n  web:\n    routes:\n{routes}---\n"),
+    );
+    let gateway = skillgate::gateway::Gateway::new(
+        project.kernel(),
+        Arc::new(skillgate::gateway::metrics::Metrics::new()),
+    );
+    skillgate::gateway::http::Server::bind(gateway, config(), project.path())
+        .await
+        .err()
+        .expect("refused")
+}
+
 #[tokio::test]
 async fn a_web_route_on_a_reserved_path_or_to_a_missing_skill_is_refused_at_start() {
-    let project = Project::new();
-    project.write(
-        "main.skill.md",
-        "---\nname: site\ndescription: The project.\nmetadata:\n  role: main\n  web:\n    routes:\n      - { method: GET, path: /skills/mine, ref: site }\n---\n",
-    );
-    let gateway = skillgate::gateway::Gateway::new(
-        project.kernel(),
-        Arc::new(skillgate::gateway::metrics::Metrics::new()),
-    );
-    let err = skillgate::gateway::http::Server::bind(gateway, config(), project.path())
-        .await
-        .err()
-        .expect("refused");
+    let err = refused_routes("      - { method: GET, path: /skills/mine, ref: site }\n").await;
     assert!(err.contains("main.skill.md"), "{err}");
     assert!(err.contains("a path skillgate serves itself"), "{err}");
-
-    let project = Project::new();
-    project.write(
-        "main.skill.md",
-        "---\nname: site\ndescription: The project.\nmetadata:\n  role: main\n  web:\n    routes:\n      - { method: GET, path: /x, ref: ghost }\n---\n",
-    );
-    let gateway = skillgate::gateway::Gateway::new(
-        project.kernel(),
-        Arc::new(skillgate::gateway::metrics::Metrics::new()),
-    );
-    let err = skillgate::gateway::http::Server::bind(gateway, config(), project.path())
-        .await
-        .err()
-        .expect("refused");
+    let err = refused_routes("      - { method: GET, path: /x, ref: ghost }\n").await;
     assert!(err.contains("no skill is named `ghost`"), "{err}");
+    let err = refused_routes(
+        "      - { method: GET, path: /x, ref: site }\n      - { method: get, path: /x, ref: site }\n",
+    )
+    .await;
+    assert!(err.contains("GET /x is also declared"), "{err}");
 }
 
 #[tokio::test]
@@ -349,14 +346,7 @@ async fn graceful_shutdown_completes_an_in_flight_stream_and_emits_shutdown() {
         .subscribe_queue("shutdown", "watcher", false)
         .await
         .unwrap();
-    let response = server
-        .client
-        .post(server.url("/invoke/long"))
-        .header("accept", "text/event-stream")
-        .send()
-        .await
-        .unwrap();
-    let mut events = SseReader::new(response);
+    let mut events = server.stream("/invoke/long", &json!({})).await;
     assert_eq!(events.next().await.unwrap().data, json!("started"));
     server.begin_shutdown("SIGTERM");
     // New connections are refused once shutdown began.

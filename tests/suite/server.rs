@@ -81,6 +81,20 @@ impl TestServer {
             .expect("request sent")
     }
 
+    /// POSTs `body` asking for server-sent events; the status must be 200.
+    pub async fn stream(&self, path: &str, body: &Value) -> SseReader {
+        let response = self
+            .client
+            .post(self.url(path))
+            .header("accept", "text/event-stream")
+            .json(body)
+            .send()
+            .await
+            .expect("request sent");
+        assert_eq!(response.status(), 200);
+        SseReader::new(response)
+    }
+
     pub async fn get(&self, path: &str) -> reqwest::Response {
         self.client
             .get(self.url(path))

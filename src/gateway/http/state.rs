@@ -35,8 +35,11 @@ impl AppState {
         })
     }
 
-    /// True when `tool` may be reached over HTTP: public, or hidden and exposed by config.
+    /// True when `tool` may be reached over HTTP: a public skill, or one the config exposes.
+    /// Hidden skills and middleware (which only make sense around a served skill) are not.
     pub fn visible(&self, tool: &Tool) -> bool {
-        !tool.hidden || self.exposed.is_match(&tool.name)
+        let middleware =
+            tool.decl.get("role").and_then(serde_json::Value::as_str) == Some("middleware");
+        !(tool.hidden || middleware) || self.exposed.is_match(&tool.name)
     }
 }
