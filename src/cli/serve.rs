@@ -50,6 +50,10 @@ pub struct ServeArgs {
     /// Seconds shutdown waits for in-flight requests and streams [default: 10].
     #[arg(long, env = "SKILLGATE_SHUTDOWN_GRACE")]
     pub grace: Option<f64>,
+    /// Seconds a client may take to send a request's headers, and an idle keep-alive
+    /// connection stays open [default: 10].
+    #[arg(long, env = "SKILLGATE_HEADER_TIMEOUT")]
+    pub header_timeout: Option<f64>,
     /// Hidden skills that may still be invoked over HTTP, comma-separated name globs.
     #[arg(long, env = "SKILLGATE_EXPOSE_HIDDEN")]
     pub expose_hidden: Option<String>,
@@ -68,6 +72,7 @@ impl ServeArgs {
             timeout: self.timeout,
             cors_origins: self.cors_origins.clone(),
             grace: self.grace,
+            header_timeout: self.header_timeout,
             expose_hidden: self.expose_hidden.clone(),
         }
     }

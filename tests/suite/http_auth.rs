@@ -1,8 +1,14 @@
-//! API keys, key scopes, public paths, the body limit, the rate limit and CORS, over HTTP.
+//! API keys, key scopes, public paths, the body limit, the rate limit, CORS and the header
+//! timeout, over HTTP.
+
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use skillgate::gateway::http::HttpConfig;
 use skillgate::gateway::http::auth::{ApiKey, KeyRing, hash_key};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 
 use crate::common::Project;
 use crate::server::{TestServer, config, problem};
@@ -177,4 +183,29 @@ fn stored_key_hashes_must_be_sha256_hex() {
         ApiKey::new("a", &hash_key("2"), vec![]).unwrap(),
     ]);
     assert!(dup.unwrap_err().contains("two API keys are named `a`"));
+}
+
+#[tokio::test]
+async fn a_client_that_never_finishes_its_headers_is_disconnected_after_the_header_timeout() {
+    let mut settings = config();
+    settings.header_timeout = Duration::from_millis(300);
+    let mut server = TestServer::start(project(), settings).await;
+    let mut slow = TcpStream::connect(server.addr).await.unwrap();
+    slow.write_all(b"GET /healthz HTTP/1.1\r\nhost: skillgate\r\nx-partial: ")
+        .await
+        .unwrap();
+    // The headers never end; the server must give up and close (hyper may answer 408 first).
+    let mut answer = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(15), slow.read_to_end(&mut answer))
+        .await
+        .expect("the server keeps a connection with unfinished headers open");
+    closed.unwrap();
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(
+        answer.is_empty() || answer.starts_with("HTTP/1.1 408"),
+        "unexpected answer: {answer}"
+    );
+    // Clients that send whole requests are still served.
+    assert_eq!(server.get("/healthz").await.status(), 200);
+    server.finish().await;
 }

@@ -28,6 +28,9 @@ pub struct HttpConfig {
     pub cors_origins: Vec<String>,
     /// How long shutdown waits for in-flight requests and streams.
     pub grace: Duration,
+    /// How long a client may take to send a request's headers (also how long an idle
+    /// keep-alive connection stays open); slower connections are closed.
+    pub header_timeout: Duration,
     /// Hidden skills that may still be invoked over HTTP (name patterns).
     pub expose_hidden: Vec<String>,
     /// Emit `gateway-message` for every HTTP invocation too.
@@ -51,6 +54,7 @@ impl Default for HttpConfig {
             timeout: Duration::from_secs(30),
             cors_origins: Vec::new(),
             grace: Duration::from_secs(10),
+            header_timeout: Duration::from_secs(10),
             expose_hidden: Vec::new(),
             announce: false,
             public_dir: None,
@@ -71,6 +75,7 @@ pub struct Overrides {
     pub timeout: Option<f64>,
     pub cors_origins: Option<String>,
     pub grace: Option<f64>,
+    pub header_timeout: Option<f64>,
     pub expose_hidden: Option<String>,
 }
 
@@ -85,6 +90,7 @@ struct FileConfig {
     timeout: Option<f64>,
     cors: Option<FileCors>,
     shutdown_grace: Option<f64>,
+    header_timeout: Option<f64>,
     expose_hidden: Option<Vec<String>>,
     gateway_message: Option<bool>,
 }
@@ -188,6 +194,12 @@ impl HttpConfig {
         }
         if let Some(secs) = cli.grace.or(file.shutdown_grace) {
             config.grace = seconds("shutdown-grace", secs)?;
+        }
+        if let Some(secs) = cli.header_timeout.or(file.header_timeout) {
+            config.header_timeout = seconds("header-timeout", secs)?;
+            if config.header_timeout.is_zero() {
+                return Err("`header-timeout` must be above 0 seconds".into());
+            }
         }
         if let Some(origins) = &cli.cors_origins {
             config.cors_origins = split_list(origins);

@@ -9,6 +9,7 @@
 pub mod auth;
 pub mod config;
 pub mod invoke;
+mod listen;
 pub mod openapi;
 pub mod ops;
 pub mod problem;

@@ -26,7 +26,7 @@ use crate::gateway::http::auth::{self, CallerKey};
 use crate::gateway::http::config::HttpConfig;
 use crate::gateway::http::problem::Problem;
 use crate::gateway::http::state::AppState;
-use crate::gateway::http::{invoke, ops, request_id, routes, skills};
+use crate::gateway::http::{invoke, listen, ops, request_id, routes, skills};
 
 /// A bound HTTP server, not yet serving.
 pub struct Server {
@@ -81,10 +81,8 @@ impl Server {
             state,
         } = self;
         let stop = CancellationToken::new();
-        let service = router.into_make_service_with_connect_info::<SocketAddr>();
-        let serve =
-            axum::serve(listener, service).with_graceful_shutdown(stop.clone().cancelled_owned());
-        let mut serving = tokio::spawn(async move { serve.await });
+        let serve = listen::serve(listener, router, state.config.header_timeout, stop.clone());
+        let mut serving = tokio::spawn(serve);
         let reason = tokio::select! {
             reason = shutdown => reason,
             ended = &mut serving => {
