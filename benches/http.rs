@@ -9,7 +9,8 @@
 //!    connections, each request timed from when it was due (no coordinated omission): p50/p99.
 //!
 //! Run: `cargo bench --bench http` (release). `SKILLGATE_BENCH_SECS` and
-//! `SKILLGATE_BENCH_CONNS` change the duration (default 5 s) and the connections (default 32).
+//! `SKILLGATE_BENCH_CONNS` change the duration (default 5 s) and the connections (default 32);
+//! `SKILLGATE_BENCH_PROFILE=1` loads only the gateway at saturation, for a profiler.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -220,6 +221,11 @@ fn main() {
         // Warm up.
         saturate(gateway, conns, 1).await;
         saturate(bare, conns, 1).await;
+        if std::env::var("SKILLGATE_BENCH_PROFILE").is_ok() {
+            // Only the gateway at saturation, for a profiler.
+            println!("{:.0} req/s", saturate(gateway, conns, secs).await);
+            return;
+        }
         let bare_rps = saturate(bare, conns, secs).await;
         let gateway_rps = saturate(gateway, conns, secs).await;
         let half = gateway_rps / 2.0;

@@ -55,7 +55,9 @@ pub struct Dispatch {
 pub struct Gateway {
     pub kernel: Kernel,
     pub metrics: Arc<Metrics>,
-    halt: CancellationToken,
+    /// Behind an `Arc`: cloning a token itself takes its tree's lock, and every run clones
+    /// the gateway.
+    halt: Arc<CancellationToken>,
 }
 
 impl Gateway {
@@ -63,7 +65,7 @@ impl Gateway {
         Gateway {
             kernel,
             metrics,
-            halt: CancellationToken::new(),
+            halt: Arc::new(CancellationToken::new()),
         }
     }
 

@@ -9,12 +9,24 @@ use crate::gateway::http::auth::PublicPaths;
 use crate::gateway::http::config::HttpConfig;
 use crate::skills::tool::Tool;
 
+/// Cheap to clone (one reference count): axum clones the state for every layer and extractor
+/// of every request.
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<Shared>);
+
+pub struct Shared {
     pub gateway: Gateway,
     pub config: Arc<HttpConfig>,
     pub public: Arc<PublicPaths>,
-    exposed: Arc<GlobSet>,
+    exposed: GlobSet,
+}
+
+impl std::ops::Deref for AppState {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
 }
 
 impl AppState {
@@ -27,12 +39,12 @@ impl AppState {
                     .map_err(|e| format!("expose-hidden pattern `{pattern}`: {e}"))?,
             );
         }
-        Ok(AppState {
+        Ok(AppState(Arc::new(Shared {
             gateway,
             config: Arc::new(config),
             public: Arc::new(public),
-            exposed: Arc::new(exposed.build().map_err(|e| e.to_string())?),
-        })
+            exposed: exposed.build().map_err(|e| e.to_string())?,
+        })))
     }
 
     /// True when `tool` may be reached over HTTP: a public skill, or one the config exposes.
