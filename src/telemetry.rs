@@ -25,6 +25,9 @@ pub struct Telemetry {
     provider: Option<SdkTracerProvider>,
 }
 
+/// Where the per-invocation and per-entry spans come from.
+const KERNEL_SPANS: &str = "skillgate::kernel";
+
 /// True when the environment asks for OTLP export.
 pub fn otlp_requested() -> bool {
     let set = |k: &str| std::env::var(k).is_ok_and(|v| !v.trim().is_empty());
@@ -75,7 +78,10 @@ pub fn init(format: LogFormat, default_filter: &str) -> Telemetry {
         None
     };
     let otel = provider.as_ref().map(|p| {
-        let filter = std::env::var("SKILLGATE_OTEL_FILTER").unwrap_or_else(|_| "info".into());
+        // The spans per invocation and per chain entry are debug-level (off in the log
+        // output); traces include them.
+        let filter = std::env::var("SKILLGATE_OTEL_FILTER")
+            .unwrap_or_else(|_| format!("info,{}=debug", KERNEL_SPANS));
         tracing_opentelemetry::layer()
             .with_tracer(p.tracer("skillgate"))
             .with_filter(EnvFilter::new(filter))

@@ -201,16 +201,19 @@ async fn pipeline(request: Request, tool: Arc<Tool>, resolved: Arc<Resolved>) ->
     let outcome = if ctx.has_other_target() {
         ctx.next().await
     } else {
-        let span = tracing::info_span!(
+        // Debug level, like the chain entries' spans (see `chain::run_entry`).
+        let span = tracing::debug_span!(
             "invoke",
             otel.name = ctx.tool_name(),
             skill = ctx.tool_name(),
             context_id = tracing::field::Empty,
         );
-        if !span.is_disabled() {
+        if span.is_disabled() {
+            ctx.next().await
+        } else {
             span.record("context_id", ctx.id());
+            ctx.next().instrument(span).await
         }
-        ctx.next().instrument(span).await
     };
     drop(link);
     if ctx.parent().is_none() {
