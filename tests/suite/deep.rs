@@ -2,17 +2,16 @@
 
 use serde_json::{Value, json};
 use skillgate::InvokeOptions;
+use skillgate::skills::tool::Tool;
 
 use crate::common::{Project, native, plain};
 
-/// A skill that invokes itself `n` times: each level is a full pipeline with its own
-/// middleware invocations.
-#[tokio::test]
-async fn a_skill_can_invoke_itself_two_hundred_levels_deep() {
-    let p = Project::new();
-    let kernel = p
-        .builder()
-        .native(native("name: countdown\n", |ctx, args| async move {
+/// A skill that invokes itself `n` times and answers `n`: each level is a full pipeline with
+/// its own middleware invocations.
+fn countdown() -> Tool {
+    native(
+        "name: countdown\ndescription: Counts down.\n",
+        |ctx, args| async move {
             let n = args["n"].as_u64().unwrap_or(0);
             if n == 0 {
                 return Ok(Some(json!(0)));
@@ -22,8 +21,14 @@ async fn a_skill_can_invoke_itself_two_hundred_levels_deep() {
                 .await?;
             let depth = below.and_then(|v| v.as_u64()).unwrap_or(0);
             Ok(Some(Value::from(depth + 1)))
-        }))
-        .build();
+        },
+    )
+}
+
+#[tokio::test]
+async fn a_skill_can_invoke_itself_two_hundred_levels_deep() {
+    let p = Project::new();
+    let kernel = p.builder().native(countdown()).build();
     let out = kernel
         .invoke("countdown", json!({ "n": 200 }), InvokeOptions::default())
         .await
@@ -36,23 +41,8 @@ async fn a_skill_can_invoke_itself_two_hundred_levels_deep() {
 #[tokio::test]
 async fn a_skill_invoked_over_http_can_invoke_itself_two_hundred_levels_deep() {
     use crate::server::{TestServer, config};
-    let mut server = TestServer::start_with(Project::new(), config(), |builder| {
-        builder.native(native(
-            "name: countdown\ndescription: Counts down.\n",
-            |ctx, args| async move {
-                let n = args["n"].as_u64().unwrap_or(0);
-                if n == 0 {
-                    return Ok(Some(json!(0)));
-                }
-                let below = ctx
-                    .invoke("countdown", json!({ "n": n - 1 }), InvokeOptions::default())
-                    .await?;
-                let depth = below.and_then(|v| v.as_u64()).unwrap_or(0);
-                Ok(Some(Value::from(depth + 1)))
-            },
-        ))
-    })
-    .await;
+    let mut server =
+        TestServer::start_with(Project::new(), config(), |b| b.native(countdown())).await;
     let response = server
         .post_json("/invoke/countdown", &json!({ "n": 200 }))
         .await;
