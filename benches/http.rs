@@ -1,6 +1,7 @@
-//! HTTP load: `POST /invoke/noop` through the whole gateway (auth check, rate-limit layer off,
-//! request id, metrics, dispatch, the kernel's full default pipeline) against a bare axum
-//! handler that returns the same JSON, measured in the same run by the load generator below.
+//! HTTP load: `POST /invoke/noop` through the whole gateway (keys, CORS and rate limit off, so
+//! their layers are not installed; request id, metrics, dispatch, the kernel's full default
+//! pipeline) against a bare axum handler that returns the same JSON, measured in the same run by
+//! the load generator below.
 //!
 //! The generator speaks HTTP/1.1 keep-alive over raw sockets (one request in flight per
 //! connection) so that it costs little next to the servers it measures. Two phases:

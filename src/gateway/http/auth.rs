@@ -96,7 +96,7 @@ pub fn generate_key() -> Result<String, String> {
 /// Every configured key. Empty means authentication is off.
 #[derive(Debug, Clone, Default)]
 pub struct KeyRing {
-    keys: Arc<Vec<ApiKey>>,
+    keys: Arc<Vec<Arc<ApiKey>>>,
 }
 
 impl KeyRing {
@@ -107,7 +107,7 @@ impl KeyRing {
             }
         }
         Ok(KeyRing {
-            keys: Arc::new(keys),
+            keys: Arc::new(keys.into_iter().map(Arc::new).collect()),
         })
     }
 
@@ -120,7 +120,7 @@ impl KeyRing {
     }
 
     /// The key whose hash matches `presented`, compared in constant time.
-    pub fn verify(&self, presented: &str) -> Option<&ApiKey> {
+    pub fn verify(&self, presented: &str) -> Option<&Arc<ApiKey>> {
         let digest: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
         let mut found = None;
         for key in self.keys.iter() {
@@ -137,7 +137,8 @@ impl KeyRing {
 pub enum Caller {
     /// A public path, or authentication is off.
     Anonymous,
-    Key(ApiKey),
+    /// Shared with the key ring: a request costs one reference count, not a copy.
+    Key(Arc<ApiKey>),
 }
 
 impl Caller {

@@ -168,9 +168,14 @@ fn build_router(state: &AppState, web_routes: &[routes::WebRoute]) -> Result<Rou
         router =
             router.layer(tower_governor::GovernorLayer::new(governor).error_handler(rate_limited));
     }
+    // Layers for what is not configured are left out: every layer costs each request a clone.
+    if !config.keys.is_empty() {
+        router = router.layer(from_fn_with_state(state.clone(), auth::authenticate));
+    }
+    if !config.cors_origins.is_empty() {
+        router = router.layer(cors(&config.cors_origins)?);
+    }
     router = router
-        .layer(from_fn_with_state(state.clone(), auth::authenticate))
-        .layer(cors(&config.cors_origins)?)
         .layer(DefaultBodyLimit::max(config.body_limit))
         .layer(from_fn_with_state(state.clone(), request_id::track));
     Ok(router.with_state(state.clone()))
@@ -220,9 +225,6 @@ fn cors(origins: &[String]) -> Result<CorsLayer, String> {
             header::HeaderName::from_static(request_id::HEADER),
             header::RETRY_AFTER,
         ]);
-    if origins.is_empty() {
-        return Ok(CorsLayer::new());
-    }
     if origins.iter().any(|o| o == "*") {
         return Ok(layer.allow_origin(AllowOrigin::any()));
     }
