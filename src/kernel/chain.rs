@@ -9,8 +9,8 @@ use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use crate::kernel::trace::in_span;
 use serde_json::{Map, Value, json};
-use tracing::Instrument;
 
 use crate::cascade::{Entry, EntryKind, order};
 use crate::context::Context;
@@ -265,9 +265,7 @@ async fn run_entry(served: &Context, entry: &Entry) -> Result<Ran> {
                 }));
                 return Ok(Ran::Skipped);
             }
-            // One span per chain entry, named after the middleware. Debug level: the log
-            // output leaves them off, trace export turns them on; a disabled span costs no
-            // wrapper around the entry's future.
+            // One span per chain entry, named after the middleware (see `kernel::trace`).
             let span = tracing::debug_span!(
                 "entry",
                 otel.name = &*entry.name,
@@ -275,11 +273,7 @@ async fn run_entry(served: &Context, entry: &Entry) -> Result<Ran> {
                 skill = served.tool_name(),
             );
             let run = served.invoke_entry(&entry.name, entry.args.clone(), Map::new(), Map::new());
-            if span.is_disabled() {
-                run.await?
-            } else {
-                run.instrument(span).await?
-            }
+            in_span(span, run).await?
         }
     };
     Ok(Ran::Value(out))

@@ -20,6 +20,7 @@ use crate::error::{ErrorKind, Result, SkillError};
 use crate::kernel::Kernel;
 use crate::kernel::options::{InvokeOptions, ToolRef, extract_dollar_keys};
 use crate::kernel::stack::Guarded;
+use crate::kernel::trace::in_span;
 use crate::skills::index::SearchIndex;
 use crate::skills::patterns::ToolInfo;
 use crate::skills::tool::Tool;
@@ -201,19 +202,17 @@ async fn pipeline(request: Request, tool: Arc<Tool>, resolved: Arc<Resolved>) ->
     let outcome = if ctx.has_other_target() {
         ctx.next().await
     } else {
-        // Debug level, like the chain entries' spans (see `chain::run_entry`).
+        // See `kernel::trace`.
         let span = tracing::debug_span!(
             "invoke",
             otel.name = ctx.tool_name(),
             skill = ctx.tool_name(),
             context_id = tracing::field::Empty,
         );
-        if span.is_disabled() {
-            ctx.next().await
-        } else {
+        if !span.is_disabled() {
             span.record("context_id", ctx.id());
-            ctx.next().instrument(span).await
         }
+        in_span(span, ctx.next()).await
     };
     drop(link);
     if ctx.parent().is_none() {

@@ -8,6 +8,7 @@ pub mod invoke;
 pub mod options;
 pub mod schema;
 pub mod stack;
+mod trace;
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -135,7 +135,7 @@ impl KeyRing {
 /// Who is calling, put on the request by [`authenticate`].
 #[derive(Debug, Clone)]
 pub enum Caller {
-    /// A public path, or authentication is off.
+    /// A public path.
     Anonymous,
     /// Shared with the key ring: a request costs one reference count, not a copy.
     Key(Arc<ApiKey>),
@@ -176,10 +176,12 @@ impl PublicPaths {
     }
 }
 
-/// Middleware: public paths pass as [`Caller::Anonymous`]; others need a valid bearer key.
+/// Middleware, installed only when keys are configured (without keys no request carries a
+/// [`Caller`], and every skill is allowed): public paths pass as [`Caller::Anonymous`]; others
+/// need a valid bearer key.
 pub async fn authenticate(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
     let keys = &state.config.keys;
-    let caller = if keys.is_empty() || state.public.contains(req.uri().path()) {
+    let caller = if state.public.contains(req.uri().path()) {
         Caller::Anonymous
     } else {
         let presented = req

@@ -16,8 +16,8 @@ pub struct AppState(Arc<Shared>);
 
 pub struct Shared {
     pub gateway: Gateway,
-    pub config: Arc<HttpConfig>,
-    pub public: Arc<PublicPaths>,
+    pub config: HttpConfig,
+    pub public: PublicPaths,
     exposed: GlobSet,
 }
 
@@ -41,8 +41,8 @@ impl AppState {
         }
         Ok(AppState(Arc::new(Shared {
             gateway,
-            config: Arc::new(config),
-            public: Arc::new(public),
+            config,
+            public,
             exposed: exposed.build().map_err(|e| e.to_string())?,
         })))
     }
