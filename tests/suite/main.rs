@@ -7,6 +7,7 @@
 //! - `http_invoke`, `http_auth`, `http_ops`: the HTTP gateway on a real socket (`server` helps).
 //! - `serve_cli`: `skillgate serve` as a process: signals, config, OTLP export.
 //! - `sandbox`: `.skill.js` skills, the ctx bridge, sandbox limits, escapes and sessions.
+//! - `security`: one test per finding of the security probe, and bounded fuzzing.
 
 mod cli;
 mod common;
@@ -22,6 +23,7 @@ mod http_invoke;
 mod http_ops;
 mod orchestration;
 mod sandbox;
+mod security;
 mod serve_cli;
 mod server;
 mod smoke;

@@ -1,0 +1,1 @@
+//! Security: args (see mod.rs).

@@ -1,0 +1,1 @@
+//! Security: fuzz (see mod.rs).

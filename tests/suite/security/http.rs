@@ -1,0 +1,1 @@
+//! Security: http (see mod.rs).

@@ -1,0 +1,1 @@
+//! Security: kernel (see mod.rs).

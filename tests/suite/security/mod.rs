@@ -1,0 +1,15 @@
+//! Security at the edge: one test per finding of the attacker's probe. Callers cannot steer the
+//! pipeline, hostile skills cannot crash the server, and no input exhausts it.
+//!
+//! - `args`: `$`-prefixed keys in args from a transport or from untrusted code are refused.
+//! - `sandbox`: JS values that cannot become JSON, CPU-bound scripts off the I/O workers.
+//! - `http`: sockets, bodies, headers, metrics, `public/`, and small leaks of the HTTP edge.
+//! - `kernel`: invocation depth, event handler timeouts, the log hub, ids, reserved topics,
+//!   caller mistakes answered as 4xx.
+//! - `fuzz`: bounded property tests over args, JS values and frontmatter.
+
+mod args;
+mod fuzz;
+mod http;
+mod kernel;
+mod sandbox;

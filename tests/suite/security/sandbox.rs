@@ -1,0 +1,1 @@
+//! Security: sandbox (see mod.rs).
