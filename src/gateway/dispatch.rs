@@ -142,6 +142,8 @@ impl Run {
             timeout,
             ..
         } = inbound;
+        // Args are data: refused before the message is announced or anything runs.
+        crate::gateway::edge::check_args(&args)?;
         let kernel = &self.gateway.kernel;
         if let Some(data) = announce {
             let mut event = Event::new("gateway-message", "message");

@@ -2,6 +2,7 @@
 //! [`dispatch::Gateway::dispatch`] fills the context, announces it, runs the routed skill and
 //! hands the reply parts back for the transport to deliver.
 //!
+//! - [`edge`]: what is refused of outside input before anything runs (`$` keys in args).
 //! - [`dispatch`]: the shared steps 2–5 and the [`dispatch::Inbound`] every transport builds.
 //! - [`reply`]: the reply channel, the raw response handle at `nonlocals.request.res`.
 //! - [`send`]: the `gateway-send` and `web-send` tools.
@@ -9,6 +10,7 @@
 //! - [`http`]: the HTTP transport (`skillgate serve`).
 
 pub mod dispatch;
+pub mod edge;
 pub mod http;
 pub mod metrics;
 pub mod reply;

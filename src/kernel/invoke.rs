@@ -53,6 +53,16 @@ impl Context {
             );
             return Guarded::new(futures::future::ready(Err(err)).boxed());
         }
+        if untrusted && let Some(key) = dollar_key(&args) {
+            // `$context` would let the code seed the prompt, the middleware or `nonlocals` of
+            // what it invokes: options are for trusted callers.
+            let err = SkillError::new(
+                ErrorKind::Denied,
+                format!("untrusted code may not pass invoke options in args; `{key}` was refused"),
+            )
+            .with_data(serde_json::json!({ "rule": "untrusted-args", "key": key }));
+            return Guarded::new(futures::future::ready(Err(err)).boxed());
+        }
         let request = Request {
             kernel: self.0.kernel.clone(),
             caller: Some(self.clone()),
@@ -90,6 +100,14 @@ impl Context {
         };
         Guarded::new(run(request))
     }
+}
+
+/// The first `$`-prefixed key at the top of `args`, if any.
+fn dollar_key(args: &Value) -> Option<&str> {
+    args.as_object()?
+        .keys()
+        .map(String::as_str)
+        .find(|k| k.starts_with('$'))
 }
 
 /// Starts a run with no parent.

@@ -6,7 +6,7 @@ use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
 use crate::context::Context;
-use crate::error::{Result, SkillError};
+use crate::error::{ErrorKind, Result, SkillError};
 use crate::skills::tool::Tool;
 
 /// What to invoke: a tool name, a path to a skill file, or a definition held in memory.
@@ -71,9 +71,10 @@ impl ContextSeed {
     /// Fills fields missing here from a JSON seed (`$context` in args): never overwrites.
     pub fn fill_from_json(&mut self, seed: &Value) -> Result<()> {
         let Value::Object(map) = seed else {
-            return Err(SkillError::failed(format!(
-                "`$context` must be an object, got {seed}"
-            )));
+            return Err(SkillError::new(
+                ErrorKind::InvalidArgs,
+                format!("`$context` must be an object, got {seed}"),
+            ));
         };
         for (key, value) in map {
             let target = match key.as_str() {
@@ -89,15 +90,17 @@ impl ContextSeed {
                 }
                 "envelope" | "parent" | "target" | "signal" | "args" | "globals" => continue,
                 other => {
-                    return Err(SkillError::failed(format!(
-                        "`$context.{other}` is not a context property"
-                    )));
+                    return Err(SkillError::new(
+                        ErrorKind::InvalidArgs,
+                        format!("`$context.{other}` is not a context property"),
+                    ));
                 }
             };
             let Value::Object(fields) = value else {
-                return Err(SkillError::failed(format!(
-                    "`$context.{key}` must be an object"
-                )));
+                return Err(SkillError::new(
+                    ErrorKind::InvalidArgs,
+                    format!("`$context.{key}` must be an object"),
+                ));
             };
             fill(target, fields);
         }
@@ -153,9 +156,12 @@ pub fn extract_dollar_keys(args: Value, options: &mut InvokeOptions) -> Result<V
             Some("context") => options.context.fill_from_json(&value)?,
             Some("detached") => options.detached |= value.as_bool().unwrap_or(false),
             Some(other) => {
-                return Err(SkillError::failed(format!(
-                    "unknown invoke option `${other}` in args (known: $context, $detached)"
-                )));
+                return Err(SkillError::new(
+                    ErrorKind::InvalidArgs,
+                    format!(
+                        "unknown invoke option `${other}` in args (known: $context, $detached)"
+                    ),
+                ));
             }
         }
     }

@@ -386,7 +386,10 @@ fn prepare_invoke<'js>(
     let args = arg(cx, args)
         .map_err(js)?
         .unwrap_or_else(|| Value::Object(Default::default()));
-    let options = invoke_options(arg(cx, options).map_err(js)?)?;
+    refs::check_args(bridge.untrusted, &args)?;
+    let options = arg(cx, options).map_err(js)?;
+    refs::check_options(bridge.untrusted, options.as_ref())?;
+    let options = invoke_options(options)?;
     let ctx = bridge.context(h)?;
     Ok(ctx.invoke(ToolRef::Name(Arc::from(reference)), args, options))
 }

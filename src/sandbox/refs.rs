@@ -2,10 +2,12 @@
 //! names (`[a-z0-9-]`), through any ctx handle it holds (its own, or the target it serves).
 //!
 //! `inline://` and `file://` URIs, filesystem paths and anything else are refused before any
-//! lookup. Two more doors are closed for the same reason: untrusted code cannot clear its mark
-//! (`locals.internals.untrustedRef`), and cannot `refresh()`, which would re-resolve tools through
-//! search paths it could have pointed anywhere with `locals.config.paths`. The mark is a property
-//! of the code's own calls only: the tools it invokes get contexts of their own without it.
+//! lookup. More doors are closed for the same reason: untrusted code cannot clear its mark
+//! (`locals.internals.untrustedRef`); cannot `refresh()`, which would re-resolve tools through
+//! search paths it could have pointed anywhere with `locals.config.paths`; and cannot pass invoke
+//! options (`$context` in args, `options.context`), which would steer what it invokes. The mark
+//! is a property of the code's own calls only: the tools it invokes get contexts of their own
+//! without it.
 
 use crate::error::{ErrorKind, Result, SkillError};
 use crate::skills::frontmatter::is_tool_name;
@@ -23,6 +25,38 @@ pub(crate) fn check_ref(untrusted: bool, reference: &str) -> Result<()> {
         ),
     )
     .with_data(serde_json::json!({ "rule": "untrusted-ref", "ref": shorten(reference) })))
+}
+
+/// Refuses `$`-prefixed keys (invoke options such as `$context`) at the top of args from
+/// untrusted code, through any handle it holds.
+pub(crate) fn check_args(untrusted: bool, args: &serde_json::Value) -> Result<()> {
+    let key = args
+        .as_object()
+        .and_then(|m| m.keys().find(|k| k.starts_with('$')));
+    match key {
+        Some(key) if untrusted => Err(SkillError::new(
+            ErrorKind::Denied,
+            format!("untrusted code may not pass invoke options in args; `{key}` was refused"),
+        )
+        .with_data(serde_json::json!({ "rule": "untrusted-args", "key": key }))),
+        _ => Ok(()),
+    }
+}
+
+/// Refuses a context seed in invoke options (`{ context: ... }`) from untrusted code: it would
+/// set the prompt, the middleware or `nonlocals` of what the code invokes.
+pub(crate) fn check_options(untrusted: bool, options: Option<&serde_json::Value>) -> Result<()> {
+    let seeded = options
+        .and_then(serde_json::Value::as_object)
+        .is_some_and(|o| o.get("context").is_some_and(|c| !c.is_null()));
+    if untrusted && seeded {
+        return Err(SkillError::new(
+            ErrorKind::Denied,
+            "untrusted code may not seed the context of what it invokes (`options.context`)",
+        )
+        .with_data(serde_json::json!({ "rule": "untrusted-args", "key": "context" })));
+    }
+    Ok(())
 }
 
 /// Refuses writes that would lift the untrusted mark.

@@ -64,12 +64,9 @@ impl Problem {
                     .and_then(|d| d.get("errors"))
                     .cloned()
                     .unwrap_or_else(|| json!([]));
-                Problem::new(
-                    422,
-                    "invalid-args",
-                    format!("the args do not fit the params of `{skill}`"),
-                )
-                .with("errors", errors)
+                // The message names the fields (or the refused keys) and shows only what the
+                // caller sent, so it can be shown.
+                Problem::new(422, "invalid-args", err.message().to_string()).with("errors", errors)
             }
             ErrorKind::Denied => Problem::new(403, "denied", err.message().to_string()),
             ErrorKind::Aborted
