@@ -63,10 +63,12 @@ pub async fn announce(kernel: &Kernel, signal: Signal) {
 /// waits for the emit; the bus keeps running (a server still drains).
 pub async fn announce_reason(kernel: &Kernel, reason: &str) {
     let args = json!({ "topic": "shutdown", "type": "signal", "data": { "signal": reason } });
-    if let Err(err) = kernel
-        .invoke("event-emit", args, InvokeOptions::default())
-        .await
-    {
+    let mut options = InvokeOptions::default();
+    options.context.extensions.push((
+        crate::events::SYSTEM_EMIT_PATH.to_string(),
+        std::sync::Arc::new(crate::events::SystemEmit),
+    ));
+    if let Err(err) = kernel.invoke("event-emit", args, options).await {
         tracing::warn!(error = %err, "could not emit the shutdown event");
     }
 }

@@ -64,6 +64,17 @@ pub struct Cli {
         default_value_t = 30_000
     )]
     pub visibility: u64,
+    /// How long one run of an event handler skill may take, in milliseconds (default: the
+    /// visibility timeout). A run past it is stopped and its event delivered again.
+    #[arg(long, global = true, env = "SKILLGATE_HANDLER_TIMEOUT",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub handler_timeout: Option<u64>,
+    /// How many skill invocations deep a run may go before it fails (a skill that invokes
+    /// itself without end, or handlers that re-emit to their own topic).
+    #[arg(long, global = true, env = "SKILLGATE_MAX_DEPTH",
+          default_value_t = crate::kernel::DEFAULT_MAX_DEPTH,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_depth: u32,
     /// Log line format on stderr (filter with RUST_LOG).
     #[arg(
         long,
@@ -110,6 +121,16 @@ impl Cli {
     pub fn log_config(&self) -> LogConfig {
         log_config(self.quiet, self.verbose)
     }
+
+    /// The bus settings of `--visibility` and `--handler-timeout`.
+    pub fn bus_config(&self) -> crate::events::BusConfig {
+        let visibility = std::time::Duration::from_millis(self.visibility);
+        let mut bus = crate::events::BusConfig::with_visibility(visibility);
+        if let Some(ms) = self.handler_timeout {
+            bus.handler_timeout = std::time::Duration::from_millis(ms);
+        }
+        bus
+    }
 }
 
 /// Log settings for `-q` / `-v` counts: errors only, warn (default), info, debug, trace.
@@ -136,13 +157,11 @@ pub async fn main(cli: Cli) -> ExitCode {
             let Some(store) = open_store(&cli).await else {
                 return ExitCode::from(FAILED);
             };
-            let bus = crate::events::BusConfig {
-                visibility: std::time::Duration::from_millis(cli.visibility),
-            };
+            let bus = cli.bus_config();
             run::run(
                 &cli.project,
                 store,
-                bus,
+                (bus, cli.max_depth),
                 (cli.quiet, cli.verbose),
                 log,
                 args,
@@ -153,10 +172,8 @@ pub async fn main(cli: Cli) -> ExitCode {
             let Some(store) = open_store(&cli).await else {
                 return ExitCode::from(FAILED);
             };
-            let bus = crate::events::BusConfig {
-                visibility: std::time::Duration::from_millis(cli.visibility),
-            };
-            serve::serve(&cli.project, store, bus, log, args).await
+            let bus = cli.bus_config();
+            serve::serve(&cli.project, store, (bus, cli.max_depth), log, args).await
         }
         Command::Keys(cmd) => keys::run(cmd),
         Command::Skills(cmd) => skills::run(&cli.project, cmd),

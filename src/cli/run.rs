@@ -33,13 +33,17 @@ pub struct RunArgs {
 pub async fn run(
     project: &Path,
     store: Arc<dyn EventStore>,
-    bus: BusConfig,
+    (bus, max_depth): (BusConfig, u32),
     (quiet, verbose): (bool, u8),
     log: LogConfig,
     cli: &RunArgs,
 ) -> ExitCode {
     let bus = Arc::new(Bus::new(store, bus));
-    let kernel = Kernel::builder(project).log_config(log).bus(bus).build();
+    let kernel = Kernel::builder(project)
+        .log_config(log)
+        .bus(bus)
+        .max_depth(max_depth)
+        .build();
     let index = kernel.registry().current();
     // A name, a path to a skill file, or nothing (the project's main skill).
     let tool: Arc<Tool> = match resolve(&kernel, project, cli.skill.as_deref()) {

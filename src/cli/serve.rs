@@ -81,7 +81,7 @@ impl ServeArgs {
 pub async fn serve(
     project: &Path,
     store: Arc<dyn EventStore>,
-    bus: BusConfig,
+    (bus, max_depth): (BusConfig, u32),
     log: LogConfig,
     args: &ServeArgs,
 ) -> ExitCode {
@@ -94,7 +94,11 @@ pub async fn serve(
     };
     let store_kind = store.kind();
     let bus = Arc::new(Bus::new(store, bus));
-    let kernel = Kernel::builder(project).log_config(log).bus(bus).build();
+    let kernel = Kernel::builder(project)
+        .log_config(log)
+        .bus(bus)
+        .max_depth(max_depth)
+        .build();
     let index = kernel.registry().current();
     for failure in index.failures() {
         eprintln!("warning: {}", failure.error);

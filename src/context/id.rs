@@ -1,30 +1,34 @@
-//! Context ids: unique, cheap to make, printed as 16 hex digits.
+//! Ids (contexts, requests, events): unique within the process and unpredictable from outside.
+//!
+//! An id is a keyed pseudo-random permutation of a counter: a four-round Feistel network over the
+//! two 32-bit halves, whose round function is SipHash keyed from the operating system's random
+//! source (std's `RandomState`). A permutation keeps ids unique (no birthday collisions); the
+//! secret key means no number of ids seen reveals the next one, as an unkeyed mix of a counter
+//! (which can be inverted) would.
 
+use std::hash::{BuildHasher, RandomState};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 static COUNTER: AtomicU64 = AtomicU64::new(0);
-static SEED: OnceLock<u64> = OnceLock::new();
+/// One random key per round; made on first use.
+static KEYS: OnceLock<[RandomState; 4]> = OnceLock::new();
 
-/// A fresh id. A bijective mix of a per-process seed and a counter: unique within the process,
-/// and not guessable from the previous one.
+/// A fresh id.
 pub fn next_id() -> u64 {
-    let seed = *SEED.get_or_init(|| {
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64);
-        mix(nanos ^ u64::from(std::process::id()).rotate_left(32))
-    });
-    mix(seed.wrapping_add(COUNTER.fetch_add(1, Ordering::Relaxed)))
+    let keys = KEYS.get_or_init(|| std::array::from_fn(|_| RandomState::new()));
+    permute(keys, COUNTER.fetch_add(1, Ordering::Relaxed))
 }
 
-/// splitmix64's finalizer: a bijection on u64.
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
+/// The Feistel network: a bijection on u64 for any keys.
+fn permute(keys: &[RandomState; 4], n: u64) -> u64 {
+    let (mut left, mut right) = ((n >> 32) as u32, n as u32);
+    for key in keys {
+        let mixed = key.hash_one(right) as u32;
+        (left, right) = (right, left ^ mixed);
+    }
+    (u64::from(left) << 32) | u64::from(right)
 }
 
 pub fn format(id: u64) -> String {
@@ -42,6 +46,13 @@ pub fn now_ms() -> u64 {
 mod tests {
     use super::*;
     use std::collections::HashSet;
+
+    #[test]
+    fn the_permutation_is_a_bijection_so_ids_never_repeat() {
+        let keys: [RandomState; 4] = std::array::from_fn(|_| RandomState::new());
+        let ids: HashSet<u64> = (0..100_000).map(|n| permute(&keys, n)).collect();
+        assert_eq!(ids.len(), 100_000);
+    }
 
     #[test]
     fn ids_are_unique() {

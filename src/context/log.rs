@@ -76,7 +76,8 @@ pub struct LogHub {
     ring: Mutex<VecDeque<Arc<Value>>>,
     capacity: usize,
     global: RwLock<LogConfig>,
-    runs: Mutex<HashMap<String, LogConfig>>,
+    /// Per-run settings, by the id of the run's root context; removed when that context goes.
+    runs: Mutex<HashMap<u64, LogConfig>>,
     /// Live feed of every event (gateways stream a run's events from it).
     feed: broadcast::Sender<Arc<Value>>,
 }
@@ -93,7 +94,8 @@ impl LogHub {
     }
 
     /// Normalises `event` (a string or an object), stamps it, stores it and reports it.
-    pub fn log(&self, event: &Value, stamp: Map<String, Value>) -> Result<Arc<Value>> {
+    /// `run` is the id of the run's root context (whose per-run settings apply).
+    pub fn log(&self, run: u64, event: &Value, stamp: Map<String, Value>) -> Result<Arc<Value>> {
         let mut map = match event {
             Value::String(text) => {
                 let mut m = Map::new();
@@ -118,11 +120,6 @@ impl LogHub {
         for (k, v) in stamp {
             map.insert(k, v);
         }
-        let root = map
-            .get("rootContextId")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string();
         let event = Arc::new(Value::Object(map));
         {
             let mut ring = self.ring.lock();
@@ -131,7 +128,7 @@ impl LogHub {
             }
             ring.push_back(event.clone());
         }
-        let config = self.effective(&root);
+        let config = self.effective(run);
         if passes(&config, level, &event) {
             report(&config, level, &event);
         }
@@ -171,13 +168,14 @@ impl LogHub {
         out
     }
 
-    /// Reads (`opts` null) or changes the settings of run `root`, or the global ones.
-    pub fn configure(&self, root: &str, opts: &Value) -> Result<Value> {
+    /// Reads (`opts` null) or changes the settings of run `run` (the id of its root context),
+    /// or the global ones.
+    pub fn configure(&self, run: u64, opts: &Value) -> Result<Value> {
         let global = opts.get("global").and_then(Value::as_bool).unwrap_or(false);
         let mut config = if global {
             self.global.read().clone()
         } else {
-            self.effective(root)
+            self.effective(run)
         };
         if let Some(level) = opts.get("level") {
             let name = level.as_str().unwrap_or_default();
@@ -226,18 +224,23 @@ impl LogHub {
             if global {
                 *self.global.write() = config.clone();
             } else {
-                self.runs.lock().insert(root.to_string(), config.clone());
+                self.runs.lock().insert(run, config.clone());
             }
         }
         Ok(json!({ "level": config.level, "scope": config.scope, "reporters": config.reporters }))
     }
 
     /// Drops the settings of a run that ended.
-    pub fn end_run(&self, root: impl FnOnce() -> String) {
+    pub fn end_run(&self, run: u64) {
         let mut runs = self.runs.lock();
         if !runs.is_empty() {
-            runs.remove(&root());
+            runs.remove(&run);
         }
+    }
+
+    /// How many runs hold settings of their own (each is removed when its run ends).
+    pub fn configured_runs(&self) -> usize {
+        self.runs.lock().len()
     }
 
     pub fn subscribe(&self) -> broadcast::Receiver<Arc<Value>> {
@@ -248,10 +251,10 @@ impl LogHub {
         *self.global.write() = config;
     }
 
-    fn effective(&self, root: &str) -> LogConfig {
+    fn effective(&self, run: u64) -> LogConfig {
         {
             let runs = self.runs.lock();
-            if let Some(config) = runs.get(root) {
+            if let Some(config) = runs.get(&run) {
                 return config.clone();
             }
         }

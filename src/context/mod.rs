@@ -50,11 +50,27 @@ pub(crate) struct Inner {
     /// `Date.now()` when the invocation started (the history frame's timestamp).
     pub(crate) started: u64,
     pub(crate) interactive: bool,
+    /// How many skill invocations deep this context is (1 for a root; chain entries share the
+    /// depth of the context they serve). Bounded by the kernel's `max_depth`.
+    pub(crate) depth: u32,
+    /// The id of the run's root context (this one's for a root): per-run log settings are kept
+    /// under it, never under the `rootContextId` in `nonlocals`, which code can write.
+    pub(crate) root: u64,
     pub(crate) kernel: Kernel,
     pub(crate) aborted: AtomicBool,
     pub(crate) abort_reason: OnceLock<String>,
     pub(crate) token: OnceLock<CancellationToken>,
     pub(crate) state: Mutex<State>,
+}
+
+impl Drop for Inner {
+    /// A run's per-run log settings go with its root context, however the run ended (finished,
+    /// failed, or dropped by a timeout or a client that went away).
+    fn drop(&mut self) {
+        if self.parent.is_none() {
+            self.kernel.logs().end_run(self.id);
+        }
+    }
 }
 
 /// Everything mutable about a context.
@@ -118,6 +134,13 @@ impl Context {
     /// `envelope.id`.
     pub fn id(&self) -> String {
         id::format(self.0.id)
+    }
+
+    /// How many skill invocations deep this context is: 1 for a root (or one more than the run
+    /// whose event started it), one more for each skill invoked below; middleware entries share
+    /// the depth of the skill they serve.
+    pub fn depth(&self) -> u32 {
+        self.0.depth
     }
 
     /// `envelope.parent`.
@@ -302,7 +325,7 @@ impl Context {
         stamp.insert("contextId".into(), Value::String(self.id()));
         stamp.insert("tool".into(), Value::String(self.tool_name().to_string()));
         stamp.insert("timestamp".into(), Value::from(id::now_ms()));
-        self.0.kernel.logs().log(&event.into(), stamp)
+        self.0.kernel.logs().log(self.0.root, &event.into(), stamp)
     }
 
     /// Recent log events of this run (`tail(opts)`).
@@ -312,7 +335,7 @@ impl Context {
 
     /// Reads or changes log settings for this run, or globally (`configure(opts)`).
     pub fn configure(&self, opts: &Value) -> Result<Value> {
-        self.0.kernel.logs().configure(&self.root_id(), opts)
+        self.0.kernel.logs().configure(self.0.root, opts)
     }
 
     pub(crate) fn immutable(what: &str) -> SkillError {

@@ -58,7 +58,29 @@ pub struct Event {
         skip_serializing_if = "Option::is_none"
     )]
     pub root_context_id: Option<String>,
+    /// How many skill invocations deep the emitting run was (skillgate's addition to the
+    /// envelope). A handler run starts one deeper, so a handler that re-emits to its own topic
+    /// ends at the kernel's depth limit instead of running forever.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub depth: Option<u32>,
 }
+
+/// Topics only skillgate itself emits on: `shutdown`, the gateway's and the agent's
+/// (`gateway-*`, `agent-*`), and dead letters (`*.dead`). `event-emit` refuses them to callers.
+pub fn is_reserved_topic(topic: &str) -> bool {
+    topic == "shutdown"
+        || topic.starts_with("gateway-")
+        || topic.starts_with("agent-")
+        || topic.ends_with(".dead")
+}
+
+/// Marks an `event-emit` run started by skillgate itself (a typed extension at
+/// [`SYSTEM_EMIT_PATH`]: nothing that arrives as JSON can forge it), which may use reserved topics.
+#[derive(Debug)]
+pub struct SystemEmit;
+
+/// Where [`SystemEmit`] is stored on the `event-emit` context (a `locals` path: not inherited).
+pub const SYSTEM_EMIT_PATH: &str = "locals.internals.systemEmit";
 
 impl Event {
     /// A new event with a fresh id and the current time.
@@ -71,6 +93,7 @@ impl Event {
             data: None,
             timestamp: now_ms(),
             root_context_id: None,
+            depth: None,
         }
     }
 
@@ -125,13 +148,24 @@ pub fn check_name(what: &str, name: &str) -> Result<()> {
 pub struct BusConfig {
     /// How long a claimed entry stays invisible before it is delivered again.
     pub visibility: Duration,
+    /// How long one run of a skill handler may take before it is stopped and its event nacked.
+    pub handler_timeout: Duration,
+}
+
+impl BusConfig {
+    /// Settings with this visibility timeout; handler runs may last as long (a run still going
+    /// when its event becomes visible again would be racing its own redelivery).
+    pub fn with_visibility(visibility: Duration) -> BusConfig {
+        BusConfig {
+            visibility,
+            handler_timeout: visibility,
+        }
+    }
 }
 
 impl Default for BusConfig {
     fn default() -> Self {
-        BusConfig {
-            visibility: Duration::from_secs(30),
-        }
+        BusConfig::with_visibility(Duration::from_secs(30))
     }
 }
 
@@ -423,10 +457,22 @@ impl Worker {
             }
         }
         let id = vec![delivery.event.id.clone()];
-        let outcome = self
-            .kernel
-            .invoke(self.reference.as_str(), args, InvokeOptions::default())
-            .await;
+        let mut options = InvokeOptions::default();
+        options.context.depth = delivery.event.depth;
+        let limit = self.bus.config.handler_timeout;
+        let run = self.kernel.invoke(self.reference.as_str(), args, options);
+        // Dropping the run on a timeout aborts it; the event comes back (nack) and, if it keeps
+        // timing out, ends as a dead letter.
+        let outcome = match tokio::time::timeout(limit, run).await {
+            Ok(outcome) => outcome,
+            Err(_) => Err(SkillError::new(
+                ErrorKind::Aborted,
+                format!(
+                    "the handler did not finish within {} ms and was stopped",
+                    limit.as_millis()
+                ),
+            )),
+        };
         let settled = match outcome {
             Ok(_) => self.bus.store.ack(&self.topic, &self.queue, &id).await,
             Err(err) => {

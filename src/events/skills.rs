@@ -8,7 +8,10 @@ use serde_json::{Value, json};
 
 use crate::context::Context;
 use crate::error::{ErrorKind, Result, SkillError};
-use crate::events::{Bus, DEFAULT_QUEUE, check_name, event_from_args};
+use crate::events::{
+    Bus, DEFAULT_QUEUE, SYSTEM_EMIT_PATH, SystemEmit, check_name, event_from_args,
+    is_reserved_topic,
+};
 use crate::middleware::{native, pass};
 use crate::skills::tool::Tool;
 
@@ -56,7 +59,19 @@ metadata:
                 || ctx.tool_name().to_string(),
                 |p| p.tool_name().to_string(),
             );
-            let event = event_from_args(&args, &source, &ctx.root_id())?;
+            let mut event = event_from_args(&args, &source, &ctx.root_id())?;
+            if is_reserved_topic(&event.topic)
+                && ctx.extension::<SystemEmit>(SYSTEM_EMIT_PATH).is_none()
+            {
+                return Err(SkillError::new(
+                    ErrorKind::Denied,
+                    format!(
+                        "the topic `{}` is reserved for skillgate itself (`shutdown`, `gateway-*`, `agent-*`, `*.dead`)",
+                        event.topic
+                    ),
+                ));
+            }
+            event.depth = Some(ctx.depth());
             bus(&ctx)?.emit(&event).await?;
             Ok(Some(event.to_json()))
         },
@@ -87,6 +102,12 @@ metadata:
             let bus = bus(&ctx)?;
             match string(&args, "ref") {
                 Some(reference) => {
+                    // Handlers are skills by name: a path would load a file the caller chose.
+                    if !crate::skills::frontmatter::is_tool_name(reference) {
+                        return Err(bad(format!(
+                            "event-subscribe `ref` must be a skill name ([a-z0-9-]), got `{reference}`"
+                        )));
+                    }
                     ctx.index().find(reference)?;
                     let created = bus
                         .subscribe_handler(

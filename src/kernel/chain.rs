@@ -298,7 +298,15 @@ fn in_pipeline_ancestry(served: &Context, name: &str) -> bool {
 pub(crate) async fn run_body(served: &Context) -> Result<Option<Value>> {
     let tool = served.tool();
     match &tool.body {
-        Body::Native(f) => f(served.clone(), served.args()).await,
+        // The body's own errors are the served tool's (not those of `execute`, which ran it),
+        // so a caller's mistake a native tool reports stays the caller's (422, not 500).
+        Body::Native(f) => f(served.clone(), served.args()).await.map_err(|e| {
+            if e.tool().is_none() {
+                e.with_tool(served.tool_name())
+            } else {
+                e
+            }
+        }),
         Body::Template => Ok(Some(Value::String(
             served.prompt_expanded().unwrap_or_default(),
         ))),

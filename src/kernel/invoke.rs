@@ -233,9 +233,6 @@ async fn pipeline(request: Request, tool: Arc<Tool>, resolved: Arc<Resolved>) ->
         in_span(span, ctx.next()).await
     };
     drop(link);
-    if ctx.parent().is_none() {
-        ctx.kernel().logs().end_run(|| ctx.id());
-    }
     match outcome {
         Ok(_) => Ok(ctx.result()),
         Err(err) => {
@@ -271,8 +268,17 @@ fn prepare(
     } = request;
     let seed = options.context;
     let parent = seed.parent.or(caller);
+    let depth = match (&seed.target, &parent) {
+        (Some(served), _) => served.depth(),
+        (None, Some(parent)) => parent.depth() + 1,
+        (None, None) => seed.depth.unwrap_or(0) + 1,
+    };
+    if depth > kernel.max_depth() {
+        return Err(too_deep(kernel.max_depth(), parent.as_ref(), &tool.name));
+    }
     let birth = Birth {
         id: seed.id,
+        depth,
         parent,
         target: seed.target,
         index,
@@ -294,6 +300,7 @@ fn prepare(
 /// What a new context is made from.
 struct Birth {
     id: Option<u64>,
+    depth: u32,
     parent: Option<Context>,
     target: Option<Context>,
     index: Arc<SearchIndex>,
@@ -305,6 +312,7 @@ struct Birth {
 fn create(kernel: &Kernel, birth: Birth, resolved: &Resolved) -> Context {
     let Birth {
         id,
+        depth,
         parent,
         target,
         index,
@@ -313,6 +321,7 @@ fn create(kernel: &Kernel, birth: Birth, resolved: &Resolved) -> Context {
         interactive,
     } = birth;
     let id = id.unwrap_or_else(id::next_id);
+    let root = parent.as_ref().map_or(id, |p| p.0.root);
     let nonlocals = match &parent {
         Some(p) => {
             let state = p.0.state.lock();
@@ -363,12 +372,50 @@ fn create(kernel: &Kernel, birth: Birth, resolved: &Resolved) -> Context {
         args,
         started: id::now_ms(),
         interactive,
+        depth,
+        root,
         kernel: kernel.clone(),
         aborted: AtomicBool::new(false),
         abort_reason: OnceLock::new(),
         token: OnceLock::new(),
         state: Mutex::new(state),
     }))
+}
+
+/// The error for an invocation past `max` levels: names the chain of skills that led there,
+/// root first, runs of one name collapsed (`hello ×255 → hello`).
+fn too_deep(max: u32, parent: Option<&Context>, tool: &str) -> SkillError {
+    let mut names = vec![tool.to_string()];
+    let mut at = parent;
+    while let Some(ctx) = at {
+        if !ctx.has_other_target() {
+            names.push(ctx.tool_name().to_string());
+        }
+        at = ctx.parent();
+    }
+    names.reverse();
+    let mut runs: Vec<(String, usize)> = Vec::new();
+    for name in names {
+        match runs.last_mut() {
+            Some((last, count)) if *last == name => *count += 1,
+            _ => runs.push((name, 1)),
+        }
+    }
+    let chain = runs
+        .iter()
+        .map(|(name, n)| match n {
+            1 => name.clone(),
+            n => format!("{name} ×{n}"),
+        })
+        .collect::<Vec<_>>()
+        .join(" → ");
+    SkillError::new(
+        ErrorKind::Failed,
+        format!(
+            "invocation depth limit of {max} reached: {chain}; a skill that invokes itself without end, or raise `--max-depth`"
+        ),
+    )
+    .with_data(serde_json::json!({ "limit": "depth", "maxDepth": max, "chain": runs.iter().map(|(n, c)| serde_json::json!({"skill": n, "times": c})).collect::<Vec<_>>() }))
 }
 
 /// Overlays the seed's locals, nonlocals and run onto the new context.
@@ -382,7 +429,10 @@ fn apply_seed(
         let mut state = ctx.0.state.lock();
         let map = Arc::make_mut(&mut state.nonlocals);
         for (k, v) in nonlocals {
-            map.insert(k, v);
+            // The run's root id is the kernel's to set: logs, events and streams are routed by it.
+            if k != "rootContextId" {
+                map.insert(k, v);
+            }
         }
     }
     for (key, value) in locals {

@@ -37,6 +37,8 @@ struct KernelInner {
     base_config: RwLock<Arc<Value>>,
     schemas: schema::SchemaCache,
     bus: Arc<Bus>,
+    /// How many skill invocations deep a run may go (see `Context::depth`).
+    max_depth: u32,
 }
 
 /// Builds a kernel for a project folder.
@@ -46,7 +48,12 @@ pub struct KernelBuilder {
     log: LogConfig,
     log_capacity: usize,
     bus: Option<Arc<Bus>>,
+    max_depth: u32,
 }
+
+/// How many skill invocations deep a run may go unless configured otherwise: deep enough for
+/// any honest recursion, shallow enough that a skill invoking itself without end fails fast.
+pub const DEFAULT_MAX_DEPTH: u32 = 256;
 
 impl KernelBuilder {
     /// Adds a skill folder after the ones already configured.
@@ -84,6 +91,12 @@ impl KernelBuilder {
         self
     }
 
+    /// How many skill invocations deep a run may go (default [`DEFAULT_MAX_DEPTH`]).
+    pub fn max_depth(mut self, depth: u32) -> Self {
+        self.max_depth = depth.max(1);
+        self
+    }
+
     /// The event bus (default: an in-memory store).
     pub fn bus(mut self, bus: Arc<Bus>) -> Self {
         self.bus = Some(bus);
@@ -116,6 +129,7 @@ impl KernelBuilder {
             base_config: RwLock::new(Arc::new(base_config)),
             schemas: schema::SchemaCache::default(),
             bus,
+            max_depth: self.max_depth,
         }))
     }
 }
@@ -129,6 +143,7 @@ impl Kernel {
             log: LogConfig::default(),
             log_capacity: 4096,
             bus: None,
+            max_depth: DEFAULT_MAX_DEPTH,
         }
     }
 
@@ -168,6 +183,11 @@ impl Kernel {
                 .collect()
         };
         *self.0.base_config.write() = Arc::new(Value::Object(picked));
+    }
+
+    /// How many skill invocations deep a run may go.
+    pub fn max_depth(&self) -> u32 {
+        self.0.max_depth
     }
 
     pub(crate) fn schemas(&self) -> &schema::SchemaCache {

@@ -65,6 +65,9 @@ pub struct ContextSeed {
     pub id: Option<u64>,
     /// Non-JSON values to store on the new context (see `Context::set_extension`).
     pub extensions: Vec<(String, Arc<dyn std::any::Any + Send + Sync>)>,
+    /// For a root: how deep the run that caused this one was (an event handler run continues
+    /// the depth of the run that emitted its event), so loops through the bus are bounded too.
+    pub depth: Option<u32>,
 }
 
 impl ContextSeed {

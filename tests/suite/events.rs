@@ -75,7 +75,10 @@ impl Backend {
     }
 
     pub async fn bus(&self, limits: Limits, visibility: Duration) -> Arc<Bus> {
-        Arc::new(Bus::new(self.open(limits).await, BusConfig { visibility }))
+        Arc::new(Bus::new(
+            self.open(limits).await,
+            BusConfig::with_visibility(visibility),
+        ))
     }
 
     pub async fn cleanup(&self) {

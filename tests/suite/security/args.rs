@@ -139,10 +139,10 @@ async fn context_in_args_cannot_load_skill_files_from_another_folder() {
 #[tokio::test]
 async fn context_in_args_cannot_change_logging_for_the_whole_process() {
     let mut server = TestServer::start(project(), config()).await;
-    let before = server.kernel.logs().configure("", &Value::Null).unwrap();
+    let before = server.kernel.logs().configure(0, &Value::Null).unwrap();
     let body = json!({ "name": "x", "$context": { "middleware": [{ "name": "log", "args": { "global": true, "level": "debug" } }] } });
     refused(&server, "hello", &body, "$context").await;
-    let after = server.kernel.logs().configure("", &Value::Null).unwrap();
+    let after = server.kernel.logs().configure(0, &Value::Null).unwrap();
     assert_eq!(before, after, "the process-wide log settings are unchanged");
     server.finish().await;
 }
