@@ -194,15 +194,11 @@ impl Context {
         Arc::ptr_eq(&self.0, &other.0)
     }
 
-    /// `nonlocals.rootContextId`.
+    /// The id of the run's root context: what `nonlocals.rootContextId` starts as. Log events,
+    /// bus events and the streams that follow a run are correlated by this id, never by the
+    /// `nonlocals` copy, which code may overwrite.
     pub fn root_id(&self) -> String {
-        self.0
-            .state
-            .lock()
-            .nonlocals
-            .get("rootContextId")
-            .and_then(Value::as_str)
-            .map_or_else(|| self.id(), str::to_string)
+        id::format(self.0.root)
     }
 
     /// `locals.result` (`None` is undefined).

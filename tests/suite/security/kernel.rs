@@ -362,3 +362,36 @@ async fn caller_mistakes_with_event_skills_are_422_not_500() {
     }
     server.finish().await;
 }
+
+#[tokio::test]
+async fn overwriting_root_context_id_in_nonlocals_does_not_move_logs_or_events_to_another_run() {
+    let spoofer = native(
+        "name: spoofer\ndescription: Claims another run's id.\n",
+        |ctx: Context, _| async move {
+            let real = ctx.root_id();
+            ctx.set("nonlocals.rootContextId", json!("00000000000000aa"))?;
+            let logged = ctx.log(json!({ "text": "hi", "level": "error" }))?;
+            let emitted = ctx
+                .invoke(
+                    "event-emit",
+                    json!({ "topic": "jobs" }),
+                    InvokeOptions::default(),
+                )
+                .await?
+                .unwrap();
+            Ok(Some(json!({
+                "real": real,
+                "log": logged["rootContextId"],
+                "event": emitted["rootContextId"],
+            })))
+        },
+    );
+    let kernel = Project::new().builder().native(spoofer).build();
+    let out = kernel
+        .invoke("spoofer", json!({}), InvokeOptions::default())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(out["log"], out["real"], "{out}");
+    assert_eq!(out["event"], out["real"], "{out}");
+}
