@@ -386,7 +386,7 @@ impl EventStore for PostgresStore {
         .bind(queue)
         .bind(now)
         .bind(self.limits.delivery_limit as i32)
-        .bind(max as i64)
+        .bind(sql_limit(max))
         .fetch_all(&self.claims)
         .await?;
         let out = in_order(&rows)?;
@@ -474,7 +474,7 @@ impl EventStore for PostgresStore {
         .bind(self.cutoff())
         .bind(self.limits.buffer_events as i64)
         .bind(start)
-        .bind(limit as i64)
+        .bind(sql_limit(limit))
         .fetch_all(&self.pool)
         .await?;
         bodies.iter().map(|b| Event::from_body(b)).collect()
@@ -487,7 +487,7 @@ impl EventStore for PostgresStore {
         )
         .bind(topic)
         .bind(queue)
-        .bind(limit as i64)
+        .bind(sql_limit(limit))
         .fetch_all(&self.pool)
         .await?;
         in_order(&rows)
@@ -538,4 +538,10 @@ impl EventStore for PostgresStore {
             .await?;
         Ok(())
     }
+}
+
+/// A row count for `LIMIT`: "no limit" (`usize::MAX`) is `i64::MAX`, not -1, which Postgres
+/// refuses ("LIMIT must not be negative").
+fn sql_limit(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
 }

@@ -1,19 +1,93 @@
 //! The event store from the command line: `migrate`, `events tail|replay|dead`, and the
-//! `shutdown` topic on SIGTERM. Each test uses the embedded SQLite store of a fresh project.
+//! `shutdown` topic on SIGTERM. The store commands run against the embedded SQLite store of a
+//! fresh project and, when `DATABASE_URL` is set, against a fresh Postgres database too.
 
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
 
+use crate::events::Backend;
+
+/// Where the command line keeps events: the project's embedded SQLite file (`url` none), or a
+/// Postgres database of its own, dropped with the value.
+struct Store {
+    url: Option<String>,
+    admin: Option<(String, String)>,
+}
+
+impl Store {
+    fn sqlite() -> Store {
+        Store {
+            url: None,
+            admin: None,
+        }
+    }
+
+    /// The embedded store, and a Postgres one when `DATABASE_URL` is set.
+    fn all() -> Vec<Store> {
+        let mut stores = vec![Store::sqlite()];
+        if let Some(Backend::Postgres { url, schema }) = Backend::postgres() {
+            let database = schema;
+            admin_query(&url, &format!("CREATE DATABASE {database}"));
+            let (base, _) = url.rsplit_once('/').expect("DATABASE_URL names a database");
+            stores.push(Store {
+                url: Some(format!("{base}/{database}")),
+                admin: Some((url.clone(), database)),
+            });
+        }
+        stores
+    }
+
+    fn name(&self) -> &str {
+        if self.url.is_some() {
+            "postgres"
+        } else {
+            "sqlite"
+        }
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        if let Some((url, database)) = &self.admin {
+            admin_query(
+                url,
+                &format!("DROP DATABASE IF EXISTS {database} WITH (FORCE)"),
+            );
+        }
+    }
+}
+
+fn admin_query(url: &str, sql: &str) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let pool = sqlx::PgPool::connect(url)
+            .await
+            .expect("connect to DATABASE_URL");
+        sqlx::query(sql).execute(&pool).await.expect(sql);
+        pool.close().await;
+    });
+}
+
 fn skillgate(project: &std::path::Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_skillgate"))
+    skillgate_on(project, &Store::sqlite(), args)
+}
+
+fn skillgate_on(project: &std::path::Path, store: &Store, args: &[&str]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_skillgate"));
+    command
         .arg("--project")
         .arg(project)
-        .args(args)
         .env_remove("SKILLGATE_STORE")
-        .output()
-        .expect("run skillgate")
+        .env_remove("DATABASE_URL");
+    if let Some(url) = &store.url {
+        command.arg("--store").arg(url);
+    }
+    command.args(args).output().expect("run skillgate")
 }
 
 fn lines(out: &Output) -> Vec<Value> {
@@ -23,9 +97,10 @@ fn lines(out: &Output) -> Vec<Value> {
         .collect()
 }
 
-fn emit(project: &std::path::Path, topic: &str, n: u64) -> Value {
-    let out = skillgate(
+fn emit(project: &std::path::Path, store: &Store, topic: &str, n: u64) -> Value {
+    let out = skillgate_on(
         project,
+        store,
         &[
             "run",
             "event-emit",
@@ -54,67 +129,81 @@ fn migrate_creates_the_embedded_store_in_the_project() {
 }
 
 #[test]
-fn replay_prints_the_buffer_in_emit_order_and_from_an_id() {
-    let dir = tempfile::tempdir().unwrap();
-    let first = emit(dir.path(), "audit", 1);
-    emit(dir.path(), "audit", 2);
-    emit(dir.path(), "audit", 3);
-    let all = lines(&skillgate(dir.path(), &["events", "replay", "audit"]));
-    let ns: Vec<u64> = all
-        .iter()
-        .map(|e| e["data"]["n"].as_u64().unwrap())
-        .collect();
-    assert_eq!(ns, [1, 2, 3]);
-    let id = first["id"].as_str().unwrap();
-    let after = lines(&skillgate(
-        dir.path(),
-        &["events", "replay", "audit", "--from", id],
-    ));
-    let ns: Vec<u64> = after
-        .iter()
-        .map(|e| e["data"]["n"].as_u64().unwrap())
-        .collect();
-    assert_eq!(ns, [2, 3]);
-    let out = skillgate(
-        dir.path(),
-        &["events", "replay", "audit", "--from", "ffffffff"],
-    );
-    assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("`ffffffff` is not in the buffer"));
-}
-
-#[test]
-fn tail_prints_the_last_events() {
-    let dir = tempfile::tempdir().unwrap();
-    for n in 1..=4 {
-        emit(dir.path(), "feed", n);
-    }
-    let out = skillgate(
-        dir.path(),
-        &["events", "tail", "feed", "--last", "2", "--no-follow"],
-    );
-    let ns: Vec<u64> = lines(&out)
-        .iter()
-        .map(|e| e["data"]["n"].as_u64().unwrap())
-        .collect();
-    assert_eq!(ns, [3, 4]);
-}
-
-#[test]
-fn dead_lists_dead_letters_and_requeue_puts_them_back() {
-    let dir = tempfile::tempdir().unwrap();
-    let run = |args: &[&str]| {
-        let out = skillgate(dir.path(), args);
+fn replay_prints_the_buffer_in_emit_order_and_from_an_id_on_every_store() {
+    for store in Store::all() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = |args: &[&str]| skillgate_on(dir.path(), &store, args);
+        let first = emit(dir.path(), &store, "audit", 1);
+        emit(dir.path(), &store, "audit", 2);
+        emit(dir.path(), &store, "audit", 3);
+        let out = run(&["events", "replay", "audit"]);
         assert_eq!(
             out.status.code(),
             Some(0),
-            "{args:?}: {}",
+            "{}: {}",
+            store.name(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let ns: Vec<u64> = lines(&out)
+            .iter()
+            .map(|e| e["data"]["n"].as_u64().unwrap())
+            .collect();
+        assert_eq!(ns, [1, 2, 3], "{}", store.name());
+        let id = first["id"].as_str().unwrap();
+        let after = lines(&run(&["events", "replay", "audit", "--from", id]));
+        let ns: Vec<u64> = after
+            .iter()
+            .map(|e| e["data"]["n"].as_u64().unwrap())
+            .collect();
+        assert_eq!(ns, [2, 3], "{}", store.name());
+        let out = run(&["events", "replay", "audit", "--from", "ffffffff"]);
+        assert_eq!(out.status.code(), Some(1), "{}", store.name());
+        assert!(String::from_utf8_lossy(&out.stderr).contains("`ffffffff` is not in the buffer"));
+    }
+}
+
+#[test]
+fn tail_prints_the_last_events_on_every_store() {
+    for store in Store::all() {
+        let dir = tempfile::tempdir().unwrap();
+        for n in 1..=4 {
+            emit(dir.path(), &store, "feed", n);
+        }
+        let out = skillgate_on(
+            dir.path(),
+            &store,
+            &["events", "tail", "feed", "--last", "2", "--no-follow"],
+        );
+        let ns: Vec<u64> = lines(&out)
+            .iter()
+            .map(|e| e["data"]["n"].as_u64().unwrap())
+            .collect();
+        assert_eq!(ns, [3, 4], "{}", store.name());
+    }
+}
+
+#[test]
+fn dead_lists_dead_letters_and_requeue_puts_them_back_on_every_store() {
+    for store in Store::all() {
+        dead_letters_round_trip(&store);
+    }
+}
+
+fn dead_letters_round_trip(store: &Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        let out = skillgate_on(dir.path(), store, args);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{} {args:?}: {}",
+            store.name(),
             String::from_utf8_lossy(&out.stderr)
         );
         out
     };
     run(&["run", "event-subscribe", "--topic", "jobs", "--queue", "w"]);
-    emit(dir.path(), "jobs", 7);
+    emit(dir.path(), store, "jobs", 7);
     // Nack it until it uses up its five deliveries.
     for _ in 0..5 {
         let got: Value = serde_json::from_slice(
