@@ -8,6 +8,7 @@
 //! - `serve_cli`: `skillgate serve` as a process: signals, config, OTLP export.
 //! - `sandbox`: `.skill.js` skills, the ctx bridge, sandbox limits, escapes and sessions.
 //! - `security`: one test per finding of the security probe, and bounded fuzzing.
+//! - `transport`: the contract every transport passes (HTTP now), one harness per transport.
 
 mod cli;
 mod common;
@@ -27,3 +28,4 @@ mod security;
 mod serve_cli;
 mod server;
 mod smoke;
+mod transport;
