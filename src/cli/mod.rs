@@ -87,7 +87,7 @@ pub enum Command {
     Run(run::RunArgs),
     /// Serve the project's skills over HTTP: `POST /invoke/{skill}`, `GET /skills`, custom
     /// `web.routes`, `public/`, health, metrics and the OpenAPI document.
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     /// Make API keys and their hashes.
     #[command(subcommand)]
     Keys(keys::KeysCommand),

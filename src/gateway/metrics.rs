@@ -138,7 +138,7 @@ impl Metrics {
             .inc();
     }
 
-    /// +1 / -1 requests in flight.
+    /// +1 / -1 requests in flight (from a request's head until its response body ends).
     pub fn in_flight(&self, delta: i64) {
         self.in_flight.inc_by(delta);
     }

@@ -179,7 +179,13 @@ async fn the_docs_page_renders_every_operation_and_problem_type() {
     ] {
         assert!(page.contains(&format!("id=\"{id}\"")), "missing {id}");
     }
-    for slug in ["invalid-args", "rate-limited", "too-large", "unauthorized"] {
+    for slug in [
+        "invalid-args",
+        "rate-limited",
+        "too-large",
+        "unauthorized",
+        "body-timeout",
+    ] {
         assert!(
             page.contains(&format!("id=\"problem-{slug}\"")),
             "missing {slug}"

@@ -18,6 +18,7 @@ use futures::Stream;
 use serde_json::{Map, Value, json};
 
 use crate::gateway::http::auth::Caller;
+use crate::gateway::http::body;
 use crate::gateway::http::problem::Problem;
 use crate::gateway::http::request_id::RequestId;
 use crate::gateway::http::state::AppState;
@@ -35,7 +36,9 @@ pub async fn invoke(
 ) -> Response {
     let body = match body {
         Ok(body) => body,
-        Err(rejection) => return body_problem(&rejection, state.config.body_limit),
+        Err(rejection) => {
+            return body::problem(&rejection, state.config.body_limit).into_response();
+        }
     };
     let index = state.gateway.kernel.registry().current();
     let tool = match index.get(&skill) {
@@ -121,21 +124,6 @@ pub fn headers_json(headers: &HeaderMap) -> Value {
         }
     }
     Value::Object(map)
-}
-
-/// The 400 or 413 for a body that could not be read.
-pub fn body_problem(rejection: &BytesRejection, limit: usize) -> Response {
-    if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-        Problem::new(
-            413,
-            "too-large",
-            format!("the request body is larger than the limit of {limit} bytes"),
-        )
-        .with("limit", json!(limit))
-        .into_response()
-    } else {
-        Problem::new(400, "bad-request", rejection.body_text()).into_response()
-    }
 }
 
 /// An empty body is `{}`; anything else must be a JSON object.

@@ -10,7 +10,7 @@ use serde_json::Value;
 pub const DOCUMENT: &str = include_str!("../../../openapi.yaml");
 
 /// Problem types the gateway answers with: slug, status, meaning.
-pub const PROBLEMS: [(&str, u16, &str); 14] = [
+pub const PROBLEMS: [(&str, u16, &str); 15] = [
     ("bad-request", 400, "The request could not be read."),
     (
         "malformed-json",
@@ -37,6 +37,11 @@ pub const PROBLEMS: [(&str, u16, &str); 14] = [
         "method-not-allowed",
         405,
         "The path exists but not for this method.",
+    ),
+    (
+        "body-timeout",
+        408,
+        "The request body did not arrive within the body timeout of its headers.",
     ),
     (
         "too-large",

@@ -26,7 +26,7 @@ use crate::gateway::http::auth::{self, CallerKey};
 use crate::gateway::http::config::HttpConfig;
 use crate::gateway::http::problem::Problem;
 use crate::gateway::http::state::AppState;
-use crate::gateway::http::{invoke, listen, ops, request_id, routes, skills};
+use crate::gateway::http::{descriptors, invoke, listen, ops, request_id, routes, skills};
 
 /// A bound HTTP server, not yet serving.
 pub struct Server {
@@ -40,7 +40,8 @@ pub struct Server {
 pub struct ShutdownReport {
     /// True when every in-flight request finished within the grace period.
     pub drained: bool,
-    /// Requests still running when the grace ran out (0 when drained).
+    /// Requests still running when the grace ran out, open SSE streams and streamed responses
+    /// included (0 when drained).
     pub abandoned: i64,
 }
 
@@ -81,7 +82,23 @@ impl Server {
             state,
         } = self;
         let stop = CancellationToken::new();
-        let serve = listen::serve(listener, router, state.config.header_timeout, stop.clone());
+        let config = &state.config;
+        let max_connections = descriptors::fit(config.max_connections);
+        if max_connections < config.max_connections {
+            tracing::warn!(
+                max_connections,
+                configured = config.max_connections,
+                "max-connections lowered to {max_connections}: the process may not open enough files for {} (raise `ulimit -n`)",
+                config.max_connections
+            );
+        }
+        let limits = listen::Limits {
+            header_timeout: config.header_timeout,
+            body_timeout: config.body_timeout,
+            max_connections,
+        };
+        let metrics = state.gateway.metrics.clone();
+        let serve = listen::serve(listener, router, limits, metrics, stop.clone());
         let mut serving = tokio::spawn(serve);
         let reason = tokio::select! {
             reason = shutdown => reason,
