@@ -62,6 +62,10 @@ pub struct ServeArgs {
     /// [default: 1024, lowered to fit the process's file descriptor limit].
     #[arg(long, env = "SKILLGATE_MAX_CONNECTIONS")]
     pub max_connections: Option<usize>,
+    /// Host names requests must be addressed to, comma-separated (`name` or `name:port`);
+    /// others get 421. `/healthz` and `/readyz` answer any host [default: any host].
+    #[arg(long, env = "SKILLGATE_ALLOWED_HOSTS")]
+    pub allowed_hosts: Option<String>,
     /// Hidden skills that may still be invoked over HTTP, comma-separated name globs.
     #[arg(long, env = "SKILLGATE_EXPOSE_HIDDEN")]
     pub expose_hidden: Option<String>,
@@ -83,6 +87,7 @@ impl ServeArgs {
             header_timeout: self.header_timeout,
             body_timeout: self.body_timeout,
             max_connections: self.max_connections,
+            allowed_hosts: self.allowed_hosts.clone(),
             expose_hidden: self.expose_hidden.clone(),
         }
     }

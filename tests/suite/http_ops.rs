@@ -185,6 +185,8 @@ async fn the_docs_page_renders_every_operation_and_problem_type() {
         "too-large",
         "unauthorized",
         "body-timeout",
+        "unsupported-media-type",
+        "misdirected",
     ] {
         assert!(
             page.contains(&format!("id=\"problem-{slug}\"")),

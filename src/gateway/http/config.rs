@@ -37,6 +37,8 @@ pub struct HttpConfig {
     pub body_timeout: Duration,
     /// Connections served at once; more wait in the listen backlog until one closes.
     pub max_connections: usize,
+    /// `Host` names (optionally `name:port`) requests must be addressed to; empty allows any.
+    pub allowed_hosts: Vec<String>,
     /// Hidden skills that may still be invoked over HTTP (name patterns).
     pub expose_hidden: Vec<String>,
     /// Emit `gateway-message` for every HTTP invocation too.
@@ -66,6 +68,7 @@ impl Default for HttpConfig {
             header_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(30),
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            allowed_hosts: Vec::new(),
             expose_hidden: Vec::new(),
             announce: false,
             public_dir: None,
@@ -89,6 +92,7 @@ pub struct Overrides {
     pub header_timeout: Option<f64>,
     pub body_timeout: Option<f64>,
     pub max_connections: Option<usize>,
+    pub allowed_hosts: Option<String>,
     pub expose_hidden: Option<String>,
 }
 
@@ -106,6 +110,7 @@ struct FileConfig {
     header_timeout: Option<f64>,
     body_timeout: Option<f64>,
     max_connections: Option<usize>,
+    allowed_hosts: Option<Vec<String>>,
     expose_hidden: Option<Vec<String>>,
     gateway_message: Option<bool>,
 }
@@ -227,6 +232,11 @@ impl HttpConfig {
                 return Err("`max-connections` must be at least 1".into());
             }
             config.max_connections = max;
+        }
+        if let Some(hosts) = &cli.allowed_hosts {
+            config.allowed_hosts = split_list(hosts);
+        } else if let Some(hosts) = file.allowed_hosts {
+            config.allowed_hosts = hosts;
         }
         if let Some(origins) = &cli.cors_origins {
             config.cors_origins = split_list(origins);

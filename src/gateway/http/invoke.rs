@@ -22,6 +22,7 @@ use crate::gateway::http::body;
 use crate::gateway::http::problem::Problem;
 use crate::gateway::http::request_id::RequestId;
 use crate::gateway::http::state::AppState;
+use crate::gateway::reply::chunk_bytes;
 use crate::gateway::{Dispatch, Inbound, ReplyPart};
 use crate::kernel::ToolRef;
 use crate::kernel::invoke::Output;
@@ -53,6 +54,9 @@ pub async fn invoke(
             format!("this API key may not invoke `{skill}`"),
         )
         .into_response();
+    }
+    if let Err(problem) = json_content_type(&headers, &body) {
+        return problem.into_response();
     }
     let args = match parse_args(&body) {
         Ok(args) => args,
@@ -126,9 +130,35 @@ pub fn headers_json(headers: &HeaderMap) -> Value {
     Value::Object(map)
 }
 
+/// Args come as JSON, and the request must say so: a form another site posts (`text/plain`,
+/// urlencoded, multipart) cannot invoke a skill. No body and no content type is no args.
+fn json_content_type(headers: &HeaderMap, body: &[u8]) -> Result<(), Problem> {
+    let declared = headers.get(header::CONTENT_TYPE);
+    let json = declared
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|essence| essence.trim().eq_ignore_ascii_case("application/json"));
+    if json || (declared.is_none() && is_blank(body)) {
+        return Ok(());
+    }
+    let got = match declared {
+        Some(v) => format!("`{}`", String::from_utf8_lossy(v.as_bytes())),
+        None => "none".to_string(),
+    };
+    Err(Problem::new(
+        415,
+        "unsupported-media-type",
+        format!("the args must be sent as `Content-Type: application/json` (got {got})"),
+    ))
+}
+
+fn is_blank(body: &[u8]) -> bool {
+    body.iter().all(u8::is_ascii_whitespace)
+}
+
 /// An empty body is `{}`; anything else must be a JSON object.
 fn parse_args(body: &[u8]) -> Result<Value, Problem> {
-    if body.iter().all(u8::is_ascii_whitespace) {
+    if is_blank(body) {
         return Ok(Value::Object(Map::new()));
     }
     match serde_json::from_slice::<Value>(body) {
@@ -212,7 +242,15 @@ fn raw(
     skill: &str,
     request_id: &str,
 ) -> Response {
-    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    // `web-send` refuses informational statuses; one that got here anyway would end the
+    // connection instead of answering.
+    let status = StatusCode::from_u16(status)
+        .ok()
+        .filter(|s| !s.is_informational())
+        .unwrap_or_else(|| {
+            tracing::error!(skill, request_id, status, "web-send: not a final status");
+            StatusCode::INTERNAL_SERVER_ERROR
+        });
     let mut builder = Response::builder().status(status);
     let mut typed = false;
     for (name, value) in headers {
@@ -269,13 +307,6 @@ fn raw(
     builder
         .body(Body::from_stream(stream))
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
-}
-
-fn chunk_bytes(chunk: Value) -> Bytes {
-    match chunk {
-        Value::String(s) => Bytes::from(s),
-        other => Bytes::from(other.to_string()),
-    }
 }
 
 /// The SSE stream of a run.

@@ -32,7 +32,8 @@ pub async fn track(State(state): State<AppState>, mut req: Request, next: Next) 
         .get(HEADER)
         .and_then(accepted)
         .unwrap_or_else(|| crate::context::id::format(crate::context::id::next_id()));
-    let method = req.method().as_str().to_string();
+    // Made-up methods are `other` in span names and metrics alike: both must stay bounded.
+    let method = crate::gateway::metrics::method_label(req.method().as_str());
     let route = req
         .extensions()
         .get::<MatchedPath>()
@@ -54,7 +55,7 @@ pub async fn track(State(state): State<AppState>, mut req: Request, next: Next) 
     state
         .gateway
         .metrics
-        .request(&method, &route, status, started.elapsed());
+        .request(method, &route, status, started.elapsed());
     if let Ok(value) = HeaderValue::from_str(&id) {
         response.headers_mut().insert(HEADER, value);
     }

@@ -19,14 +19,14 @@ use tokio_util::sync::CancellationToken;
 use tower_governor::GovernorError;
 use tower_governor::governor::GovernorConfigBuilder;
 use tower_http::cors::{AllowOrigin, CorsLayer};
-use tower_http::services::ServeDir;
 
 use crate::gateway::Gateway;
 use crate::gateway::http::auth::{self, CallerKey};
 use crate::gateway::http::config::HttpConfig;
 use crate::gateway::http::problem::Problem;
+use crate::gateway::http::public::PublicDir;
 use crate::gateway::http::state::AppState;
-use crate::gateway::http::{descriptors, invoke, listen, ops, request_id, routes, skills};
+use crate::gateway::http::{descriptors, hosts, invoke, listen, ops, request_id, routes, skills};
 
 /// A bound HTTP server, not yet serving.
 pub struct Server {
@@ -156,11 +156,10 @@ fn build_router(state: &AppState, web_routes: &[routes::WebRoute]) -> Result<Rou
         .route("/docs", get(ops::docs));
     router = routes::mount(router, web_routes);
     router = match &config.public_dir {
-        Some(dir) => router.fallback_service(
-            ServeDir::new(dir)
-                .append_index_html_on_directories(true)
-                .not_found_service(axum::routing::any(ops::not_found).with_state(state.clone())),
-        ),
+        Some(dir) => {
+            let public = PublicDir::new(dir)?;
+            router.fallback(move |req: axum::extract::Request| public.clone().serve(req))
+        }
         None => router.fallback(ops::not_found),
     };
     router = router.method_not_allowed_fallback(ops::method_not_allowed);
@@ -191,6 +190,9 @@ fn build_router(state: &AppState, web_routes: &[routes::WebRoute]) -> Result<Rou
     }
     if !config.cors_origins.is_empty() {
         router = router.layer(cors(&config.cors_origins)?);
+    }
+    if !state.hosts.is_empty() {
+        router = router.layer(from_fn_with_state(state.clone(), hosts::check));
     }
     router = router
         .layer(DefaultBodyLimit::max(config.body_limit))

@@ -7,6 +7,7 @@ use globset::{Glob, GlobSet, GlobSetBuilder};
 use crate::gateway::Gateway;
 use crate::gateway::http::auth::PublicPaths;
 use crate::gateway::http::config::HttpConfig;
+use crate::gateway::http::hosts::AllowedHosts;
 use crate::skills::tool::Tool;
 
 /// Cheap to clone (one reference count): axum clones the state for every layer and extractor
@@ -18,6 +19,7 @@ pub struct Shared {
     pub gateway: Gateway,
     pub config: HttpConfig,
     pub public: PublicPaths,
+    pub hosts: AllowedHosts,
     exposed: GlobSet,
 }
 
@@ -32,6 +34,7 @@ impl std::ops::Deref for AppState {
 impl AppState {
     pub fn new(gateway: Gateway, config: HttpConfig) -> Result<AppState, String> {
         let public = PublicPaths::new(&config.public)?;
+        let hosts = AllowedHosts::new(&config.allowed_hosts)?;
         let mut exposed = GlobSetBuilder::new();
         for pattern in &config.expose_hidden {
             exposed.add(
@@ -43,6 +46,7 @@ impl AppState {
             gateway,
             config,
             public,
+            hosts,
             exposed: exposed.build().map_err(|e| e.to_string())?,
         })))
     }

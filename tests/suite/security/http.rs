@@ -1,16 +1,18 @@
 //! Security of the HTTP edge, over a real socket: sockets that send nothing and the connection
-//! cap, stalled bodies, and cut-off SSE streams.
+//! cap, stalled bodies, bounded metric labels, content types and hosts, `web-send` heads that
+//! would end the connection, `public/` dotfiles and symlinks, and cut-off SSE streams.
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use serde_json::json;
+use serde_json::{Value, json};
 use skillgate::Context;
+use skillgate::gateway::http::{HttpConfig, Overrides};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::common::{Project, native};
-use crate::server::{TestServer, config};
+use crate::server::{TestServer, config, problem};
 
 /// A bound on every wait, only so a broken server fails the test instead of hanging it.
 const PATIENCE: Duration = Duration::from_secs(15);
@@ -121,6 +123,37 @@ async fn over_the_connection_cap_a_connection_waits_until_one_closes() {
     server.finish().await;
 }
 
+#[test]
+fn max_connections_body_timeout_and_allowed_hosts_are_settings() {
+    let project = Project::new();
+    project.write(
+        "skillgate.yaml",
+        "max-connections: 64\nbody-timeout: 2.5\nallowed-hosts: [api.example]\n",
+    );
+    let config = HttpConfig::resolve(project.path(), &Overrides::default()).unwrap();
+    assert_eq!(config.max_connections, 64);
+    assert_eq!(config.body_timeout, Duration::from_millis(2500));
+    assert_eq!(config.allowed_hosts, vec!["api.example".to_string()]);
+    let flags = Overrides {
+        max_connections: Some(8),
+        allowed_hosts: Some("a.example, b.example".into()),
+        ..Overrides::default()
+    };
+    let config = HttpConfig::resolve(project.path(), &flags).unwrap();
+    assert_eq!(config.max_connections, 8);
+    assert_eq!(config.allowed_hosts, vec!["a.example", "b.example"]);
+    let zero = Overrides {
+        max_connections: Some(0),
+        ..Overrides::default()
+    };
+    let err = HttpConfig::resolve(project.path(), &zero).unwrap_err();
+    assert!(err.contains("max-connections"), "{err}");
+    let defaults = HttpConfig::default();
+    assert_eq!(defaults.max_connections, 1024);
+    assert_eq!(defaults.body_timeout, Duration::from_secs(30));
+    assert!(defaults.allowed_hosts.is_empty());
+}
+
 // 2. Bodies that stall or trickle.
 
 #[tokio::test]
@@ -169,7 +202,199 @@ async fn a_request_body_that_trickles_is_answered_408_when_the_whole_body_is_lat
     server.finish().await;
 }
 
-// 3. Streams cut off at shutdown.
+// 3. Metric labels.
+
+#[tokio::test]
+async fn made_up_methods_and_raw_paths_never_become_metric_labels() {
+    let mut server = TestServer::start(project(), config()).await;
+    for i in 0..40 {
+        let method = reqwest::Method::from_bytes(format!("PROBE{i}").as_bytes()).unwrap();
+        server
+            .client
+            .request(method, server.url(&format!("/random-{i}/x")))
+            .send()
+            .await
+            .unwrap();
+        server.get(&format!("/missing-{i}")).await;
+    }
+    let text = server.get("/metrics").await.text().await.unwrap();
+    assert!(!text.contains("PROBE"), "{text}");
+    assert!(!text.contains("/random-"), "{text}");
+    assert!(!text.contains("/missing-"), "{text}");
+    assert!(text.contains("method=\"other\""), "{text}");
+    let series = text
+        .lines()
+        .filter(|l| l.starts_with("skillgate_http_requests_total{"))
+        .count();
+    assert!(series <= 3, "{series} series for 80 requests:\n{text}");
+    server.finish().await;
+}
+
+// 4. Content types and hosts.
+
+#[tokio::test]
+async fn invoke_refuses_a_body_that_is_not_declared_json_with_415() {
+    let mut server = TestServer::start(project(), config()).await;
+    let post = |content_type: Option<&'static str>, body: &'static str| {
+        let mut request = server.client.post(server.url("/invoke/hello")).body(body);
+        if let Some(content_type) = content_type {
+            request = request.header("content-type", content_type);
+        }
+        request.send()
+    };
+    // What a cross-site form can send without a preflight.
+    for content_type in [
+        "text/plain",
+        "application/x-www-form-urlencoded",
+        "multipart/form-data; boundary=x",
+    ] {
+        let body = problem(post(Some(content_type), "{}").await.unwrap(), 415).await;
+        assert!(
+            body["type"]
+                .as_str()
+                .unwrap()
+                .ends_with("unsupported-media-type")
+        );
+    }
+    problem(post(None, "{}").await.unwrap(), 415).await;
+    // An empty form is no exception; an empty body without a type is no args.
+    problem(post(Some("text/plain"), "").await.unwrap(), 415).await;
+    assert_eq!(post(None, "").await.unwrap().status(), 200);
+    for content_type in ["application/json", "Application/JSON; charset=utf-8"] {
+        assert_eq!(post(Some(content_type), "{}").await.unwrap().status(), 200);
+    }
+    server.finish().await;
+}
+
+#[tokio::test]
+async fn with_allowed_hosts_other_hosts_get_421_and_health_checks_answer_any_host() {
+    let mut settings = config();
+    settings.allowed_hosts = vec!["skillgate.test".into()];
+    let mut server = TestServer::start(project(), settings).await;
+    let get = |path: &str, host: &str| {
+        format!("GET {path} HTTP/1.1\r\nhost: {host}\r\nconnection: close\r\n\r\n")
+    };
+    let port = server.addr.port();
+    let refused = raw(server.addr, &get("/skills", &format!("127.0.0.1:{port}"))).await;
+    assert!(refused.starts_with("HTTP/1.1 421"), "{refused}");
+    assert!(refused.contains("/docs#problem-misdirected"), "{refused}");
+    let rebound = raw(server.addr, &get("/skills", "evil.example")).await;
+    assert!(rebound.starts_with("HTTP/1.1 421"), "{rebound}");
+    let named = raw(
+        server.addr,
+        &get("/skills", &format!("SkillGate.test:{port}")),
+    )
+    .await;
+    assert!(named.starts_with("HTTP/1.1 200"), "{named}");
+    for path in ["/healthz", "/readyz"] {
+        let probe = raw(server.addr, &get(path, "10.0.0.7:8080")).await;
+        assert!(probe.starts_with("HTTP/1.1 200"), "{path}: {probe}");
+    }
+    server.finish().await;
+}
+
+// 5. `web-send` heads that would end the connection.
+
+#[tokio::test]
+async fn web_send_refuses_informational_statuses_and_contradicting_length_headers() {
+    let mut server = TestServer::start_with(Project::new(), config(), |b| {
+        b.native(native(
+            "name: framer\ndescription: Tries heads hyper cannot send.\n",
+            |ctx: Context, _args| async move {
+                let mut kinds = Vec::new();
+                for attempt in [
+                    json!({ "status": 103 }),
+                    json!({ "status": 101, "headers": { "upgrade": "websocket" } }),
+                    json!({ "headers": { "content-length": "5", "transfer-encoding": "chunked" } }),
+                    json!({ "headers": { "transfer-encoding": "chunked" }, "chunk": "x" }),
+                    json!({ "headers": { "content-length": "100" }, "chunk": "short" }),
+                    json!({ "headers": { "content-length": "five" }, "chunk": "hello" }),
+                ] {
+                    let refused = ctx
+                        .invoke("web-send", attempt, Default::default())
+                        .await
+                        .expect_err("refused");
+                    kinds.push(refused.kind().code().to_string());
+                }
+                Ok(Some(json!(kinds)))
+            },
+        ))
+        .native(native(
+            "name: sized\ndescription: A whole body with its length.\n",
+            |ctx: Context, _args| async move {
+                ctx.invoke(
+                    "web-send",
+                    json!({ "status": 201, "headers": { "content-length": "5" }, "chunk": "hello" }),
+                    Default::default(),
+                )
+                .await?;
+                let more = ctx
+                    .invoke("web-send", json!({ "chunk": "!" }), Default::default())
+                    .await;
+                assert!(more.is_err(), "a chunk after the declared length");
+                Ok(None)
+            },
+        ))
+    })
+    .await;
+    // Nothing went out: the skill answers normally, the connection stays usable.
+    let response = server.post_json("/invoke/framer", &json!({})).await;
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["result"], json!(vec!["invalid-args"; 6]), "{body}");
+    let sized = server.post_json("/invoke/sized", &json!({})).await;
+    assert_eq!(sized.status(), 201);
+    assert_eq!(sized.text().await.unwrap(), "hello");
+    server.finish().await;
+}
+
+// 6. `public/`: dotfiles and symlinks out of the folder.
+
+#[cfg(unix)]
+#[tokio::test]
+async fn public_serves_neither_dotfiles_nor_files_a_symlink_leads_out_to() {
+    let project = project();
+    project
+        .write("public/index.html", "<p>home</p>")
+        .write("public/.env", "SECRET=1")
+        .write("public/.git/config", "[remote]")
+        .write("public/docs/.hidden", "no")
+        .write("public/.well-known/security.txt", "Contact: x")
+        .write("private/secret.txt", "outside")
+        .write("private/index.html", "outside index");
+    let public = project.path().join("public");
+    let private = project.path().join("private");
+    std::os::unix::fs::symlink(private.join("secret.txt"), public.join("leak.txt")).unwrap();
+    std::os::unix::fs::symlink(&private, public.join("out")).unwrap();
+    std::os::unix::fs::symlink(public.join("index.html"), public.join("home.html")).unwrap();
+    std::fs::create_dir(public.join("site")).unwrap();
+    std::os::unix::fs::symlink(private.join("index.html"), public.join("site/index.html")).unwrap();
+    let mut server = TestServer::start(project, config()).await;
+    for path in [
+        "/.env",
+        "/%2eenv",
+        "/.git/config",
+        "/docs/.hidden",
+        "/leak.txt",
+        "/out/secret.txt",
+        "/out/",
+        "/site/",
+    ] {
+        let response = server.get(path).await;
+        let body = problem(response, 404).await;
+        assert!(!body.to_string().contains("outside"), "{path}: {body}");
+    }
+    // Symlinks that stay inside, and `/.well-known/`, are served.
+    assert_eq!(
+        server.get("/home.html").await.text().await.unwrap(),
+        "<p>home</p>"
+    );
+    let known = server.get("/.well-known/security.txt").await;
+    assert_eq!(known.status(), 200);
+    server.finish().await;
+}
+
+// 7. Small leaks.
 
 #[tokio::test]
 async fn open_sse_streams_count_as_cut_off_when_the_grace_runs_out() {
