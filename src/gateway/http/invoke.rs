@@ -41,13 +41,14 @@ pub async fn invoke(
             return body::problem(&rejection, state.config.body_limit).into_response();
         }
     };
+    let caller = caller.map(|Extension(caller)| caller);
     let index = state.gateway.kernel.registry().current();
     let tool = match index.get(&skill) {
         Some(tool) if state.visible(tool) => tool.clone(),
-        _ => return unknown_skill(&skill, &index, &state),
+        _ => return unknown_skill(&skill, &index, &state, caller.as_ref()),
     };
     // No caller on the request: authentication is off.
-    if caller.is_some_and(|Extension(caller)| !caller.allows(&skill)) {
+    if caller.is_some_and(|caller| !caller.allows(&skill)) {
         return Problem::new(
             403,
             "forbidden",
@@ -181,15 +182,17 @@ fn parse_args(body: &[u8]) -> Result<Value, Problem> {
     }
 }
 
+/// The 404, suggesting only skills the caller could invoke.
 fn unknown_skill(
     skill: &str,
     index: &crate::skills::index::SearchIndex,
     state: &AppState,
+    caller: Option<&Caller>,
 ) -> Response {
     let suggestions: Vec<String> = index
         .closest(skill)
         .into_iter()
-        .filter(|name| index.get(name).is_some_and(|t| state.visible(t)))
+        .filter(|name| index.get(name).is_some_and(|t| state.callable(t, caller)))
         .collect();
     let mut detail = format!("no skill is named `{skill}`");
     if let Some(first) = suggestions.first() {

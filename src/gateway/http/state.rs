@@ -5,7 +5,7 @@ use std::sync::Arc;
 use globset::{Glob, GlobSet, GlobSetBuilder};
 
 use crate::gateway::Gateway;
-use crate::gateway::http::auth::PublicPaths;
+use crate::gateway::http::auth::{Caller, PublicPaths};
 use crate::gateway::http::config::HttpConfig;
 use crate::gateway::http::hosts::AllowedHosts;
 use crate::skills::tool::Tool;
@@ -57,5 +57,11 @@ impl AppState {
         let middleware =
             tool.decl.get("role").and_then(serde_json::Value::as_str) == Some("middleware");
         !(tool.hidden || middleware) || self.exposed.is_match(&tool.name)
+    }
+
+    /// True when `tool` is visible and `caller` may invoke it: what `/skills` shows a caller.
+    /// No caller means authentication is off.
+    pub fn callable(&self, tool: &Tool, caller: Option<&Caller>) -> bool {
+        self.visible(tool) && caller.is_none_or(|c| c.allows(&tool.name))
     }
 }

@@ -1,12 +1,14 @@
 //! Security of the HTTP edge, over a real socket: sockets that send nothing and the connection
 //! cap, stalled bodies, bounded metric labels, content types and hosts, `web-send` heads that
-//! would end the connection, `public/` dotfiles and symlinks, and cut-off SSE streams.
+//! would end the connection, `public/` dotfiles and symlinks, and small leaks (readiness
+//! details, a scoped key's view, store passwords, the bearer scheme, cut-off SSE streams).
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 use skillgate::Context;
+use skillgate::gateway::http::auth::{ApiKey, KeyRing, hash_key};
 use skillgate::gateway::http::{HttpConfig, Overrides};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -29,6 +31,16 @@ fn project() -> Project {
             "---\nname: admin\ndescription: Admin.\n---\nroot\n",
         );
     project
+}
+
+fn with_keys() -> HttpConfig {
+    let mut settings = config();
+    settings.keys = KeyRing::new(vec![
+        ApiKey::new("ci", &hash_key("sg_ci_key"), vec![]).unwrap(),
+        ApiKey::new("narrow", &hash_key("sg_narrow_key"), vec!["hel*".into()]).unwrap(),
+    ])
+    .unwrap();
+    settings
 }
 
 /// Reads until the server closes the socket (a reset counts as closed); what it sent first.
@@ -395,6 +407,127 @@ async fn public_serves_neither_dotfiles_nor_files_a_symlink_leads_out_to() {
 }
 
 // 7. Small leaks.
+
+#[tokio::test]
+async fn readyz_names_a_skill_that_failed_to_load_but_not_where_it_is() {
+    let project = project();
+    project.skill("broken.skill.md", "---\nname: [not, a, name]\n---\n");
+    let root = std::fs::canonicalize(project.path()).unwrap();
+    let mut server = TestServer::start(project, config()).await;
+    let ready = server.get("/readyz").await;
+    assert_eq!(ready.status(), 503);
+    let text = ready.text().await.unwrap();
+    let body: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(body["skills"]["failures"], json!(["broken"]), "{text}");
+    assert!(!text.contains(root.to_str().unwrap()), "{text}");
+    assert!(!text.contains("broken.skill.md"), "{text}");
+    server.finish().await;
+}
+
+#[tokio::test]
+async fn a_scoped_key_sees_only_the_skills_it_may_invoke() {
+    let mut server = TestServer::start(project(), with_keys()).await;
+    let get =
+        |path: &str, key: &'static str| server.client.get(server.url(path)).bearer_auth(key).send();
+    let list: Value = get("/skills", "sg_narrow_key")
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let names: Vec<&str> = list["skills"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["hello"]);
+    problem(get("/skills/admin", "sg_narrow_key").await.unwrap(), 404).await;
+    assert_eq!(
+        get("/skills/hello", "sg_narrow_key")
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    // Nor is it suggested.
+    let typo = server
+        .client
+        .post(server.url("/invoke/admn"))
+        .bearer_auth("sg_narrow_key")
+        .send()
+        .await
+        .unwrap();
+    let body = problem(typo, 404).await;
+    assert!(!body.to_string().contains("admin"), "{body}");
+    // An unscoped key still sees every skill.
+    let all: Value = get("/skills", "sg_ci_key")
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(all.to_string().contains("\"admin\""));
+    server.finish().await;
+}
+
+#[test]
+fn store_urls_are_shown_without_their_password() {
+    let project = Project::new();
+    let run = |store: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_skillgate"))
+            .arg("--project")
+            .arg(project.path())
+            .args(["--store", store, "migrate"])
+            .env_remove("SKILLGATE_STORE")
+            .output()
+            .expect("skillgate runs")
+    };
+    for store in [
+        "mysql://app:pw-s3cret@db/events",
+        "postgres://app:pw-s3cret@127.0.0.1:notaport/events",
+        "postgres://db:notaport/events?user=app&password=pw-s3cret",
+    ] {
+        let out = run(store);
+        assert!(!out.status.success());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("cannot open the event store"), "{stderr}");
+        assert!(stderr.contains("***"), "{stderr}");
+        assert!(!stderr.contains("pw-s3cret"), "{stderr}");
+    }
+    // Nor does help show the value of SKILLGATE_STORE.
+    let help = std::process::Command::new(env!("CARGO_BIN_EXE_skillgate"))
+        .arg("--help")
+        .env("SKILLGATE_STORE", "postgres://app:pw-s3cret@db/events")
+        .output()
+        .unwrap();
+    assert!(help.status.success());
+    assert!(!String::from_utf8_lossy(&help.stdout).contains("pw-s3cret"));
+}
+
+#[tokio::test]
+async fn the_bearer_scheme_is_case_insensitive() {
+    let mut server = TestServer::start(project(), with_keys()).await;
+    for scheme in ["BEARER", "bearer", "BeArEr"] {
+        let response = server
+            .client
+            .post(server.url("/invoke/hello"))
+            .header("authorization", format!("{scheme} sg_ci_key"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200, "{scheme}");
+    }
+    let other = server
+        .client
+        .post(server.url("/invoke/hello"))
+        .header("authorization", "Basic sg_ci_key")
+        .send()
+        .await
+        .unwrap();
+    problem(other, 401).await;
+    server.finish().await;
+}
 
 #[tokio::test]
 async fn open_sse_streams_count_as_cut_off_when_the_grace_runs_out() {
