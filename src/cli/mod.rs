@@ -6,6 +6,7 @@
 pub mod args;
 pub mod events;
 pub mod keys;
+mod redact;
 pub mod run;
 pub mod serve;
 pub mod skills;
@@ -34,7 +35,9 @@ pub struct Cli {
     #[arg(long, global = true, env = "SKILLGATE_PROJECT", default_value = ".")]
     pub project: PathBuf,
     /// The event store: `sqlite://<file>` (relative to the project), `postgres://...` or `memory`.
-    #[arg(long, global = true, env = "SKILLGATE_STORE", default_value = crate::events::open::DEFAULT_STORE)]
+    // Help does not show the value from the environment: it may hold a password.
+    #[arg(long, global = true, env = "SKILLGATE_STORE", hide_env_values = true,
+          default_value = crate::events::open::DEFAULT_STORE)]
     pub store: String,
     /// Events each topic keeps for replay.
     #[arg(
@@ -98,7 +101,7 @@ pub enum Command {
     Run(run::RunArgs),
     /// Serve the project's skills over HTTP: `POST /invoke/{skill}`, `GET /skills`, custom
     /// `web.routes`, `public/`, health, metrics and the OpenAPI document.
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     /// Make API keys and their hashes.
     #[command(subcommand)]
     Keys(keys::KeysCommand),
@@ -206,7 +209,9 @@ async fn open_store(cli: &Cli) -> Option<std::sync::Arc<dyn crate::events::Event
     {
         Ok(store) => Some(store),
         Err(err) => {
-            eprintln!("error: cannot open the event store `{}`: {err}", cli.store);
+            // Store URLs may carry a password: never print one.
+            let said = format!("cannot open the event store `{}`: {err}", cli.store);
+            eprintln!("error: {}", redact::message(&said, &cli.store));
             None
         }
     }

@@ -50,10 +50,22 @@ pub struct ServeArgs {
     /// Seconds shutdown waits for in-flight requests and streams [default: 10].
     #[arg(long, env = "SKILLGATE_SHUTDOWN_GRACE")]
     pub grace: Option<f64>,
-    /// Seconds a client may take to send a request's headers, and an idle keep-alive
-    /// connection stays open [default: 10].
+    /// Seconds a client may take to send a request's headers, and a connection with no
+    /// request in flight (one that never sends a byte included) stays open [default: 10].
     #[arg(long, env = "SKILLGATE_HEADER_TIMEOUT")]
     pub header_timeout: Option<f64>,
+    /// Seconds a client may take to send a whole request body after its headers; slower
+    /// requests are answered 408 [default: 30].
+    #[arg(long, env = "SKILLGATE_BODY_TIMEOUT")]
+    pub body_timeout: Option<f64>,
+    /// Connections served at once; more wait in the listen backlog until one closes
+    /// [default: 1024, lowered to fit the process's file descriptor limit].
+    #[arg(long, env = "SKILLGATE_MAX_CONNECTIONS")]
+    pub max_connections: Option<usize>,
+    /// Host names requests must be addressed to, comma-separated (`name` or `name:port`);
+    /// others get 421. `/healthz` and `/readyz` answer any host [default: any host].
+    #[arg(long, env = "SKILLGATE_ALLOWED_HOSTS")]
+    pub allowed_hosts: Option<String>,
     /// Hidden skills that may still be invoked over HTTP, comma-separated name globs.
     #[arg(long, env = "SKILLGATE_EXPOSE_HIDDEN")]
     pub expose_hidden: Option<String>,
@@ -73,6 +85,9 @@ impl ServeArgs {
             cors_origins: self.cors_origins.clone(),
             grace: self.grace,
             header_timeout: self.header_timeout,
+            body_timeout: self.body_timeout,
+            max_connections: self.max_connections,
+            allowed_hosts: self.allowed_hosts.clone(),
             expose_hidden: self.expose_hidden.clone(),
         }
     }

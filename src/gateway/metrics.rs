@@ -1,7 +1,8 @@
 //! Prometheus metrics shared by every transport: HTTP requests and their latency, in-flight
 //! requests, and invocations, errors and durations per skill and transport.
 //!
-//! Labels are bounded: routes are path templates (`/invoke/{skill}`), skills are registry names.
+//! Labels are bounded: methods are the standard ones or `other`, routes are path templates
+//! (`/invoke/{skill}`) or `unmatched`, skills are registry names.
 
 use std::sync::atomic::AtomicI64;
 use std::time::Duration;
@@ -39,6 +40,18 @@ struct ErrorLabels {
     skill: String,
     transport: String,
     kind: String,
+}
+
+/// The method as a label: one of the methods of RFC 9110 (and PATCH), else `other`, so made-up
+/// methods cannot grow the label set.
+pub fn method_label(method: &str) -> &'static str {
+    const KNOWN: [&str; 9] = [
+        "GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH",
+    ];
+    KNOWN
+        .into_iter()
+        .find(|known| *known == method)
+        .unwrap_or("other")
 }
 
 type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
@@ -120,10 +133,10 @@ impl Metrics {
         }
     }
 
-    /// Counts one finished HTTP request.
+    /// Counts one finished HTTP request. `route` must be a template, never a raw path.
     pub fn request(&self, method: &str, route: &str, status: u16, elapsed: Duration) {
         let labels = RouteLabels {
-            method: method.to_string(),
+            method: method_label(method).to_string(),
             route: route.to_string(),
         };
         self.latency
@@ -138,7 +151,7 @@ impl Metrics {
             .inc();
     }
 
-    /// +1 / -1 requests in flight.
+    /// +1 / -1 requests in flight (from a request's head until its response body ends).
     pub fn in_flight(&self, delta: i64) {
         self.in_flight.inc_by(delta);
     }

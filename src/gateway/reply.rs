@@ -9,6 +9,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use bytes::Bytes;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
@@ -42,6 +43,8 @@ pub struct Reply {
     tx: mpsc::Sender<ReplyPart>,
     head_sent: AtomicBool,
     body_started: AtomicBool,
+    /// The head declared the body's length and the body was sent whole.
+    body_complete: AtomicBool,
 }
 
 /// Where the raw response handle lives on a gateway run's context.
@@ -61,6 +64,7 @@ impl Reply {
             tx,
             head_sent: AtomicBool::new(false),
             body_started: AtomicBool::new(false),
+            body_complete: AtomicBool::new(false),
         };
         (Arc::new(reply), rx)
     }
@@ -88,8 +92,18 @@ impl Reply {
 
     /// Sends a body chunk (the head defaults to 200 if none was sent).
     pub async fn chunk(&self, chunk: Value) -> Result<()> {
+        if self.body_complete.load(Ordering::Acquire) {
+            return Err(SkillError::failed(
+                "the response is complete: its head declared `content-length` and the whole body was sent",
+            ));
+        }
         self.body_started.store(true, Ordering::Release);
         self.send(ReplyPart::Chunk(chunk)).await
+    }
+
+    /// No chunk may follow: the body sent so far is the length the head declared.
+    pub fn complete(&self) {
+        self.body_complete.store(true, Ordering::Release);
     }
 
     /// True once `web-send` took over the response (a head or a chunk went out).
@@ -111,5 +125,13 @@ impl Reply {
     /// which must never slow the run down).
     pub fn offer(&self, part: ReplyPart) {
         let _ = self.tx.try_send(part);
+    }
+}
+
+/// A body chunk as bytes on the wire: a string as is, anything else as JSON.
+pub fn chunk_bytes(chunk: Value) -> Bytes {
+    match chunk {
+        Value::String(s) => Bytes::from(s),
+        other => Bytes::from(other.to_string()),
     }
 }

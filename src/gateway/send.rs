@@ -5,7 +5,7 @@ use serde_json::{Value, json};
 
 use crate::context::Context;
 use crate::error::{ErrorKind, Result, SkillError};
-use crate::gateway::reply::{RESPONSE_PATH, Reply, ReplyPart};
+use crate::gateway::reply::{RESPONSE_PATH, Reply, ReplyPart, chunk_bytes};
 use crate::middleware::native;
 use crate::skills::tool::Tool;
 
@@ -55,7 +55,7 @@ metadata:
   params:
     type: object
     properties:
-      status: { type: integer, minimum: 100, maximum: 999 }
+      status: { type: integer, minimum: 200, maximum: 999, description: "A final status: informational (1xx) responses are the server's." }
       headers:
         type: object
         additionalProperties: { type: string }
@@ -82,14 +82,63 @@ metadata:
                         .collect()
                 })
                 .unwrap_or_default();
+            let chunk = args.get("chunk");
+            let mut whole = false;
             if status.is_some() || !headers.is_empty() {
+                whole = check_framing(&headers, chunk)?;
                 let status = u16::try_from(status.unwrap_or(200)).unwrap_or(500);
                 reply.head(status, headers).await?;
             }
-            if let Some(chunk) = args.get("chunk") {
+            if let Some(chunk) = chunk {
                 reply.chunk(chunk.clone()).await?;
+            }
+            if whole {
+                reply.complete();
             }
             Ok(Some(json!({ "sent": true })))
         },
     )
+}
+
+/// Framing is the server's, and a head that contradicts its body ends the connection instead of
+/// answering, so it is refused before anything is sent: no `transfer-encoding`, and a
+/// `content-length` only with the whole body in the same call. True when the head declares the
+/// length (then no chunk may follow).
+fn check_framing(headers: &[(String, String)], chunk: Option<&Value>) -> Result<bool> {
+    let invalid = |message: String| SkillError::new(ErrorKind::InvalidArgs, message);
+    let mut declared = None;
+    for (name, value) in headers {
+        if name.eq_ignore_ascii_case("transfer-encoding") {
+            return Err(invalid(
+                "`transfer-encoding`: skillgate frames the body itself; leave it out (without `content-length` the body streams)".into(),
+            ));
+        }
+        if !name.eq_ignore_ascii_case("content-length") {
+            continue;
+        }
+        if declared.is_some() {
+            return Err(invalid("`content-length` is given twice".into()));
+        }
+        let digits = value.trim();
+        let length = digits
+            .parse::<u64>()
+            .ok()
+            .filter(|_| digits.bytes().all(|b| b.is_ascii_digit()))
+            .ok_or_else(|| {
+                invalid(format!(
+                    "`content-length` must be a number of bytes, got `{value}`"
+                ))
+            })?;
+        declared = Some(length);
+    }
+    let Some(length) = declared else {
+        return Ok(false);
+    };
+    let sent = chunk.map_or(0, |c| chunk_bytes(c.clone()).len() as u64);
+    if sent != length {
+        return Err(invalid(format!(
+            "`content-length` is {length} but the body sent with it has {sent} bytes: send the whole body in the same call (`chunk`), or leave `content-length` out and the body streams"
+        )));
+    }
+    Ok(true)
 }

@@ -188,11 +188,7 @@ pub async fn authenticate(State(state): State<AppState>, mut req: Request, next:
             .headers()
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| {
-                v.strip_prefix("Bearer ")
-                    .or_else(|| v.strip_prefix("bearer "))
-            })
-            .map(str::trim);
+            .and_then(bearer_token);
         let Some(presented) = presented else {
             return unauthorized("this path needs an API key: send `Authorization: Bearer <key>`");
         };
@@ -203,6 +199,13 @@ pub async fn authenticate(State(state): State<AppState>, mut req: Request, next:
     };
     req.extensions_mut().insert(caller);
     next.run(req).await
+}
+
+/// The token of `Bearer <token>`; the scheme is case-insensitive (RFC 9110, section 11.1).
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim_start().split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
 }
 
 fn unauthorized(detail: &str) -> Response {

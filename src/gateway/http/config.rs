@@ -28,9 +28,17 @@ pub struct HttpConfig {
     pub cors_origins: Vec<String>,
     /// How long shutdown waits for in-flight requests and streams.
     pub grace: Duration,
-    /// How long a client may take to send a request's headers (also how long an idle
-    /// keep-alive connection stays open); slower connections are closed.
+    /// How long a client may take to send a request's headers, counted from when the
+    /// connection opened or its last response ended (so also how long a connection without a
+    /// request in flight stays open); slower connections are closed.
     pub header_timeout: Duration,
+    /// How long a client may take to send a whole request body, counted from its headers;
+    /// slower requests are answered 408.
+    pub body_timeout: Duration,
+    /// Connections served at once; more wait in the listen backlog until one closes.
+    pub max_connections: usize,
+    /// `Host` names (optionally `name:port`) requests must be addressed to; empty allows any.
+    pub allowed_hosts: Vec<String>,
     /// Hidden skills that may still be invoked over HTTP (name patterns).
     pub expose_hidden: Vec<String>,
     /// Emit `gateway-message` for every HTTP invocation too.
@@ -40,6 +48,9 @@ pub struct HttpConfig {
 }
 
 pub const DEFAULT_BIND: &str = "127.0.0.1:8080";
+/// Enough for a busy instance, and below the 1024 descriptors many systems allow a process by
+/// default once the store, skills and logs have theirs (see `descriptors`).
+pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 pub const DEFAULT_PUBLIC: [&str; 4] = ["/healthz", "/readyz", "/openapi.yaml", "/docs"];
 
 impl Default for HttpConfig {
@@ -55,6 +66,9 @@ impl Default for HttpConfig {
             cors_origins: Vec::new(),
             grace: Duration::from_secs(10),
             header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(30),
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            allowed_hosts: Vec::new(),
             expose_hidden: Vec::new(),
             announce: false,
             public_dir: None,
@@ -76,6 +90,9 @@ pub struct Overrides {
     pub cors_origins: Option<String>,
     pub grace: Option<f64>,
     pub header_timeout: Option<f64>,
+    pub body_timeout: Option<f64>,
+    pub max_connections: Option<usize>,
+    pub allowed_hosts: Option<String>,
     pub expose_hidden: Option<String>,
 }
 
@@ -91,6 +108,9 @@ struct FileConfig {
     cors: Option<FileCors>,
     shutdown_grace: Option<f64>,
     header_timeout: Option<f64>,
+    body_timeout: Option<f64>,
+    max_connections: Option<usize>,
+    allowed_hosts: Option<Vec<String>>,
     expose_hidden: Option<Vec<String>>,
     gateway_message: Option<bool>,
 }
@@ -200,6 +220,23 @@ impl HttpConfig {
             if config.header_timeout.is_zero() {
                 return Err("`header-timeout` must be above 0 seconds".into());
             }
+        }
+        if let Some(secs) = cli.body_timeout.or(file.body_timeout) {
+            config.body_timeout = seconds("body-timeout", secs)?;
+            if config.body_timeout.is_zero() {
+                return Err("`body-timeout` must be above 0 seconds".into());
+            }
+        }
+        if let Some(max) = cli.max_connections.or(file.max_connections) {
+            if max == 0 {
+                return Err("`max-connections` must be at least 1".into());
+            }
+            config.max_connections = max;
+        }
+        if let Some(hosts) = &cli.allowed_hosts {
+            config.allowed_hosts = split_list(hosts);
+        } else if let Some(hosts) = file.allowed_hosts {
+            config.allowed_hosts = hosts;
         }
         if let Some(origins) = &cli.cors_origins {
             config.cors_origins = split_list(origins);

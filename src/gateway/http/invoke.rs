@@ -18,9 +18,11 @@ use futures::Stream;
 use serde_json::{Map, Value, json};
 
 use crate::gateway::http::auth::Caller;
+use crate::gateway::http::body;
 use crate::gateway::http::problem::Problem;
 use crate::gateway::http::request_id::RequestId;
 use crate::gateway::http::state::AppState;
+use crate::gateway::reply::chunk_bytes;
 use crate::gateway::{Dispatch, Inbound, ReplyPart};
 use crate::kernel::ToolRef;
 use crate::kernel::invoke::Output;
@@ -35,21 +37,27 @@ pub async fn invoke(
 ) -> Response {
     let body = match body {
         Ok(body) => body,
-        Err(rejection) => return body_problem(&rejection, state.config.body_limit),
+        Err(rejection) => {
+            return body::problem(&rejection, state.config.body_limit).into_response();
+        }
     };
+    let caller = caller.map(|Extension(caller)| caller);
     let index = state.gateway.kernel.registry().current();
     let tool = match index.get(&skill) {
         Some(tool) if state.visible(tool) => tool.clone(),
-        _ => return unknown_skill(&skill, &index, &state),
+        _ => return unknown_skill(&skill, &index, &state, caller.as_ref()),
     };
     // No caller on the request: authentication is off.
-    if caller.is_some_and(|Extension(caller)| !caller.allows(&skill)) {
+    if caller.is_some_and(|caller| !caller.allows(&skill)) {
         return Problem::new(
             403,
             "forbidden",
             format!("this API key may not invoke `{skill}`"),
         )
         .into_response();
+    }
+    if let Err(problem) = json_content_type(&headers, &body) {
+        return problem.into_response();
     }
     let args = match parse_args(&body) {
         Ok(args) => args,
@@ -123,24 +131,35 @@ pub fn headers_json(headers: &HeaderMap) -> Value {
     Value::Object(map)
 }
 
-/// The 400 or 413 for a body that could not be read.
-pub fn body_problem(rejection: &BytesRejection, limit: usize) -> Response {
-    if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-        Problem::new(
-            413,
-            "too-large",
-            format!("the request body is larger than the limit of {limit} bytes"),
-        )
-        .with("limit", json!(limit))
-        .into_response()
-    } else {
-        Problem::new(400, "bad-request", rejection.body_text()).into_response()
+/// Args come as JSON, and the request must say so: a form another site posts (`text/plain`,
+/// urlencoded, multipart) cannot invoke a skill. No body and no content type is no args.
+fn json_content_type(headers: &HeaderMap, body: &[u8]) -> Result<(), Problem> {
+    let declared = headers.get(header::CONTENT_TYPE);
+    let json = declared
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|essence| essence.trim().eq_ignore_ascii_case("application/json"));
+    if json || (declared.is_none() && is_blank(body)) {
+        return Ok(());
     }
+    let got = match declared {
+        Some(v) => format!("`{}`", String::from_utf8_lossy(v.as_bytes())),
+        None => "none".to_string(),
+    };
+    Err(Problem::new(
+        415,
+        "unsupported-media-type",
+        format!("the args must be sent as `Content-Type: application/json` (got {got})"),
+    ))
+}
+
+fn is_blank(body: &[u8]) -> bool {
+    body.iter().all(u8::is_ascii_whitespace)
 }
 
 /// An empty body is `{}`; anything else must be a JSON object.
 fn parse_args(body: &[u8]) -> Result<Value, Problem> {
-    if body.iter().all(u8::is_ascii_whitespace) {
+    if is_blank(body) {
         return Ok(Value::Object(Map::new()));
     }
     match serde_json::from_slice::<Value>(body) {
@@ -163,15 +182,17 @@ fn parse_args(body: &[u8]) -> Result<Value, Problem> {
     }
 }
 
+/// The 404, suggesting only skills the caller could invoke.
 fn unknown_skill(
     skill: &str,
     index: &crate::skills::index::SearchIndex,
     state: &AppState,
+    caller: Option<&Caller>,
 ) -> Response {
     let suggestions: Vec<String> = index
         .closest(skill)
         .into_iter()
-        .filter(|name| index.get(name).is_some_and(|t| state.visible(t)))
+        .filter(|name| index.get(name).is_some_and(|t| state.callable(t, caller)))
         .collect();
     let mut detail = format!("no skill is named `{skill}`");
     if let Some(first) = suggestions.first() {
@@ -224,7 +245,15 @@ fn raw(
     skill: &str,
     request_id: &str,
 ) -> Response {
-    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    // `web-send` refuses informational statuses; one that got here anyway would end the
+    // connection instead of answering.
+    let status = StatusCode::from_u16(status)
+        .ok()
+        .filter(|s| !s.is_informational())
+        .unwrap_or_else(|| {
+            tracing::error!(skill, request_id, status, "web-send: not a final status");
+            StatusCode::INTERNAL_SERVER_ERROR
+        });
     let mut builder = Response::builder().status(status);
     let mut typed = false;
     for (name, value) in headers {
@@ -281,13 +310,6 @@ fn raw(
     builder
         .body(Body::from_stream(stream))
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
-}
-
-fn chunk_bytes(chunk: Value) -> Bytes {
-    match chunk {
-        Value::String(s) => Bytes::from(s),
-        other => Bytes::from(other.to_string()),
-    }
 }
 
 /// The SSE stream of a run.

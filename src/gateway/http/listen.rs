@@ -1,7 +1,11 @@
-//! The accept loop: one HTTP/1.1-or-2 connection per socket with a header read timeout (so a
-//! client that trickles its headers cannot hold a connection open), the caller's address in
-//! each request, and a graceful close of every connection once told to stop.
+//! The accept loop: at most `max-connections` connections at once (more wait in the listen
+//! backlog), one HTTP/1.1-or-2 connection per socket, closed once it has had no request in
+//! flight for the header timeout (a socket that never sends a byte included), a deadline on
+//! each request body, the caller's address in each request, and a graceful close of every
+//! connection once told to stop.
 
+use std::convert::Infallible;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -13,30 +17,51 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
+
+use crate::gateway::http::activity::{Activity, Tracked};
+use crate::gateway::http::body::Deadline;
+use crate::gateway::metrics::Metrics;
+
+/// How connections are held to account.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// For a request's headers, and for a connection with nothing in flight.
+    pub header_timeout: Duration,
+    /// For a request's whole body, from its headers.
+    pub body_timeout: Duration,
+    pub max_connections: usize,
+}
 
 /// Serves `router` on `listener` until `stop` is cancelled, then stops accepting, asks every
 /// open connection to finish its in-flight requests and close, and returns when all have.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
-    header_timeout: Duration,
+    limits: Limits,
+    metrics: Arc<Metrics>,
     stop: CancellationToken,
 ) {
     let mut builder = Builder::new(TokioExecutor::new());
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(header_timeout);
+        .header_read_timeout(limits.header_timeout);
     builder
         .http2()
         .timer(TokioTimer::new())
-        .keep_alive_interval(header_timeout)
-        .keep_alive_timeout(header_timeout)
+        .keep_alive_interval(limits.header_timeout)
+        .keep_alive_timeout(limits.header_timeout)
         .enable_connect_protocol();
     let graceful = GracefulShutdown::new();
+    let mut slots = Slots::new(limits.max_connections);
     loop {
+        let permit = tokio::select! {
+            _ = stop.cancelled() => break,
+            permit = slots.take() => permit,
+        };
         let (socket, peer) = tokio::select! {
             _ = stop.cancelled() => break,
             accepted = listener.accept() => match accepted {
@@ -51,21 +76,85 @@ pub async fn serve(
         };
         let _ = socket.set_nodelay(true);
         let router = router.clone();
+        let activity = Activity::new(metrics.clone());
+        let watched = activity.clone();
+        let body_timeout = limits.body_timeout;
         let service = hyper::service::service_fn(move |request: Request<Incoming>| {
-            let mut request = request.map(Body::new);
+            let in_flight = activity.begin();
+            let mut request = request.map(|body| Body::new(Deadline::new(body, body_timeout)));
             request.extensions_mut().insert(ConnectInfo(peer));
-            router.clone().oneshot(request)
+            let call = router.clone().oneshot(request);
+            async move {
+                let response = call.await?;
+                Ok::<_, Infallible>(response.map(|body| Tracked::new(body, in_flight)))
+            }
         });
         let connection = builder
             .serve_connection_with_upgrades(TokioIo::new(socket), service)
             .into_owned();
         let connection = graceful.watch(connection);
+        let header_timeout = limits.header_timeout;
         tokio::spawn(async move {
-            if let Err(err) = connection.await {
-                tracing::debug!(%peer, error = %err, "connection ended with an error");
+            tokio::select! {
+                ended = connection => {
+                    if let Err(err) = ended {
+                        tracing::debug!(%peer, error = %err, "connection ended with an error");
+                    }
+                }
+                // Before its first request hyper does not time a connection (it waits for the
+                // bytes that tell HTTP/1 from HTTP/2), and HTTP/2 never times an idle one.
+                () = watched.idle_for(header_timeout) => {
+                    tracing::debug!(%peer, "closed a connection with no request in flight for the header timeout");
+                }
             }
+            // The socket is closed (dropped with the connection) before its slot is freed.
+            drop(permit);
         });
     }
     drop(listener);
     graceful.shutdown().await;
+}
+
+/// The connection cap, with one log line when it is reached and one when it is not any more
+/// (not one per connection).
+struct Slots {
+    free: Arc<Semaphore>,
+    max: usize,
+    full: bool,
+}
+
+impl Slots {
+    fn new(max: usize) -> Slots {
+        Slots {
+            free: Arc::new(Semaphore::new(max)),
+            max,
+            full: false,
+        }
+    }
+
+    /// A slot for the next connection; waits (not accepting, so new connections wait in the
+    /// listen backlog) while every slot is taken.
+    async fn take(&mut self) -> OwnedSemaphorePermit {
+        if let Ok(permit) = self.free.clone().try_acquire_owned() {
+            if std::mem::take(&mut self.full) {
+                tracing::info!(
+                    max_connections = self.max,
+                    "below max-connections again: accepting connections"
+                );
+            }
+            return permit;
+        }
+        if !std::mem::replace(&mut self.full, true) {
+            tracing::warn!(
+                max_connections = self.max,
+                "max-connections ({}) reached: new connections wait in the listen backlog until one closes",
+                self.max
+            );
+        }
+        self.free
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("the semaphore is never closed")
+    }
 }

@@ -3,16 +3,24 @@
 //! `/docs`, behind API keys, a per-key rate limit, a body limit, timeouts and CORS.
 //!
 //! One module a concern: [`config`] (flags, environment, file), [`server`] (router, layers,
-//! shutdown), [`invoke`], [`routes`], [`skills`], [`ops`], [`auth`], [`request_id`],
-//! [`problem`] (RFC 9457 errors), [`openapi`] (the document and the docs page).
+//! shutdown), [`listen`] (accept loop, connection cap, idle connections), [`activity`] (what is
+//! in flight), [`body`] (the body deadline), [`descriptors`] (the cap's file descriptor
+//! budget), [`invoke`], [`routes`], [`skills`], [`ops`], [`public`] (`public/` files),
+//! [`auth`], [`hosts`] (the `Host` allow-list), [`request_id`], [`problem`] (RFC 9457 errors),
+//! [`openapi`] (the document and the docs page).
 
+mod activity;
 pub mod auth;
+pub mod body;
 pub mod config;
+mod descriptors;
+pub mod hosts;
 pub mod invoke;
 mod listen;
 pub mod openapi;
 pub mod ops;
 pub mod problem;
+mod public;
 pub mod request_id;
 pub mod routes;
 pub mod server;

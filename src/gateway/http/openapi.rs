@@ -10,7 +10,7 @@ use serde_json::Value;
 pub const DOCUMENT: &str = include_str!("../../../openapi.yaml");
 
 /// Problem types the gateway answers with: slug, status, meaning.
-pub const PROBLEMS: [(&str, u16, &str); 14] = [
+pub const PROBLEMS: [(&str, u16, &str); 17] = [
     ("bad-request", 400, "The request could not be read."),
     (
         "malformed-json",
@@ -39,9 +39,24 @@ pub const PROBLEMS: [(&str, u16, &str); 14] = [
         "The path exists but not for this method.",
     ),
     (
+        "body-timeout",
+        408,
+        "The request body did not arrive within the body timeout of its headers.",
+    ),
+    (
         "too-large",
         413,
         "The body is larger than the configured limit.",
+    ),
+    (
+        "unsupported-media-type",
+        415,
+        "A body was sent without `Content-Type: application/json`.",
+    ),
+    (
+        "misdirected",
+        421,
+        "The request is addressed to a host the server does not answer for (`allowed-hosts`).",
     ),
     (
         "invalid-args",

@@ -18,18 +18,21 @@ pub async fn healthz() -> Response {
 /// Readiness: the event store answers and the skills loaded without failures.
 pub async fn readyz(State(state): State<AppState>) -> Response {
     let kernel = &state.gateway.kernel;
+    // The path is public: it says which check failed, never where (file paths, store
+    // addresses); the causes are in the log.
     let store = match kernel.bus().store().ping().await {
         Ok(()) => json!({ "ok": true, "kind": kernel.bus().store().kind() }),
         Err(err) => {
-            json!({ "ok": false, "kind": kernel.bus().store().kind(), "error": err.to_string() })
+            tracing::warn!(error = %err, "readiness: the event store does not answer");
+            json!({
+                "ok": false,
+                "kind": kernel.bus().store().kind(),
+                "error": "the event store does not answer; the cause is in the server log",
+            })
         }
     };
     let index = kernel.registry().current();
-    let failures: Vec<String> = index
-        .failures()
-        .iter()
-        .map(|f| f.error.to_string())
-        .collect();
+    let failures: Vec<&str> = index.failures().iter().map(|f| f.name.as_str()).collect();
     let skills = json!({
         "ok": failures.is_empty() && index.tools().next().is_some(),
         "count": index.tools().count(),

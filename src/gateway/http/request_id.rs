@@ -1,5 +1,6 @@
 //! Per-request bookkeeping: the request id (accepted from `x-request-id` or generated, and
-//! returned), the request's tracing span, in-flight count and request metrics.
+//! returned), the request's tracing span and request metrics (the in-flight count is kept by
+//! `activity`, as it lasts until the response body ends).
 
 use std::time::Instant;
 
@@ -31,7 +32,8 @@ pub async fn track(State(state): State<AppState>, mut req: Request, next: Next) 
         .get(HEADER)
         .and_then(accepted)
         .unwrap_or_else(|| crate::context::id::format(crate::context::id::next_id()));
-    let method = req.method().as_str().to_string();
+    // Made-up methods are `other` in span names and metrics alike: both must stay bounded.
+    let method = crate::gateway::metrics::method_label(req.method().as_str());
     let route = req
         .extensions()
         .get::<MatchedPath>()
@@ -47,13 +49,13 @@ pub async fn track(State(state): State<AppState>, mut req: Request, next: Next) 
         http.response.status_code = tracing::field::Empty,
     );
     req.extensions_mut().insert(RequestId(id.clone()));
-    let metrics = state.gateway.metrics.clone();
-    metrics.in_flight(1);
     let mut response = next.run(req).instrument(span.clone()).await;
-    metrics.in_flight(-1);
     let status = response.status().as_u16();
     span.record("http.response.status_code", status);
-    metrics.request(&method, &route, status, started.elapsed());
+    state
+        .gateway
+        .metrics
+        .request(method, &route, status, started.elapsed());
     if let Ok(value) = HeaderValue::from_str(&id) {
         response.headers_mut().insert(HEADER, value);
     }

@@ -7,7 +7,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::{Query, RawPathParams, Request, State};
+use axum::body::Bytes;
+use axum::extract::{FromRequest, Query, RawPathParams, Request, State};
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{MethodFilter, on};
@@ -16,6 +17,7 @@ use serde_json::{Map, Value, json};
 use crate::cascade;
 use crate::gateway::Inbound;
 use crate::gateway::http::auth::Caller;
+use crate::gateway::http::body;
 use crate::gateway::http::invoke::{headers_json, request_fields, respond};
 use crate::gateway::http::problem::Problem;
 use crate::gateway::http::request_id::RequestId;
@@ -201,18 +203,11 @@ async fn handle(
     let method = req.method().to_string();
     let path = req.uri().path().to_string();
     let headers = req.headers().clone();
-    let body = match axum::body::to_bytes(req.into_body(), state.config.body_limit).await {
+    // Read as `/invoke` reads it: within the body limit and the body timeout.
+    let body = match Bytes::from_request(req, &state).await {
         Ok(bytes) => bytes,
-        Err(_) => {
-            return Problem::new(
-                413,
-                "too-large",
-                format!(
-                    "the request body is larger than the limit of {} bytes",
-                    state.config.body_limit
-                ),
-            )
-            .into_response();
+        Err(rejection) => {
+            return body::problem(&rejection, state.config.body_limit).into_response();
         }
     };
     let body = match body_value(&headers, &body) {

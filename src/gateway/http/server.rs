@@ -19,14 +19,14 @@ use tokio_util::sync::CancellationToken;
 use tower_governor::GovernorError;
 use tower_governor::governor::GovernorConfigBuilder;
 use tower_http::cors::{AllowOrigin, CorsLayer};
-use tower_http::services::ServeDir;
 
 use crate::gateway::Gateway;
 use crate::gateway::http::auth::{self, CallerKey};
 use crate::gateway::http::config::HttpConfig;
 use crate::gateway::http::problem::Problem;
+use crate::gateway::http::public::PublicDir;
 use crate::gateway::http::state::AppState;
-use crate::gateway::http::{invoke, listen, ops, request_id, routes, skills};
+use crate::gateway::http::{descriptors, hosts, invoke, listen, ops, request_id, routes, skills};
 
 /// A bound HTTP server, not yet serving.
 pub struct Server {
@@ -40,7 +40,8 @@ pub struct Server {
 pub struct ShutdownReport {
     /// True when every in-flight request finished within the grace period.
     pub drained: bool,
-    /// Requests still running when the grace ran out (0 when drained).
+    /// Requests still running when the grace ran out, open SSE streams and streamed responses
+    /// included (0 when drained).
     pub abandoned: i64,
 }
 
@@ -81,7 +82,23 @@ impl Server {
             state,
         } = self;
         let stop = CancellationToken::new();
-        let serve = listen::serve(listener, router, state.config.header_timeout, stop.clone());
+        let config = &state.config;
+        let max_connections = descriptors::fit(config.max_connections);
+        if max_connections < config.max_connections {
+            tracing::warn!(
+                max_connections,
+                configured = config.max_connections,
+                "max-connections lowered to {max_connections}: the process may not open enough files for {} (raise `ulimit -n`)",
+                config.max_connections
+            );
+        }
+        let limits = listen::Limits {
+            header_timeout: config.header_timeout,
+            body_timeout: config.body_timeout,
+            max_connections,
+        };
+        let metrics = state.gateway.metrics.clone();
+        let serve = listen::serve(listener, router, limits, metrics, stop.clone());
         let mut serving = tokio::spawn(serve);
         let reason = tokio::select! {
             reason = shutdown => reason,
@@ -139,11 +156,10 @@ fn build_router(state: &AppState, web_routes: &[routes::WebRoute]) -> Result<Rou
         .route("/docs", get(ops::docs));
     router = routes::mount(router, web_routes);
     router = match &config.public_dir {
-        Some(dir) => router.fallback_service(
-            ServeDir::new(dir)
-                .append_index_html_on_directories(true)
-                .not_found_service(axum::routing::any(ops::not_found).with_state(state.clone())),
-        ),
+        Some(dir) => {
+            let public = PublicDir::new(dir)?;
+            router.fallback(move |req: axum::extract::Request| public.clone().serve(req))
+        }
         None => router.fallback(ops::not_found),
     };
     router = router.method_not_allowed_fallback(ops::method_not_allowed);
@@ -174,6 +190,9 @@ fn build_router(state: &AppState, web_routes: &[routes::WebRoute]) -> Result<Rou
     }
     if !config.cors_origins.is_empty() {
         router = router.layer(cors(&config.cors_origins)?);
+    }
+    if !state.hosts.is_empty() {
+        router = router.layer(from_fn_with_state(state.clone(), hosts::check));
     }
     router = router
         .layer(DefaultBodyLimit::max(config.body_limit))

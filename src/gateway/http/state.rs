@@ -5,8 +5,9 @@ use std::sync::Arc;
 use globset::{Glob, GlobSet, GlobSetBuilder};
 
 use crate::gateway::Gateway;
-use crate::gateway::http::auth::PublicPaths;
+use crate::gateway::http::auth::{Caller, PublicPaths};
 use crate::gateway::http::config::HttpConfig;
+use crate::gateway::http::hosts::AllowedHosts;
 use crate::skills::tool::Tool;
 
 /// Cheap to clone (one reference count): axum clones the state for every layer and extractor
@@ -18,6 +19,7 @@ pub struct Shared {
     pub gateway: Gateway,
     pub config: HttpConfig,
     pub public: PublicPaths,
+    pub hosts: AllowedHosts,
     exposed: GlobSet,
 }
 
@@ -32,6 +34,7 @@ impl std::ops::Deref for AppState {
 impl AppState {
     pub fn new(gateway: Gateway, config: HttpConfig) -> Result<AppState, String> {
         let public = PublicPaths::new(&config.public)?;
+        let hosts = AllowedHosts::new(&config.allowed_hosts)?;
         let mut exposed = GlobSetBuilder::new();
         for pattern in &config.expose_hidden {
             exposed.add(
@@ -43,6 +46,7 @@ impl AppState {
             gateway,
             config,
             public,
+            hosts,
             exposed: exposed.build().map_err(|e| e.to_string())?,
         })))
     }
@@ -53,5 +57,11 @@ impl AppState {
         let middleware =
             tool.decl.get("role").and_then(serde_json::Value::as_str) == Some("middleware");
         !(tool.hidden || middleware) || self.exposed.is_match(&tool.name)
+    }
+
+    /// True when `tool` is visible and `caller` may invoke it: what `/skills` shows a caller.
+    /// No caller means authentication is off.
+    pub fn callable(&self, tool: &Tool, caller: Option<&Caller>) -> bool {
+        self.visible(tool) && caller.is_none_or(|c| c.allows(&tool.name))
     }
 }

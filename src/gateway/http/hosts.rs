@@ -1,0 +1,137 @@
+//! The `Host` allow-list: with `allowed-hosts` set, a request addressed to any other host (a
+//! DNS-rebinding page, a misrouted proxy) gets 421. `/healthz` and `/readyz` answer any host, so
+//! orchestrators can still probe the server by its address.
+
+use std::str::FromStr;
+
+use axum::extract::{Request, State};
+use axum::http::header;
+use axum::http::uri::Authority;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use crate::gateway::http::problem::Problem;
+use crate::gateway::http::state::AppState;
+
+/// Paths that answer whatever host they were sent to.
+const ANY_HOST: [&str; 2] = ["/healthz", "/readyz"];
+
+/// One allowed host: a name (`*.example.com` for any subdomain), and a port if given.
+#[derive(Debug, Clone)]
+struct Allowed {
+    name: String,
+    port: Option<u16>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct AllowedHosts(Vec<Allowed>);
+
+impl AllowedHosts {
+    /// `entries` are `name`, `name:port`, `*.domain` or `[v6]:port`; empty allows any host.
+    pub fn new(entries: &[String]) -> Result<AllowedHosts, String> {
+        let mut allowed = Vec::new();
+        for entry in entries {
+            let (wildcard, rest) = match entry.strip_prefix("*.") {
+                Some(rest) => (true, rest),
+                None => (false, entry.as_str()),
+            };
+            let authority = Authority::from_str(rest)
+                .ok()
+                .filter(|a| !a.as_str().contains('@'))
+                .ok_or_else(|| format!("allowed host `{entry}` is not a host name"))?;
+            let name = normalize(authority.host());
+            allowed.push(Allowed {
+                name: if wildcard { format!("*.{name}") } else { name },
+                port: authority.port_u16(),
+            });
+        }
+        Ok(AllowedHosts(allowed))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// True when a request for `authority` (a `Host` header) may be served.
+    pub fn allows(&self, authority: &str) -> bool {
+        let Some(authority) = Authority::from_str(authority)
+            .ok()
+            .filter(|a| !a.as_str().contains('@'))
+        else {
+            return false;
+        };
+        let host = normalize(authority.host());
+        self.0.iter().any(|a| {
+            let name = match a.name.strip_prefix("*.") {
+                Some(domain) => host
+                    .strip_suffix(domain)
+                    .is_some_and(|sub| sub.len() > 1 && sub.ends_with('.')),
+                None => host == a.name,
+            };
+            name && a.port.is_none_or(|port| authority.port_u16() == Some(port))
+        })
+    }
+}
+
+/// Lower case, without the trailing dot of a fully qualified name.
+fn normalize(host: &str) -> String {
+    host.trim_end_matches('.').to_ascii_lowercase()
+}
+
+/// Middleware, installed only when hosts are configured.
+pub async fn check(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    if ANY_HOST.contains(&req.uri().path()) {
+        return next.run(req).await;
+    }
+    // HTTP/2 carries the host in the request's authority, HTTP/1.1 in `Host`.
+    let host = match req.uri().authority() {
+        Some(authority) => Some(authority.as_str().to_string()),
+        None => req
+            .headers()
+            .get(header::HOST)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string),
+    };
+    match host {
+        Some(host) if state.hosts.allows(&host) => next.run(req).await,
+        Some(host) => Problem::new(
+            421,
+            "misdirected",
+            format!("this server does not answer for the host `{host}`"),
+        )
+        .into_response(),
+        None => Problem::new(
+            421,
+            "misdirected",
+            "the request names no host (send a `Host` header)",
+        )
+        .into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::AllowedHosts;
+
+    #[test]
+    fn hosts_match_by_name_case_and_port_and_wildcards_match_subdomains_only() {
+        let hosts = AllowedHosts::new(&[
+            "api.example.com".into(),
+            "localhost:8080".into(),
+            "*.apps.example".into(),
+        ])
+        .unwrap();
+        assert!(hosts.allows("API.example.com"));
+        assert!(hosts.allows("api.example.com:443"));
+        assert!(hosts.allows("api.example.com."));
+        assert!(hosts.allows("localhost:8080"));
+        assert!(!hosts.allows("localhost:9090"));
+        assert!(!hosts.allows("localhost"));
+        assert!(hosts.allows("one.apps.example"));
+        assert!(!hosts.allows("apps.example"));
+        assert!(!hosts.allows("evilapps.example"));
+        assert!(!hosts.allows("evil.example"));
+        assert!(!hosts.allows("user@api.example.com"));
+        assert!(AllowedHosts::new(&["not a host".into()]).is_err());
+    }
+}
