@@ -56,6 +56,9 @@ pub async fn invoke(
         )
         .into_response();
     }
+    if let Some(why) = crate::gateway::http::origin::refused(&headers, &state.config.cors_origins) {
+        return Problem::new(403, "cross-site", why).into_response();
+    }
     if let Err(problem) = json_content_type(&headers, &body) {
         return problem.into_response();
     }

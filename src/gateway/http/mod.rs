@@ -6,7 +6,8 @@
 //! shutdown), [`listen`] (accept loop, connection cap, idle connections), [`activity`] (what is
 //! in flight), [`body`] (the body deadline), [`descriptors`] (the cap's file descriptor
 //! budget), [`invoke`], [`routes`], [`skills`], [`ops`], [`public`] (`public/` files),
-//! [`auth`], [`hosts`] (the `Host` allow-list), [`request_id`], [`problem`] (RFC 9457 errors),
+//! [`auth`], [`hosts`] (the `Host` allow-list), [`origin`] (cross-site browsers), [`request_id`],
+//! [`problem`] (RFC 9457 errors),
 //! [`openapi`] (the document and the docs page).
 
 mod activity;
@@ -19,6 +20,7 @@ pub mod invoke;
 mod listen;
 pub mod openapi;
 pub mod ops;
+mod origin;
 pub mod problem;
 mod public;
 pub mod request_id;

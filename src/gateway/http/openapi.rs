@@ -10,7 +10,7 @@ use serde_json::Value;
 pub const DOCUMENT: &str = include_str!("../../../openapi.yaml");
 
 /// Problem types the gateway answers with: slug, status, meaning.
-pub const PROBLEMS: [(&str, u16, &str); 17] = [
+pub const PROBLEMS: [(&str, u16, &str); 18] = [
     ("bad-request", 400, "The request could not be read."),
     (
         "malformed-json",
@@ -26,6 +26,11 @@ pub const PROBLEMS: [(&str, u16, &str); 17] = [
         "forbidden",
         403,
         "The API key is valid but may not invoke this skill.",
+    ),
+    (
+        "cross-site",
+        403,
+        "A browser on another site sent the request (`Origin`, `Sec-Fetch-Site`) and its origin is not in `cors-origins`.",
     ),
     (
         "denied",
@@ -61,7 +66,7 @@ pub const PROBLEMS: [(&str, u16, &str); 17] = [
     (
         "invalid-args",
         422,
-        "The args fail the skill's params schema; `errors` lists each failing field path.",
+        "The args fail the skill's params schema, or use `$`-prefixed keys (invoke options are not for callers); `errors` lists each failing field path or refused key.",
     ),
     (
         "rate-limited",

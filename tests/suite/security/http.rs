@@ -557,3 +557,47 @@ async fn open_sse_streams_count_as_cut_off_when_the_grace_runs_out() {
     assert!(!report.drained);
     assert_eq!(report.abandoned, 1, "{report:?}");
 }
+
+#[tokio::test]
+async fn a_browser_on_another_site_cannot_invoke_skills_unless_its_origin_is_allowed() {
+    let mut server = TestServer::start(project(), config()).await;
+    let from = |origin: &'static str, site: &'static str| {
+        server
+            .client
+            .post(server.url("/invoke/hello"))
+            .header("origin", origin)
+            .header("sec-fetch-site", site)
+            .send()
+    };
+    let response = from("https://evil.example", "cross-site").await.unwrap();
+    let body = problem(response, 403).await;
+    assert!(
+        body["type"].as_str().unwrap().ends_with("cross-site"),
+        "{body}"
+    );
+    // The page served by skillgate itself may.
+    let own = format!("http://{}", server.addr);
+    let response = server
+        .client
+        .post(server.url("/invoke/hello"))
+        .header("origin", own)
+        .header("sec-fetch-site", "same-origin")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    server.finish().await;
+    let mut settings = config();
+    settings.cors_origins = vec!["https://app.example".into()];
+    let mut server = TestServer::start(project(), settings).await;
+    let response = server
+        .client
+        .post(server.url("/invoke/hello"))
+        .header("origin", "https://app.example")
+        .header("sec-fetch-site", "cross-site")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200, "a listed origin may");
+    server.finish().await;
+}
