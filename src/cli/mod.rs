@@ -34,11 +34,11 @@ pub struct Cli {
     /// The project folder (its `skills/` and `main.skill.md`).
     #[arg(long, global = true, env = "SKILLGATE_PROJECT", default_value = ".")]
     pub project: PathBuf,
-    /// The event store: `sqlite://<file>` (relative to the project), `postgres://...` or `memory`.
+    /// The event store: `sqlite://<file>` (relative to the project), `postgres://...` or
+    /// `memory`. Without it, `DATABASE_URL` when set, else `sqlite://.skillgate/events.db`.
     // Help does not show the value from the environment: it may hold a password.
-    #[arg(long, global = true, env = "SKILLGATE_STORE", hide_env_values = true,
-          default_value = crate::events::open::DEFAULT_STORE)]
-    pub store: String,
+    #[arg(long, global = true, env = "SKILLGATE_STORE", hide_env_values = true)]
+    pub store: Option<String>,
     /// Events each topic keeps for replay.
     #[arg(
         long,
@@ -125,6 +125,15 @@ impl Cli {
         log_config(self.quiet, self.verbose)
     }
 
+    /// The store in use: `--store` (or `SKILLGATE_STORE`), else `DATABASE_URL` (what sqlx,
+    /// hosting platforms and Postgres tools set), else the embedded SQLite file.
+    pub fn store_url(&self) -> String {
+        self.store
+            .clone()
+            .or_else(|| std::env::var("DATABASE_URL").ok().filter(|u| !u.is_empty()))
+            .unwrap_or_else(|| crate::events::open::DEFAULT_STORE.to_string())
+    }
+
     /// The bus settings of `--visibility` and `--handler-timeout`.
     pub fn bus_config(&self) -> crate::events::BusConfig {
         let visibility = std::time::Duration::from_millis(self.visibility);
@@ -176,7 +185,15 @@ pub async fn main(cli: Cli) -> ExitCode {
                 return ExitCode::from(FAILED);
             };
             let bus = cli.bus_config();
-            serve::serve(&cli.project, store, (bus, cli.max_depth), log, args).await
+            let label = redact::url(&cli.store_url());
+            serve::serve(
+                &cli.project,
+                (store, label),
+                (bus, cli.max_depth),
+                log,
+                args,
+            )
+            .await
         }
         Command::Keys(cmd) => keys::run(cmd),
         Command::Skills(cmd) => skills::run(&cli.project, cmd),
@@ -186,7 +203,11 @@ pub async fn main(cli: Cli) -> ExitCode {
         },
         Command::Migrate => match open_store(&cli).await {
             Some(store) => {
-                println!("{} event store is up to date", store.kind());
+                println!(
+                    "{} event store {} is up to date",
+                    store.kind(),
+                    redact::url(&cli.store_url())
+                );
                 ExitCode::SUCCESS
             }
             None => ExitCode::from(FAILED),
@@ -196,8 +217,9 @@ pub async fn main(cli: Cli) -> ExitCode {
 
 /// Opens (and migrates) the configured event store, printing why not.
 async fn open_store(cli: &Cli) -> Option<std::sync::Arc<dyn crate::events::EventStore>> {
+    let url = cli.store_url();
     match crate::events::open::open_store(
-        &cli.store,
+        &url,
         &cli.project,
         crate::events::Limits {
             buffer_events: cli.buffer_events,
@@ -210,8 +232,8 @@ async fn open_store(cli: &Cli) -> Option<std::sync::Arc<dyn crate::events::Event
         Ok(store) => Some(store),
         Err(err) => {
             // Store URLs may carry a password: never print one.
-            let said = format!("cannot open the event store `{}`: {err}", cli.store);
-            eprintln!("error: {}", redact::message(&said, &cli.store));
+            let said = format!("cannot open the event store `{url}`: {err}");
+            eprintln!("error: {}", redact::message(&said, &url));
             None
         }
     }

@@ -95,7 +95,7 @@ impl ServeArgs {
 
 pub async fn serve(
     project: &Path,
-    store: Arc<dyn EventStore>,
+    (store, store_label): (Arc<dyn EventStore>, String),
     (bus, max_depth): (BusConfig, u32),
     log: LogConfig,
     args: &ServeArgs,
@@ -133,7 +133,7 @@ pub async fn serve(
     };
     let addr = server.local_addr();
     eprintln!(
-        "skillgate: listening on http://{addr} ({skills} skills, {store_kind} event store, {})",
+        "skillgate: listening on http://{addr} ({skills} skills, {store_kind} event store {store_label}, {})",
         if open {
             "no API keys: every path is open".to_string()
         } else {

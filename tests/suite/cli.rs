@@ -19,6 +19,7 @@ fn skillgate(project: &str, args: &[&str]) -> Output {
         .args(["--store", "memory"])
         .args(args)
         .env_remove("RUST_LOG")
+        .env_remove("DATABASE_URL")
         .output()
         .expect("run skillgate")
 }
@@ -222,6 +223,7 @@ fn bad_yaml_in_a_skill_names_file_line_and_column() {
     )
     .expect("write");
     let out = Command::new(env!("CARGO_BIN_EXE_skillgate"))
+        .env_remove("DATABASE_URL")
         .arg("--project")
         .arg(dir.path())
         .args(["run", "broken"])

@@ -11,8 +11,8 @@ use crate::events::Backend;
 
 /// Where the command line keeps events: the project's embedded SQLite file (`url` none), or a
 /// Postgres database of its own, dropped with the value.
-struct Store {
-    url: Option<String>,
+pub(crate) struct Store {
+    pub(crate) url: Option<String>,
     admin: Option<(String, String)>,
 }
 
@@ -25,7 +25,7 @@ impl Store {
     }
 
     /// The embedded store, and a Postgres one when `DATABASE_URL` is set.
-    fn all() -> Vec<Store> {
+    pub(crate) fn all() -> Vec<Store> {
         let mut stores = vec![Store::sqlite()];
         if let Some(Backend::Postgres { url, schema }) = Backend::postgres() {
             let database = schema;
@@ -277,6 +277,7 @@ fn dead_letters_round_trip(store: &Store) {
 fn sigterm_emits_the_shutdown_event_before_exiting() {
     let dir = tempfile::tempdir().unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_skillgate"))
+        .env_remove("DATABASE_URL")
         .arg("--project")
         .arg(dir.path())
         .args([
@@ -311,4 +312,50 @@ fn sigterm_emits_the_shutdown_event_before_exiting() {
     assert_eq!(events.len(), 1);
     assert_eq!(events[0]["type"], "signal");
     assert_eq!(events[0]["data"]["signal"], "SIGTERM");
+}
+
+#[test]
+fn database_url_is_the_store_when_none_is_configured_and_store_wins_over_it() {
+    let Some(store) = Store::all().into_iter().find(|s| s.url.is_some()) else {
+        return;
+    };
+    let url = store.url.clone().unwrap();
+    // A password in the URL (trust authentication ignores it) must never be printed.
+    let with_password = url.replacen("://postgres@", "://postgres:pw-s3cret@", 1);
+    let dir = tempfile::tempdir().unwrap();
+    let migrate = |env: &[(&str, &str)], args: &[&str]| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_skillgate"));
+        command
+            .arg("--project")
+            .arg(dir.path())
+            .args(args)
+            .arg("migrate")
+            .env_remove("SKILLGATE_STORE")
+            .env_remove("DATABASE_URL");
+        for (k, v) in env {
+            command.env(k, v);
+        }
+        command.output().expect("run skillgate")
+    };
+    let out = migrate(&[("DATABASE_URL", &with_password)], &[]);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(said.starts_with("postgres event store"), "{said}");
+    assert!(!said.contains("pw-s3cret"), "{said}");
+    assert!(!dir.path().join(".skillgate/events.db").exists());
+    let out = migrate(&[("DATABASE_URL", &with_password)], &["--store", "memory"]);
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("memory event store"));
+    let out = migrate(
+        &[
+            ("DATABASE_URL", &with_password),
+            ("SKILLGATE_STORE", "memory"),
+        ],
+        &[],
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("memory event store"));
 }

@@ -502,6 +502,7 @@ fn skillgate(project: &std::path::Path, args: &[&str]) -> Output {
         .arg(project)
         .args(args)
         .env_remove("RUST_LOG")
+        .env_remove("DATABASE_URL")
         .output()
         .expect("run skillgate")
 }

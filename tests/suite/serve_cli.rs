@@ -17,6 +17,8 @@ use crate::common::Project;
 struct Served {
     child: Child,
     addr: String,
+    /// The line that says where it listens, with what.
+    started: String,
     stderr: mpsc::Receiver<String>,
 }
 
@@ -29,6 +31,7 @@ fn serve(project: &Path, args: &[&str], env: &[(&str, &str)]) -> Served {
         .args(args)
         .env_remove("SKILLGATE_STORE")
         .env_remove("RUST_LOG")
+        .env_remove("DATABASE_URL")
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
     for (k, v) in env {
@@ -42,17 +45,18 @@ fn serve(project: &Path, args: &[&str], env: &[(&str, &str)]) -> Served {
             let _ = tx.send(line);
         }
     });
-    let addr = loop {
+    let (addr, started) = loop {
         let line = rx
             .recv_timeout(Duration::from_secs(30))
             .expect("serve prints where it listens");
         if let Some(rest) = line.split("listening on http://").nth(1) {
-            break rest.split_whitespace().next().unwrap().to_string();
+            break (rest.split_whitespace().next().unwrap().to_string(), line);
         }
     };
     Served {
         child,
         addr,
+        started,
         stderr: rx,
     }
 }
@@ -123,6 +127,7 @@ fn a_config_file_with_an_unknown_key_is_refused_naming_file_line_and_key() {
         "bind: 127.0.0.1:0\nrate-limit:\n  per-second: 5\n  brust: 10\n",
     );
     let out = Command::new(env!("CARGO_BIN_EXE_skillgate"))
+        .env_remove("DATABASE_URL")
         .arg("--project")
         .arg(project.path())
         .args(["--store", "memory", "serve"])
@@ -292,4 +297,31 @@ async fn spans_for_the_request_the_invocation_and_each_chain_entry_reach_the_otl
         .find(|a| a["key"] == "service.name")
         .map(|a| a["value"]["stringValue"].clone());
     assert_eq!(service, Some(json!("skillgate-test")));
+}
+
+#[test]
+fn with_database_url_serve_uses_postgres_and_names_it_without_the_password() {
+    let Some(store) = crate::events_cli::Store::all()
+        .into_iter()
+        .find(|s| s.url.is_some())
+    else {
+        return;
+    };
+    let url = store.url.clone().unwrap();
+    let with_password = url.replacen("://postgres@", "://postgres:pw-s3cret@", 1);
+    let project = hello_project();
+    let served = serve(
+        project.path(),
+        &["--bind", "127.0.0.1:0"],
+        &[("DATABASE_URL", &with_password)],
+    );
+    assert!(
+        served.started.contains("postgres event store postgres://"),
+        "{}",
+        served.started
+    );
+    assert!(!served.started.contains("pw-s3cret"), "{}", served.started);
+    let (code, _) = served.stop();
+    assert_eq!(code, Some(0));
+    assert!(!project.path().join(".skillgate/events.db").exists());
 }
