@@ -26,10 +26,16 @@ use crate::context::log::{Level, LogConfig};
 )]
 pub struct Cli {
     /// More log output (-v info, -vv debug, -vvv trace).
-    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    #[arg(help_heading = "Logging", short, long, action = clap::ArgAction::Count, global = true)]
     pub verbose: u8,
     /// Only errors.
-    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    #[arg(
+        help_heading = "Logging",
+        short,
+        long,
+        global = true,
+        conflicts_with = "verbose"
+    )]
     pub quiet: bool,
     /// The project folder (its `skills/` and `main.skill.md`).
     #[arg(long, global = true, env = "SKILLGATE_PROJECT", default_value = ".")]
@@ -37,10 +43,17 @@ pub struct Cli {
     /// The event store: `sqlite://<file>` (relative to the project), `postgres://...` or
     /// `memory`. Without it, `DATABASE_URL` when set, else `sqlite://.skillgate/events.db`.
     // Help does not show the value from the environment: it may hold a password.
-    #[arg(long, global = true, env = "SKILLGATE_STORE", hide_env_values = true)]
+    #[arg(
+        help_heading = "Event store",
+        long,
+        global = true,
+        env = "SKILLGATE_STORE",
+        hide_env_values = true
+    )]
     pub store: Option<String>,
     /// Events each topic keeps for replay.
     #[arg(
+        help_heading = "Event store",
         long,
         global = true,
         env = "SKILLGATE_BUFFER_EVENTS",
@@ -49,6 +62,7 @@ pub struct Cli {
     pub buffer_events: usize,
     /// Oldest event kept for replay, in seconds.
     #[arg(
+        help_heading = "Event store",
         long,
         global = true,
         env = "SKILLGATE_BUFFER_AGE",
@@ -56,11 +70,12 @@ pub struct Cli {
     )]
     pub buffer_age: u64,
     /// Deliveries after which an event moves to `<topic>.dead`.
-    #[arg(long, global = true, env = "SKILLGATE_DELIVERY_LIMIT", default_value_t = 5,
+    #[arg(help_heading = "Event store", long, global = true, env = "SKILLGATE_DELIVERY_LIMIT", default_value_t = 5,
           value_parser = clap::value_parser!(u32).range(1..))]
     pub delivery_limit: u32,
     /// How long a delivered event stays invisible before it is delivered again, in milliseconds.
     #[arg(
+        help_heading = "Event store",
         long,
         global = true,
         env = "SKILLGATE_VISIBILITY",
@@ -69,17 +84,18 @@ pub struct Cli {
     pub visibility: u64,
     /// How long one run of an event handler skill may take, in milliseconds (default: the
     /// visibility timeout). A run past it is stopped and its event delivered again.
-    #[arg(long, global = true, env = "SKILLGATE_HANDLER_TIMEOUT",
+    #[arg(help_heading = "Event store", long, global = true, env = "SKILLGATE_HANDLER_TIMEOUT",
           value_parser = clap::value_parser!(u64).range(1..))]
     pub handler_timeout: Option<u64>,
     /// How many skill invocations deep a run may go before it fails (a skill that invokes
     /// itself without end, or handlers that re-emit to their own topic).
-    #[arg(long, global = true, env = "SKILLGATE_MAX_DEPTH",
+    #[arg(help_heading = "Limits", long, global = true, env = "SKILLGATE_MAX_DEPTH",
           default_value_t = crate::kernel::DEFAULT_MAX_DEPTH,
           value_parser = clap::value_parser!(u32).range(1..))]
     pub max_depth: u32,
     /// Log line format on stderr (filter with RUST_LOG).
     #[arg(
+        help_heading = "Logging",
         long,
         global = true,
         env = "SKILLGATE_LOG_FORMAT",

@@ -17,6 +17,7 @@ use crate::kernel::Kernel;
 
 /// Flags override `SKILLGATE_*` variables, which override the config file.
 #[derive(Debug, Args)]
+#[command(next_help_heading = "HTTP")]
 pub struct ServeArgs {
     /// Address to listen on [default: 127.0.0.1:8080].
     #[arg(long, env = "SKILLGATE_BIND")]

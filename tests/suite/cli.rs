@@ -234,3 +234,38 @@ fn bad_yaml_in_a_skill_names_file_line_and_column() {
     assert!(err.contains("broken.skill.md:4:"), "file and line: {err}");
     assert!(err.contains("invalid YAML"), "{err}");
 }
+
+#[test]
+fn serve_help_groups_its_options_under_headings() {
+    let out = Command::new(env!("CARGO_BIN_EXE_skillgate"))
+        .env_remove("DATABASE_URL")
+        .args(["serve", "--help"])
+        .output()
+        .expect("run skillgate");
+    let help = String::from_utf8_lossy(&out.stdout);
+    let at = |needle: &str| {
+        help.find(needle)
+            .unwrap_or_else(|| panic!("`{needle}` in help:\n{help}"))
+    };
+    for (heading, options) in [
+        ("\nHTTP:\n", ["--bind", "--api-keys", "--max-connections"]),
+        (
+            "\nEvent store:\n",
+            ["--store", "--visibility", "--handler-timeout"],
+        ),
+        ("\nLogging:\n", ["--verbose", "--log-format", "--quiet"]),
+    ] {
+        let start = at(heading);
+        let end = help[start + heading.len()..]
+            .find("\n\n")
+            .map_or(help.len(), |e| start + heading.len() + e);
+        for option in options {
+            let found = at(&format!(" {option}"));
+            assert!(
+                (start..end).contains(&found),
+                "`{option}` under `{}`:\n{help}",
+                heading.trim()
+            );
+        }
+    }
+}
