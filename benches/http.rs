@@ -20,7 +20,6 @@ use std::time::{Duration, Instant};
 use axum::Router;
 use axum::routing::post;
 use serde_json::{Value, json};
-use skillgate::Kernel;
 use skillgate::gateway::Gateway;
 use skillgate::gateway::http::{HttpConfig, Server};
 use skillgate::gateway::metrics::Metrics;
@@ -49,7 +48,7 @@ fn start_servers(project: &std::path::Path) -> (SocketAddr, SocketAddr) {
             .build()
             .expect("server runtime");
         runtime.block_on(async move {
-            let kernel = Kernel::builder(&project)
+            let kernel = skillgate::builtins::builder(&project)
                 .native(native(
                     "name: noop\ndescription: Does nothing.\n",
                     |_ctx, _args| async move { Ok(Some(json!({ "ok": true }))) },

@@ -46,7 +46,7 @@ fn layer(name: &str, leaf: bool) -> skillgate::skills::Tool {
 fn kernel(layers: usize, leaf: bool) -> (tempfile::TempDir, Kernel) {
     let dir = tempfile::tempdir().expect("temp dir");
     let names: Vec<String> = (0..layers).map(|i| format!("mw-{i}")).collect();
-    let mut builder = Kernel::builder(dir.path()).native(noop_skill("noop", &names));
+    let mut builder = skillgate::builtins::builder(dir.path()).native(noop_skill("noop", &names));
     for name in &names {
         builder = builder.native(layer(name, leaf));
     }

@@ -34,7 +34,7 @@ fn kernel() -> (tempfile::TempDir, Kernel) {
     let dir = tempfile::tempdir().expect("temp dir");
     std::fs::create_dir_all(dir.path().join("skills")).expect("skills dir");
     std::fs::write(dir.path().join("skills/bench-js.skill.js"), BENCH_JS).expect("write skill");
-    let kernel = Kernel::builder(dir.path())
+    let kernel = skillgate::builtins::builder(dir.path())
         .native(native("name: noop\n", |_ctx, _args| async move {
             Ok(Some(Value::Bool(true)))
         }))

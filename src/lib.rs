@@ -17,11 +17,14 @@
 //!   stores, handler workers, and the `event-*` skills.
 //! - [`gateway`]: the transports and the layer they share (verify, fill the context, announce,
 //!   invoke, reply), `gateway-send`/`web-send`, metrics; the HTTP transport behind `serve`.
+//! - [`builtins`]: the composition root: a kernel builder with every built-in tool, the event
+//!   bus and the sandbox wired in (the binary and the tests start here).
 //! - [`telemetry`]: tracing output (text or JSON) and OpenTelemetry export from `OTEL_*`.
 //! - [`cli`]: the `skillgate` command line.
 //! - [`error`]: the one error type that unwinds through the onion.
 //! - [`shutdown`]: SIGINT/SIGTERM and the `shutdown` topic.
 
+pub mod builtins;
 pub mod cascade;
 pub mod cli;
 pub mod context;

@@ -2,6 +2,7 @@
 
 use serde_json::json;
 
+use crate::events::KernelBus;
 use crate::kernel::{InvokeOptions, Kernel};
 
 /// Which signal ended the process.

@@ -13,6 +13,7 @@ use crate::cli::{FAILED, USAGE, args};
 use crate::context::log::LogConfig;
 use crate::error::{ErrorKind, SkillError};
 use crate::events::{Bus, BusConfig, EventStore};
+use crate::events::{KernelBus, WithBus};
 use crate::kernel::{InvokeOptions, Kernel, ToolRef};
 use crate::skills::loader;
 use crate::skills::tool::Tool;
@@ -39,7 +40,7 @@ pub async fn run(
     cli: &RunArgs,
 ) -> ExitCode {
     let bus = Arc::new(Bus::new(store, bus));
-    let kernel = Kernel::builder(project)
+    let kernel = crate::builtins::builder(project)
         .log_config(log)
         .bus(bus)
         .max_depth(max_depth)
@@ -121,7 +122,7 @@ fn resolve(kernel: &Kernel, project: &Path, skill: Option<&str>) -> Result<Arc<T
     match skill {
         Some(s) if is_path(s) => {
             let path = PathBuf::from(s);
-            let tool = Arc::new(loader::load_file(&path)?);
+            let tool = Arc::new(loader::load_file(&path, Some(crate::sandbox::load))?);
             // A file that is also on the search path is the same tool: use the indexed one so
             // its cascade is cached.
             match index.get(&tool.name) {

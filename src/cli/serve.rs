@@ -9,11 +9,11 @@ use clap::Args;
 
 use crate::cli::{FAILED, USAGE};
 use crate::context::log::LogConfig;
+use crate::events::WithBus;
 use crate::events::{Bus, BusConfig, EventStore};
 use crate::gateway::Gateway;
 use crate::gateway::http::{HttpConfig, Overrides, Server};
 use crate::gateway::metrics::Metrics;
-use crate::kernel::Kernel;
 
 /// Flags override `SKILLGATE_*` variables, which override the config file.
 #[derive(Debug, Args)]
@@ -110,7 +110,7 @@ pub async fn serve(
     };
     let store_kind = store.kind();
     let bus = Arc::new(Bus::new(store, bus));
-    let kernel = Kernel::builder(project)
+    let kernel = crate::builtins::builder(project)
         .log_config(log)
         .bus(bus)
         .max_depth(max_depth)

@@ -7,7 +7,6 @@ use clap::Subcommand;
 use serde_json::Value;
 
 use crate::cli::USAGE;
-use crate::kernel::Kernel;
 use crate::skills::describe;
 use crate::skills::tool::Tool;
 
@@ -35,7 +34,7 @@ pub enum SkillsCommand {
 }
 
 pub fn run(project: &Path, cmd: &SkillsCommand) -> ExitCode {
-    let kernel = Kernel::builder(project).build();
+    let kernel = crate::builtins::builder(project).build();
     let index = kernel.registry().current();
     match cmd {
         SkillsCommand::List { tag, all, json } => {

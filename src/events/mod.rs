@@ -27,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::context::id::{next_id, now_ms};
 use crate::error::{ErrorKind, Result, SkillError};
-use crate::kernel::{InvokeOptions, Kernel};
+use crate::kernel::{InvokeOptions, Kernel, KernelBuilder};
 pub use store::{Delivery, EventStore, Limits, StoreError, WAKE_ALL};
 
 /// The queue that collects an exhausted topic's dead letters (on topic `<topic>.dead`).
@@ -118,6 +118,31 @@ pub(crate) fn dead_letter(event: &Event, queue: &str, attempts: u32) -> Event {
     letter.root_context_id = event.root_context_id.clone();
     letter.data = Some(json!({ "event": event, "queue": queue, "attempts": attempts }));
     letter
+}
+
+/// The event bus of a kernel, for the layers above it: `kernel.bus()` with this in scope.
+pub trait KernelBus {
+    fn bus(&self) -> &Arc<Bus>;
+}
+
+impl KernelBus for Kernel {
+    /// # Panics
+    /// On a bare kernel: one from `crate::builtins::builder` always has a bus.
+    fn bus(&self) -> &Arc<Bus> {
+        self.extension::<Bus>()
+            .expect("the kernel has no event bus: build it with skillgate::builtins::builder")
+    }
+}
+
+/// `.bus(bus)` on a kernel builder: events go through `bus` (and its store).
+pub trait WithBus {
+    fn bus(self, bus: Arc<Bus>) -> Self;
+}
+
+impl WithBus for KernelBuilder {
+    fn bus(self, bus: Arc<Bus>) -> Self {
+        self.extension(bus)
+    }
 }
 
 /// Checks a topic or queue name: lowercase letters, digits, `-`, `_`, `.`, `:`, at most 200.

@@ -27,7 +27,10 @@ pub fn tools() -> Vec<Tool> {
 }
 
 fn bus(ctx: &Context) -> Result<Arc<Bus>> {
-    Ok(ctx.kernel().bus().clone())
+    ctx.kernel()
+        .extension::<Bus>()
+        .cloned()
+        .ok_or_else(|| SkillError::internal("the kernel has no event bus"))
 }
 
 fn bad(message: impl Into<String>) -> SkillError {

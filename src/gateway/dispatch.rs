@@ -12,6 +12,7 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 use crate::context::id;
 use crate::error::{ErrorKind, Result, SkillError};
 use crate::events::Event;
+use crate::events::KernelBus;
 use crate::gateway::metrics::Metrics;
 use crate::gateway::reply::{RESPONSE_PATH, Reply, ReplyPart, ReplyParts};
 use crate::kernel::{InvokeOptions, Kernel, ToolRef};

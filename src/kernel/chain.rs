@@ -311,7 +311,7 @@ pub(crate) async fn run_body(served: &Context) -> Result<Option<Value>> {
             served.prompt_expanded().unwrap_or_default(),
         ))),
         // Boxed: the engine's future is large, and `next()` futures nest once per layer.
-        Body::Script(script) => Box::pin(crate::sandbox::run_script(served, script)).await,
+        Body::Script(script) => script.clone().run(served.clone()).await,
     }
 }
 

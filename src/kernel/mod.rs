@@ -10,6 +10,8 @@ pub mod schema;
 pub mod stack;
 mod trace;
 
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -20,8 +22,7 @@ pub use options::{ContextSeed, InvokeOptions, ToolRef};
 
 use crate::context::log::{LogConfig, LogHub};
 use crate::error::Result;
-use crate::events::memory::MemoryStore;
-use crate::events::{Bus, BusConfig, Limits};
+use crate::skills::loader::ScriptParser;
 use crate::skills::registry::{Registry, RegistryConfig};
 use crate::skills::tool::Tool;
 
@@ -36,18 +37,25 @@ struct KernelInner {
     /// The `globals.config` subset `locals.config` starts as (see `base_config()`).
     base_config: RwLock<Arc<Value>>,
     schemas: schema::SchemaCache,
-    bus: Arc<Bus>,
+    /// Services the layers above keep on the kernel (the event bus), one per type.
+    extensions: Extensions,
     /// How many skill invocations deep a run may go (see `Context::depth`).
     max_depth: u32,
 }
+
+/// Values of any type, one per type: how the layers above the kernel (the event bus) hang their
+/// services on it without the kernel naming them.
+type Extensions = HashMap<TypeId, Box<dyn Any + Send + Sync>>;
 
 /// Builds a kernel for a project folder.
 pub struct KernelBuilder {
     config: RegistryConfig,
     natives: Vec<Tool>,
+    /// Tools that ship with skillgate (registered by `crate::builtins`); natives shadow them.
+    builtins: Vec<Tool>,
     log: LogConfig,
     log_capacity: usize,
-    bus: Option<Arc<Bus>>,
+    extensions: Extensions,
     max_depth: u32,
 }
 
@@ -97,21 +105,33 @@ impl KernelBuilder {
         self
     }
 
-    /// The event bus (default: an in-memory store).
-    pub fn bus(mut self, bus: Arc<Bus>) -> Self {
-        self.bus = Some(bus);
+    /// Registers tools that ship with skillgate; a [`native`](Self::native) of the same name
+    /// shadows one.
+    pub fn builtins(mut self, tools: Vec<Tool>) -> Self {
+        self.builtins.extend(tools);
+        self
+    }
+
+    /// Keeps `value` on the kernel for the layers above (one value per type; a second replaces
+    /// the first). Read it back with [`Kernel::extension`].
+    pub fn extension<T: Any + Send + Sync>(mut self, value: Arc<T>) -> Self {
+        self.extensions.insert(TypeId::of::<T>(), Box::new(value));
+        self
+    }
+
+    /// Reads `.skill.js` files with `parser` (the sandbox's, installed by `crate::builtins`).
+    pub fn script_parser(mut self, parser: ScriptParser) -> Self {
+        self.config.scripts = Some(parser);
         self
     }
 
     pub fn build(self) -> Kernel {
-        let mut natives: Vec<Arc<Tool>> = self.natives.into_iter().map(Arc::new).collect();
-        natives.extend(crate::middleware::builtins().into_iter().map(Arc::new));
-        natives.extend(crate::events::skills::tools().into_iter().map(Arc::new));
-        natives.extend(crate::gateway::send::tools().into_iter().map(Arc::new));
-        let bus = self.bus.unwrap_or_else(|| {
-            let store = Arc::new(MemoryStore::new(Limits::default()));
-            Arc::new(Bus::new(store, BusConfig::default()))
-        });
+        let natives: Vec<Arc<Tool>> = self
+            .natives
+            .into_iter()
+            .chain(self.builtins)
+            .map(Arc::new)
+            .collect();
         let cwd = self.config.project_dir.display().to_string();
         let base_config = json!({
             "cwd": cwd,
@@ -128,28 +148,34 @@ impl KernelBuilder {
             logs: LogHub::new(self.log_capacity, self.log),
             base_config: RwLock::new(Arc::new(base_config)),
             schemas: schema::SchemaCache::default(),
-            bus,
+            extensions: self.extensions,
             max_depth: self.max_depth,
         }))
     }
 }
 
 impl Kernel {
-    /// A builder for the project in `project_dir` (skills from `<project_dir>/skills`).
+    /// A bare builder for the project in `project_dir` (skills from `<project_dir>/skills`):
+    /// no built-in tools, no event bus, no script engine. `crate::builtins::builder` adds what
+    /// skillgate ships; the binary and the tests use that one.
     pub fn builder(project_dir: impl Into<PathBuf>) -> KernelBuilder {
         KernelBuilder {
             config: RegistryConfig::for_project(project_dir),
             natives: Vec::new(),
+            builtins: Vec::new(),
             log: LogConfig::default(),
             log_capacity: 4096,
-            bus: None,
+            extensions: HashMap::new(),
             max_depth: DEFAULT_MAX_DEPTH,
         }
     }
 
-    /// The event bus.
-    pub fn bus(&self) -> &Arc<Bus> {
-        &self.0.bus
+    /// The value of type `T` kept with [`KernelBuilder::extension`], if any.
+    pub fn extension<T: Any + Send + Sync>(&self) -> Option<&Arc<T>> {
+        self.0
+            .extensions
+            .get(&TypeId::of::<T>())?
+            .downcast_ref::<Arc<T>>()
     }
 
     pub fn registry(&self) -> &Registry {

@@ -28,7 +28,8 @@ use crate::context::Context;
 use crate::error::Result;
 use crate::kernel::{InvokeOptions, ToolRef};
 use crate::skills::frontmatter;
-use crate::skills::tool::{Body, Source, Tool};
+use crate::skills::tool::{Body, ScriptBody, Source, Tool};
+use futures::future::BoxFuture;
 
 pub use limits::{Limit, Limits};
 pub use script::{Code, Script, load};
@@ -57,6 +58,17 @@ pub(crate) async fn run_script(served: &Context, script: &Arc<Script>) -> Result
         Some(_) => e,
         None => e.with_tool(served.tool_name()),
     })
+}
+
+/// A script is a body the kernel runs without knowing the engine.
+impl ScriptBody for Script {
+    fn origin(&self) -> &str {
+        &self.origin
+    }
+
+    fn run(self: Arc<Self>, served: Context) -> BoxFuture<'static, Result<Option<Value>>> {
+        Box::pin(async move { run_script(&served, &self).await })
+    }
 }
 
 /// How [`run_untrusted_with`] runs code.

@@ -43,15 +43,29 @@ pub fn default_name(path: &Path) -> Option<String> {
     None
 }
 
-/// Parses one skill from its text: markdown, or JavaScript when `display` ends in `.js`.
+/// Parses a script skill file (`.skill.js`): `(source, display, text, default name)`. The
+/// skills layer reads markdown itself; script files are read by the engine that runs them,
+/// which the composition root (`crate::builtins`) installs in the [`RegistryConfig`].
+///
+/// [`RegistryConfig`]: crate::skills::registry::RegistryConfig
+pub type ScriptParser = fn(Source, &str, &str, &str) -> Result<Tool, SkillError>;
+
+/// Parses one skill from its text: markdown, or a script when `display` ends in `.js` (with
+/// `scripts`; without it a script file is an error naming the file).
 pub fn parse_skill(
     source: Source,
     display: &str,
     text: &str,
     default: &str,
+    scripts: Option<ScriptParser>,
 ) -> Result<Tool, SkillError> {
     if display.ends_with(".js") {
-        return crate::sandbox::load(source, display, text, default);
+        return match scripts {
+            Some(parse) => parse(source, display, text, default),
+            None => Err(SkillError::config(format!(
+                "{display}: no script engine is installed to read JavaScript skills"
+            ))),
+        };
     }
     let parsed = frontmatter::parse_markdown(display, text, default)?;
     Ok(Tool::new(
@@ -63,7 +77,7 @@ pub fn parse_skill(
 }
 
 /// Loads a single skill file from disk.
-pub fn load_file(path: &Path) -> Result<Tool, SkillError> {
+pub fn load_file(path: &Path, scripts: Option<ScriptParser>) -> Result<Tool, SkillError> {
     let display = path.display().to_string();
     let text = std::fs::read_to_string(path)
         .map_err(|e| SkillError::config(format!("{display}: cannot read: {e}")))?;
@@ -75,11 +89,11 @@ pub fn load_file(path: &Path) -> Result<Tool, SkillError> {
             .to_string()
     });
     let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
-    parse_skill(Source::File(absolute), &display, &text, &default)
+    parse_skill(Source::File(absolute), &display, &text, &default, scripts)
 }
 
 /// Loads every skill below `root`, in a stable (sorted) order.
-pub fn load_dir(root: &Path) -> Loaded {
+pub fn load_dir(root: &Path, scripts: Option<ScriptParser>) -> Loaded {
     let mut files = Vec::new();
     collect(root, &mut files);
     files.sort();
@@ -88,19 +102,19 @@ pub fn load_dir(root: &Path) -> Loaded {
         push(
             &mut loaded,
             default_name(&path).unwrap_or_default(),
-            load_file(&path),
+            load_file(&path, scripts),
         );
     }
     loaded
 }
 
 /// The project's main skill (`main.skill.md`, or `SKILL.md` with `role: main`) in `project`.
-pub fn load_project_main(project: &Path) -> Loaded {
+pub fn load_project_main(project: &Path, scripts: Option<ScriptParser>) -> Loaded {
     let mut loaded = Loaded::default();
     for file in ["main.skill.md", "SKILL.md"] {
         let path = project.join(file);
         if path.is_file() {
-            match load_file(&path) {
+            match load_file(&path, scripts) {
                 Ok(tool) if tool.is_main => loaded.tools.push(Arc::new(tool)),
                 Ok(_) => {}
                 Err(error) => loaded.failures.push(LoadFailure {
@@ -141,7 +155,7 @@ fn collect(dir: &Path, out: &mut Vec<PathBuf>) {
 }
 
 /// Loads the skills bundled into the binary.
-pub fn load_bundled() -> Loaded {
+pub fn load_bundled(scripts: Option<ScriptParser>) -> Loaded {
     let mut files = Vec::new();
     collect_bundled(&BUNDLED, &mut files);
     files.sort_by(|a, b| a.path().cmp(b.path()));
@@ -156,6 +170,7 @@ pub fn load_bundled() -> Loaded {
                 &display,
                 text,
                 &default,
+                scripts,
             ),
             None => Err(SkillError::config(format!("{display}: not UTF-8"))),
         };
@@ -181,7 +196,7 @@ mod tests {
 
     #[test]
     fn bundled_skills_include_the_default_pipeline_and_hello() {
-        let loaded = load_bundled();
+        let loaded = load_bundled(None);
         assert!(loaded.failures.is_empty(), "{:?}", loaded.failures);
         let names: Vec<&str> = loaded.tools.iter().map(|t| t.name.as_str()).collect();
         assert!(names.contains(&"default-pipeline"), "{names:?}");

@@ -14,7 +14,7 @@ use parking_lot::{Mutex, RwLock};
 use serde_json::{Map, Value};
 
 use crate::skills::index::SearchIndex;
-use crate::skills::loader::{self, Loaded};
+use crate::skills::loader::{self, Loaded, ScriptParser};
 use crate::skills::tool::Tool;
 
 /// Where the registry looks for skills.
@@ -26,6 +26,8 @@ pub struct RegistryConfig {
     pub skill_dirs: Vec<PathBuf>,
     /// Metadata overrides from the command line (top cascade level).
     pub overrides: Map<String, Value>,
+    /// Reads `.skill.js` files (the sandbox's parser, installed by `crate::builtins`).
+    pub scripts: Option<ScriptParser>,
 }
 
 impl RegistryConfig {
@@ -35,6 +37,7 @@ impl RegistryConfig {
             skill_dirs: vec![project_dir.join("skills")],
             project_dir,
             overrides: Map::new(),
+            scripts: None,
         }
     }
 }
@@ -135,11 +138,14 @@ fn build(
         all.tools.extend(loaded.tools);
         all.failures.extend(loaded.failures);
     };
-    append(loader::load_project_main(&config.project_dir));
+    append(loader::load_project_main(
+        &config.project_dir,
+        config.scripts,
+    ));
     for dir in dirs {
-        append(loader::load_dir(dir));
+        append(loader::load_dir(dir, config.scripts));
     }
-    append(loader::load_bundled());
+    append(loader::load_bundled(config.scripts));
     append(Loaded {
         tools: natives.to_vec(),
         failures: Vec::new(),

@@ -21,8 +21,18 @@ pub enum Body {
     Native(NativeFn),
     /// A markdown skill: with no agent, the result is the expanded prompt.
     Template,
-    /// JavaScript run in the sandbox (a `.skill.js` file, or untrusted inline code).
-    Script(Arc<crate::sandbox::Script>),
+    /// Code run by a script engine (the JavaScript sandbox: a `.skill.js` file, or untrusted
+    /// inline code), known here only through [`ScriptBody`].
+    Script(Arc<dyn ScriptBody>),
+}
+
+/// A body the skills layer cannot run itself: the engine that parsed it runs it. Keeps the
+/// kernel and the skills free of any engine (the sandbox implements this).
+pub trait ScriptBody: Send + Sync {
+    /// Where the code came from (`file://...`, `inline://...`), for messages.
+    fn origin(&self) -> &str;
+    /// Runs the body against the served context (the `execute` step).
+    fn run(self: Arc<Self>, served: Context) -> BoxFuture<'static, Result<Option<Value>>>;
 }
 
 impl fmt::Debug for Body {
@@ -30,7 +40,7 @@ impl fmt::Debug for Body {
         match self {
             Body::Native(_) => f.write_str("Native"),
             Body::Template => f.write_str("Template"),
-            Body::Script(s) => write!(f, "Script({})", s.origin),
+            Body::Script(s) => write!(f, "Script({})", s.origin()),
         }
     }
 }

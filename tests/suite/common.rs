@@ -40,7 +40,7 @@ impl Project {
     }
 
     pub fn builder(&self) -> KernelBuilder {
-        Kernel::builder(self.path())
+        skillgate::builtins::builder(self.path())
     }
 
     pub fn kernel(&self) -> Kernel {

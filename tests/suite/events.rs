@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use serde_json::{Value, json};
+use skillgate::events::WithBus;
 use skillgate::events::memory::MemoryStore;
 use skillgate::events::postgres::PostgresStore;
 use skillgate::events::sqlite::SqliteStore;

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use skillgate::Context;
+use skillgate::events::KernelBus;
 use tokio::sync::Notify;
 
 use crate::common::{Project, native};

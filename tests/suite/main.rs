@@ -8,6 +8,7 @@
 //! - `serve_cli`: `skillgate serve` as a process: signals, config, OTLP export.
 //! - `sandbox`: `.skill.js` skills, the ctx bridge, sandbox limits, escapes and sessions.
 //! - `security`: one test per finding of the security probe, and bounded fuzzing.
+//! - `layers`: the bottom layers (context, cascade, skills, kernel) name nothing above them.
 //! - `transport`: the contract every transport passes (HTTP now), one harness per transport.
 
 mod cli;
@@ -22,6 +23,7 @@ mod hooks;
 mod http_auth;
 mod http_invoke;
 mod http_ops;
+mod layers;
 mod orchestration;
 mod sandbox;
 mod security;

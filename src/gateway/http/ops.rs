@@ -6,6 +6,7 @@ use axum::http::{StatusCode, Uri, header};
 use axum::response::{Html, IntoResponse, Response};
 use serde_json::json;
 
+use crate::events::KernelBus;
 use crate::gateway::http::openapi;
 use crate::gateway::http::problem::Problem;
 use crate::gateway::http::state::AppState;

@@ -20,6 +20,7 @@ use tower_governor::GovernorError;
 use tower_governor::governor::GovernorConfigBuilder;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
+use crate::events::KernelBus;
 use crate::gateway::Gateway;
 use crate::gateway::http::auth::{self, CallerKey};
 use crate::gateway::http::config::HttpConfig;

@@ -115,7 +115,7 @@ fn any_frontmatter_loads_or_is_refused_with_the_file_named() {
     let result = runner.run(&(frontmatter(), ".{0,40}"), |(yaml, body)| {
         let text = format!("---\n{yaml}\n---\n{body}\n");
         let file = "skills/fuzz.skill.md";
-        match parse_skill(Source::Inline(file.into()), file, &text, "fuzz") {
+        match parse_skill(Source::Inline(file.into()), file, &text, "fuzz", None) {
             Ok(tool) => prop_assert!(!tool.name.is_empty()),
             Err(err) => prop_assert!(err.message().contains(file), "{}", err.message()),
         }

@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use skillgate::events::memory::MemoryStore;
 use skillgate::events::{Bus, BusConfig, Limits};
+use skillgate::events::{KernelBus, WithBus};
 use skillgate::{Context, InvokeOptions};
 
 use crate::common::{Project, Trace, native};

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use skillgate::events::KernelBus;
 use skillgate::{Context, Kernel, SkillError};
 use tokio::sync::Notify;
 

@@ -1,0 +1,26 @@
+//! The composition root: a kernel with everything skillgate ships. The kernel knows none of
+//! it; this is the one place that wires the layers above it in: the built-in middleware and
+//! tools, the `event-*` skills and an event bus, `gateway-send` and `web-send`, and the
+//! JavaScript sandbox as the reader and runner of `.skill.js` files.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::events::memory::MemoryStore;
+use crate::events::{Bus, BusConfig, Limits};
+use crate::kernel::{Kernel, KernelBuilder};
+
+/// A kernel builder for the project in `project_dir` with every built-in, and an in-memory
+/// event bus unless one is given (`.bus(...)` from [`crate::events::WithBus`]).
+pub fn builder(project_dir: impl Into<PathBuf>) -> KernelBuilder {
+    let bus = Arc::new(Bus::new(
+        Arc::new(MemoryStore::new(Limits::default())),
+        BusConfig::default(),
+    ));
+    Kernel::builder(project_dir)
+        .builtins(crate::middleware::builtins())
+        .builtins(crate::events::skills::tools())
+        .builtins(crate::gateway::send::tools())
+        .script_parser(crate::sandbox::load)
+        .extension(bus)
+}

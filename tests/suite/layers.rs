@@ -1,0 +1,100 @@
+//! The layers of the crate, checked: the bottom (`context`, `cascade`, `skills`, `kernel`)
+//! names nothing above it (`events`, `sandbox`, `middleware`, `gateway`, and the composition
+//! root `builtins` and the `cli` that use them). What the upper layers add to the kernel comes in
+//! through `crate::builtins`: tools, the bus as a kernel extension, the script engine behind
+//! `ScriptBody` and `ScriptParser`.
+
+use std::path::{Path, PathBuf};
+
+const BOTTOM: [&str; 4] = ["context", "cascade", "skills", "kernel"];
+const ABOVE: [&str; 6] = [
+    "events",
+    "sandbox",
+    "middleware",
+    "gateway",
+    "builtins",
+    "cli",
+];
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).expect("read src") {
+        let path = entry.expect("entry").path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// The upper modules a line of code names through `crate::`, plain or in a `use crate::{..}`.
+fn names_above(line: &str) -> Vec<&'static str> {
+    let code = line.split("//").next().unwrap_or_default();
+    let mut found = Vec::new();
+    for (at, _) in code.match_indices("crate::") {
+        let rest = &code[at + "crate::".len()..];
+        let named: Vec<&str> = match rest.strip_prefix('{') {
+            Some(group) => group
+                .split('}')
+                .next()
+                .unwrap_or_default()
+                .split(',')
+                .map(|item| item.trim().split("::").next().unwrap_or_default())
+                .collect(),
+            None => vec![
+                rest.split(|c: char| !c.is_alphanumeric() && c != '_')
+                    .next()
+                    .unwrap_or_default(),
+            ],
+        };
+        for name in named {
+            if let Some(above) = ABOVE.iter().find(|a| **a == name) {
+                found.push(*above);
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn the_bottom_layers_name_nothing_above_them() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut offences = Vec::new();
+    for layer in BOTTOM {
+        let mut files = Vec::new();
+        rust_files(&src.join(layer), &mut files);
+        assert!(!files.is_empty(), "src/{layer} has Rust files");
+        for file in files {
+            let text = std::fs::read_to_string(&file).expect("read");
+            for (n, line) in text.lines().enumerate() {
+                for above in names_above(line) {
+                    offences.push(format!(
+                        "{}:{}: `{layer}` names `crate::{above}`",
+                        file.strip_prefix(&src).unwrap_or(&file).display(),
+                        n + 1
+                    ));
+                }
+            }
+        }
+    }
+    assert!(
+        offences.is_empty(),
+        "layering broken:\n{}",
+        offences.join("\n")
+    );
+}
+
+#[test]
+fn the_check_sees_plain_and_grouped_imports_but_not_comments() {
+    assert_eq!(names_above("use crate::events::Bus;"), ["events"]);
+    assert_eq!(
+        names_above("use crate::{context::Context, sandbox::Script};"),
+        ["sandbox"]
+    );
+    assert_eq!(
+        names_above("    let b = crate::gateway::send::tools();"),
+        ["gateway"]
+    );
+    assert!(names_above("use crate::context::Context; // not crate::events").is_empty());
+    assert!(names_above("use crate::kernel::Kernel;").is_empty());
+}
