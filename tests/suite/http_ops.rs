@@ -107,6 +107,39 @@ async fn the_served_openapi_document_equals_the_checked_in_file() {
     server.finish().await;
 }
 
+/// What the document says of keys must hold for the server as it runs by default (no keys): a
+/// schema-driven client must not be told a header is required that the server does not ask for.
+#[tokio::test]
+async fn the_document_declares_keys_optional_as_the_default_server_runs_without_them() {
+    let text =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/openapi.yaml")).unwrap();
+    let doc: Value = serde_saphyr::from_str(&text).unwrap();
+    let top = doc["security"].as_array().expect("top-level security");
+    assert!(
+        top.iter()
+            .any(|r| r.as_object().is_some_and(|o| o.is_empty())),
+        "an empty requirement makes the key optional: {top:?}"
+    );
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, op) in item.as_object().unwrap() {
+            if let Some(own) = op.get("security").and_then(Value::as_array) {
+                assert!(
+                    own.is_empty()
+                        || own
+                            .iter()
+                            .any(|r| r.as_object().is_some_and(|o| o.is_empty())),
+                    "{method} {path} requires a key outright"
+                );
+            }
+        }
+    }
+    let mut server = TestServer::start(project(), config()).await;
+    for path in ["/skills", "/metrics", "/readyz"] {
+        assert_eq!(server.get(path).await.status(), 200, "{path} without a key");
+    }
+    server.finish().await;
+}
+
 #[test]
 fn the_openapi_file_is_valid_openapi_3_1() {
     let root = env!("CARGO_MANIFEST_DIR");
