@@ -19,6 +19,9 @@
 //!   invoke, reply), `gateway-send`/`web-send`, metrics; the HTTP transport behind `serve`.
 //! - [`builtins`]: the composition root: a kernel builder with every built-in tool, the event
 //!   bus and the sandbox wired in (the binary and the tests start here).
+//! - [`config`]: the project's configuration: `skillgate.yaml` with a section per transport
+//!   and the store, `${env.NAME}` secrets, flags sharing each section's struct; every mistake
+//!   reported at once.
 //! - [`telemetry`]: tracing output (text or JSON) and OpenTelemetry export from `OTEL_*`.
 //! - [`cli`]: the `skillgate` command line.
 //! - [`error`]: the one error type that unwinds through the onion.
@@ -27,6 +30,7 @@
 pub mod builtins;
 pub mod cascade;
 pub mod cli;
+pub mod config;
 pub mod context;
 pub mod error;
 pub mod events;

@@ -40,53 +40,11 @@ pub struct Cli {
     /// The project folder (its `skills/` and `main.skill.md`).
     #[arg(long, global = true, env = "SKILLGATE_PROJECT", default_value = ".")]
     pub project: PathBuf,
-    /// The event store: `sqlite://<file>` (relative to the project), `postgres://...` or
-    /// `memory`. Without it, `DATABASE_URL` when set, else `sqlite://.skillgate/events.db`.
-    // Help does not show the value from the environment: it may hold a password.
-    #[arg(
-        help_heading = "Event store",
-        long,
-        global = true,
-        env = "SKILLGATE_STORE",
-        hide_env_values = true
-    )]
-    pub store: Option<String>,
-    /// Events each topic keeps for replay.
-    #[arg(
-        help_heading = "Event store",
-        long,
-        global = true,
-        env = "SKILLGATE_BUFFER_EVENTS",
-        default_value_t = 1000
-    )]
-    pub buffer_events: usize,
-    /// Oldest event kept for replay, in seconds.
-    #[arg(
-        help_heading = "Event store",
-        long,
-        global = true,
-        env = "SKILLGATE_BUFFER_AGE",
-        default_value_t = 86_400
-    )]
-    pub buffer_age: u64,
-    /// Deliveries after which an event moves to `<topic>.dead`.
-    #[arg(help_heading = "Event store", long, global = true, env = "SKILLGATE_DELIVERY_LIMIT", default_value_t = 5,
-          value_parser = clap::value_parser!(u32).range(1..))]
-    pub delivery_limit: u32,
-    /// How long a delivered event stays invisible before it is delivered again, in milliseconds.
-    #[arg(
-        help_heading = "Event store",
-        long,
-        global = true,
-        env = "SKILLGATE_VISIBILITY",
-        default_value_t = 30_000
-    )]
-    pub visibility: u64,
-    /// How long one run of an event handler skill may take, in milliseconds (default: the
-    /// visibility timeout). A run past it is stopped and its event delivered again.
-    #[arg(help_heading = "Event store", long, global = true, env = "SKILLGATE_HANDLER_TIMEOUT",
-          value_parser = clap::value_parser!(u64).range(1..))]
-    pub handler_timeout: Option<u64>,
+    /// The config file [default: skillgate.yaml in the project, if present].
+    #[arg(long, global = true, env = "SKILLGATE_CONFIG")]
+    pub config: Option<PathBuf>,
+    #[command(flatten)]
+    pub store: crate::config::StoreSettings,
     /// How many skill invocations deep a run may go before it fails (a skill that invokes
     /// itself without end, or handlers that re-emit to their own topic).
     #[arg(help_heading = "Limits", long, global = true, env = "SKILLGATE_MAX_DEPTH",
@@ -140,25 +98,6 @@ impl Cli {
     pub fn log_config(&self) -> LogConfig {
         log_config(self.quiet, self.verbose)
     }
-
-    /// The store in use: `--store` (or `SKILLGATE_STORE`), else `DATABASE_URL` (what sqlx,
-    /// hosting platforms and Postgres tools set), else the embedded SQLite file.
-    pub fn store_url(&self) -> String {
-        self.store
-            .clone()
-            .or_else(|| std::env::var("DATABASE_URL").ok().filter(|u| !u.is_empty()))
-            .unwrap_or_else(|| crate::events::open::DEFAULT_STORE.to_string())
-    }
-
-    /// The bus settings of `--visibility` and `--handler-timeout`.
-    pub fn bus_config(&self) -> crate::events::BusConfig {
-        let visibility = std::time::Duration::from_millis(self.visibility);
-        let mut bus = crate::events::BusConfig::with_visibility(visibility);
-        if let Some(ms) = self.handler_timeout {
-            bus.handler_timeout = std::time::Duration::from_millis(ms);
-        }
-        bus
-    }
 }
 
 /// Log settings for `-q` / `-v` counts: errors only, warn (default), info, debug, trace.
@@ -180,16 +119,33 @@ pub fn log_config(quiet: bool, verbose: u8) -> LogConfig {
 /// Runs the parsed command line.
 pub async fn main(cli: Cli) -> ExitCode {
     let log = cli.log_config();
+    // The commands that run skills or touch the store read the config file first.
+    let file = match &cli.command {
+        Command::Keys(_) | Command::Skills(_) => crate::config::ConfigFile::default(),
+        _ => match crate::config::ConfigFile::read(&cli.project, cli.config.as_deref()) {
+            Ok(file) => file,
+            Err(mut errors) => {
+                // `serve` also checks its routes, so one run shows every mistake.
+                if matches!(cli.command, Command::Serve(_)) {
+                    errors.extend(serve::route_errors(&cli.project));
+                }
+                for error in &errors.0 {
+                    eprintln!("error: {error}");
+                }
+                return ExitCode::from(USAGE);
+            }
+        },
+    };
+    let store = cli.store.clone().or(file.store.clone());
     match &cli.command {
         Command::Run(args) => {
-            let Some(store) = open_store(&cli).await else {
+            let Some(opened) = open_store(&cli, &store).await else {
                 return ExitCode::from(FAILED);
             };
-            let bus = cli.bus_config();
             run::run(
                 &cli.project,
-                store,
-                (bus, cli.max_depth),
+                opened,
+                (store.bus(), cli.max_depth),
                 (cli.quiet, cli.verbose),
                 log,
                 args,
@@ -197,15 +153,15 @@ pub async fn main(cli: Cli) -> ExitCode {
             .await
         }
         Command::Serve(args) => {
-            let Some(store) = open_store(&cli).await else {
+            let Some(opened) = open_store(&cli, &store).await else {
                 return ExitCode::from(FAILED);
             };
-            let bus = cli.bus_config();
-            let label = redact::url(&cli.store_url());
+            let label = redact::url(&store.url());
             serve::serve(
                 &cli.project,
-                (store, label),
-                (bus, cli.max_depth),
+                &file,
+                (opened, label),
+                (store.bus(), cli.max_depth),
                 log,
                 args,
             )
@@ -213,16 +169,16 @@ pub async fn main(cli: Cli) -> ExitCode {
         }
         Command::Keys(cmd) => keys::run(cmd),
         Command::Skills(cmd) => skills::run(&cli.project, cmd),
-        Command::Events(cmd) => match open_store(&cli).await {
-            Some(store) => events::run(store, cmd).await,
+        Command::Events(cmd) => match open_store(&cli, &store).await {
+            Some(opened) => events::run(opened, cmd).await,
             None => ExitCode::from(FAILED),
         },
-        Command::Migrate => match open_store(&cli).await {
-            Some(store) => {
+        Command::Migrate => match open_store(&cli, &store).await {
+            Some(opened) => {
                 println!(
                     "{} event store {} is up to date",
-                    store.kind(),
-                    redact::url(&cli.store_url())
+                    opened.kind(),
+                    redact::url(&store.url())
                 );
                 ExitCode::SUCCESS
             }
@@ -232,20 +188,13 @@ pub async fn main(cli: Cli) -> ExitCode {
 }
 
 /// Opens (and migrates) the configured event store, printing why not.
-async fn open_store(cli: &Cli) -> Option<std::sync::Arc<dyn crate::events::EventStore>> {
-    let url = cli.store_url();
-    match crate::events::open::open_store(
-        &url,
-        &cli.project,
-        crate::events::Limits {
-            buffer_events: cli.buffer_events,
-            buffer_age: std::time::Duration::from_secs(cli.buffer_age),
-            delivery_limit: cli.delivery_limit,
-        },
-    )
-    .await
-    {
-        Ok(store) => Some(store),
+async fn open_store(
+    cli: &Cli,
+    store: &crate::config::StoreSettings,
+) -> Option<std::sync::Arc<dyn crate::events::EventStore>> {
+    let url = store.url();
+    match crate::events::open::open_store(&url, &cli.project, store.limits()).await {
+        Ok(opened) => Some(opened),
         Err(err) => {
             // Store URLs may carry a password: never print one.
             let said = format!("cannot open the event store `{url}`: {err}");

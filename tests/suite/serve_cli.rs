@@ -124,7 +124,7 @@ fn a_config_file_with_an_unknown_key_is_refused_naming_file_line_and_key() {
     let project = hello_project();
     project.write(
         "skillgate.yaml",
-        "bind: 127.0.0.1:0\nrate-limit:\n  per-second: 5\n  brust: 10\n",
+        "http:\n  bind: 127.0.0.1:0\n  rate-limit: 5\n  brust: 10\n",
     );
     let out = Command::new(env!("CARGO_BIN_EXE_skillgate"))
         .env_remove("DATABASE_URL")
@@ -135,8 +135,8 @@ fn a_config_file_with_an_unknown_key_is_refused_naming_file_line_and_key() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("skillgate.yaml:4"), "{err}");
-    assert!(err.contains("brust"), "{err}");
+    assert!(err.contains("skillgate.yaml:4:3: http.brust"), "{err}");
+    assert!(err.contains("unknown field `brust`"), "{err}");
 }
 
 #[tokio::test]
@@ -145,7 +145,9 @@ async fn environment_settings_override_the_config_file() {
     let hash = skillgate::gateway::http::auth::hash_key("sg_file_key");
     project.write(
         "skillgate.yaml",
-        &format!("bind: 127.0.0.1:1\nauth:\n  keys:\n    - {{ name: file, hash: \"{hash}\" }}\n"),
+        &format!(
+            "http:\n  bind: 127.0.0.1:1\n  api-keys:\n    - {{ name: file, hash: \"{hash}\" }}\n"
+        ),
     );
     // The file's port 1 would fail; the environment's port 0 wins.
     let served = serve(
@@ -324,4 +326,50 @@ fn with_database_url_serve_uses_postgres_and_names_it_without_the_password() {
     let (code, _) = served.stop();
     assert_eq!(code, Some(0));
     assert!(!project.path().join(".skillgate/events.db").exists());
+}
+
+#[test]
+fn every_config_mistake_is_reported_at_once_with_its_path() {
+    let project = hello_project();
+    project
+        .write(
+            "main.skill.md",
+            "---\nname: main\ndescription: The project.\nmetadata:\n  role: main\n  web:\n    routes:\n      - { method: POST, path: /triage, ref: triage }\n---\n",
+        )
+        .skill(
+            "triage-bot.skill.md",
+            "---\nname: triage-bot\ndescription: Triage.\n---\nok\n",
+        )
+        .write(
+            "skillgate.yaml",
+            "http:\n  bind: 127.0.0.1:0\n  bnd: 127.0.0.1:1\nstore:\n  url: ${env.SKILLGATE_TEST_UNSET_STORE}\n",
+        );
+    let out = Command::new(env!("CARGO_BIN_EXE_skillgate"))
+        .env_remove("DATABASE_URL")
+        .env_remove("SKILLGATE_STORE")
+        .env_remove("SKILLGATE_TEST_UNSET_STORE")
+        .arg("--project")
+        .arg(project.path())
+        .arg("serve")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let errors: Vec<&str> = err.lines().filter(|l| l.starts_with("error: ")).collect();
+    assert_eq!(errors.len(), 3, "{err}");
+    assert!(
+        err.contains("skillgate.yaml:3:3: http.bnd: unknown field `bnd`"),
+        "{err}"
+    );
+    assert!(
+        err.contains(
+            "skillgate.yaml:5:3: store.url: the environment variable `SKILLGATE_TEST_UNSET_STORE`"
+        ),
+        "{err}"
+    );
+    assert!(
+        err.contains("no skill is named `triage` (did you mean `triage-bot`?)"),
+        "{err}"
+    );
+    assert!(err.contains("metadata.web.routes[0]"), "{err}");
 }

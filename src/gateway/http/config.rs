@@ -1,13 +1,16 @@
-//! Settings of the HTTP transport, and how they are read: command-line flags and `SKILLGATE_*`
-//! variables first, then the config file (`skillgate.yaml` in the project, or `--config`),
-//! then defaults.
+//! Settings of the HTTP transport: [`HttpSettings`] as given (flags, `SKILLGATE_*` variables
+//! and the `http:` section of the config file share it) and [`HttpConfig`], what the server
+//! runs with once they are merged over the defaults and checked.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use clap::Args;
 use serde::Deserialize;
 
+use crate::config::errors::ConfigErrors;
+use crate::config::values::{KeyList, List, Seconds};
 use crate::gateway::http::auth::{ApiKey, KeyRing};
 
 /// The resolved settings `skillgate serve` runs with.
@@ -76,216 +79,197 @@ impl Default for HttpConfig {
     }
 }
 
-/// What the command line and the environment gave (each `None` when not given).
-#[derive(Debug, Default, Clone)]
-pub struct Overrides {
+/// The HTTP settings as given: one struct for the `serve` flags, their `SKILLGATE_*`
+/// variables and the `http:` section of `skillgate.yaml` (same names: `--rate-limit` is
+/// `rate-limit:`). Every field is optional: unset means "the next source decides" (flags and
+/// variables, then the file, then the defaults of [`HttpConfig`]).
+#[derive(Debug, Clone, Default, Args, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[command(next_help_heading = "HTTP")]
+pub struct HttpSettings {
+    /// Address to listen on [default: 127.0.0.1:8080].
+    #[arg(long, env = "SKILLGATE_BIND")]
     pub bind: Option<SocketAddr>,
-    pub config: Option<PathBuf>,
-    pub api_keys: Option<String>,
-    pub public: Option<String>,
+    /// API key hashes, comma-separated `name=sha256:<hex>` (see `skillgate keys new`); in the
+    /// file also a list of `{name, hash, skills}`. Without keys, authentication is off.
+    #[arg(long, env = "SKILLGATE_API_KEYS", hide_env_values = true)]
+    pub api_keys: Option<KeyList>,
+    /// Paths reachable without a key, comma-separated globs
+    /// [default: /healthz,/readyz,/openapi.yaml,/docs].
+    #[arg(long, env = "SKILLGATE_PUBLIC")]
+    pub public: Option<List>,
+    /// Requests per second per API key (or client address); 0 turns the limit off [default: 50].
+    #[arg(long, env = "SKILLGATE_RATE_LIMIT")]
     pub rate_limit: Option<u32>,
+    /// Requests a caller may make at once above the rate [default: 100].
+    #[arg(long, env = "SKILLGATE_RATE_BURST")]
     pub rate_burst: Option<u32>,
+    /// Largest request body in bytes [default: 1048576].
+    #[arg(long, env = "SKILLGATE_BODY_LIMIT")]
     pub body_limit: Option<usize>,
-    pub timeout: Option<f64>,
-    pub cors_origins: Option<String>,
-    pub grace: Option<f64>,
-    pub header_timeout: Option<f64>,
-    pub body_timeout: Option<f64>,
+    /// Seconds an invocation may run before it is aborted [default: 30].
+    #[arg(long, env = "SKILLGATE_TIMEOUT")]
+    pub timeout: Option<Seconds>,
+    /// Allowed CORS origins, comma-separated, or `*` [default: none].
+    #[arg(long, env = "SKILLGATE_CORS_ORIGINS")]
+    pub cors_origins: Option<List>,
+    /// Seconds shutdown waits for in-flight requests and streams [default: 10].
+    #[arg(long, env = "SKILLGATE_SHUTDOWN_GRACE")]
+    pub grace: Option<Seconds>,
+    /// Seconds a client may take to send a request's headers, and a connection with no
+    /// request in flight (one that never sends a byte included) stays open [default: 10].
+    #[arg(long, env = "SKILLGATE_HEADER_TIMEOUT")]
+    pub header_timeout: Option<Seconds>,
+    /// Seconds a client may take to send a whole request body after its headers; slower
+    /// requests are answered 408 [default: 30].
+    #[arg(long, env = "SKILLGATE_BODY_TIMEOUT")]
+    pub body_timeout: Option<Seconds>,
+    /// Connections served at once; more wait in the listen backlog until one closes
+    /// [default: 1024, lowered to fit the process's file descriptor limit].
+    #[arg(long, env = "SKILLGATE_MAX_CONNECTIONS")]
     pub max_connections: Option<usize>,
-    pub allowed_hosts: Option<String>,
-    pub expose_hidden: Option<String>,
+    /// Host names requests must be addressed to, comma-separated (`name` or `name:port`);
+    /// others get 421. `/healthz` and `/readyz` answer any host [default: any host].
+    #[arg(long, env = "SKILLGATE_ALLOWED_HOSTS")]
+    pub allowed_hosts: Option<List>,
+    /// Hidden skills that may still be invoked over HTTP, comma-separated name globs.
+    #[arg(long, env = "SKILLGATE_EXPOSE_HIDDEN")]
+    pub expose_hidden: Option<List>,
+    /// Emit `gateway-message` for every HTTP invocation too (file only).
+    #[arg(skip)]
+    pub gateway_message: Option<bool>,
 }
 
-/// The config file, as written (kebab-case keys; unknown keys are an error).
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-struct FileConfig {
-    bind: Option<String>,
-    auth: Option<FileAuth>,
-    rate_limit: Option<FileRate>,
-    body_limit: Option<usize>,
-    timeout: Option<f64>,
-    cors: Option<FileCors>,
-    shutdown_grace: Option<f64>,
-    header_timeout: Option<f64>,
-    body_timeout: Option<f64>,
-    max_connections: Option<usize>,
-    allowed_hosts: Option<Vec<String>>,
-    expose_hidden: Option<Vec<String>>,
-    gateway_message: Option<bool>,
+/// `a.or(b)` field by field: `a`'s value where it has one, else `b`'s.
+macro_rules! or_fields {
+    ($a:ident, $b:ident, $ty:ident { $($field:ident),* $(,)? }) => {
+        $ty { $($field: $a.$field.or($b.$field)),* }
+    };
 }
 
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-struct FileAuth {
-    keys: Option<Vec<FileKey>>,
-    public: Option<Vec<String>>,
-}
+impl HttpSettings {
+    /// True when `key` names an HTTP setting (to point a misplaced top-level key to `http:`).
+    pub fn is_setting(key: &str) -> bool {
+        const KEYS: [&str; 15] = [
+            "bind",
+            "api-keys",
+            "public",
+            "rate-limit",
+            "rate-burst",
+            "body-limit",
+            "timeout",
+            "cors-origins",
+            "grace",
+            "header-timeout",
+            "body-timeout",
+            "max-connections",
+            "allowed-hosts",
+            "expose-hidden",
+            "gateway-message",
+        ];
+        KEYS.contains(&key) || matches!(key, "auth" | "cors" | "shutdown-grace")
+    }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FileKey {
-    name: String,
-    hash: String,
-    /// Skill name patterns the key may invoke (default: all).
-    skills: Option<Vec<String>>,
+    /// These settings, with what `file` sets where these leave a gap.
+    pub fn or(self, file: HttpSettings) -> HttpSettings {
+        or_fields!(
+            self,
+            file,
+            HttpSettings {
+                bind,
+                api_keys,
+                public,
+                rate_limit,
+                rate_burst,
+                body_limit,
+                timeout,
+                cors_origins,
+                grace,
+                header_timeout,
+                body_timeout,
+                max_connections,
+                allowed_hosts,
+                expose_hidden,
+                gateway_message,
+            }
+        )
+    }
 }
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-struct FileRate {
-    per_second: Option<u32>,
-    burst: Option<u32>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FileCors {
-    origins: Option<Vec<String>>,
-}
-
-/// The config file used when `--config` is not given, if it exists.
-pub const DEFAULT_FILE: &str = "skillgate.yaml";
 
 impl HttpConfig {
-    /// Reads flags and environment (`cli`), the config file, and defaults, in that order.
-    pub fn resolve(project: &Path, cli: &Overrides) -> Result<HttpConfig, String> {
-        let file_path = match &cli.config {
-            Some(path) => Some(path.clone()),
-            None => Some(project.join(DEFAULT_FILE)).filter(|p| p.is_file()),
-        };
-        let file = match &file_path {
-            Some(path) => read_file(path)?,
-            None => FileConfig::default(),
-        };
-        let origin = file_path
-            .as_ref()
-            .map_or_else(String::new, |p| p.display().to_string());
+    /// The settings `serve` runs with: `settings` (flags over file, already merged) over the
+    /// defaults, checked. Every mistake is reported, each under its setting's path (`http.x`);
+    /// `origin` says where a path was written, when known.
+    pub fn resolve(
+        project: &Path,
+        settings: HttpSettings,
+        origin: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<HttpConfig, ConfigErrors> {
+        let mut errors = ConfigErrors::default();
+        let mut bad = |path: &str, message: String| errors.push(origin(path), path, message);
         let mut config = HttpConfig::default();
-        if let Some(bind) = cli.bind {
+        if let Some(bind) = settings.bind {
             config.bind = bind;
-        } else if let Some(bind) = &file.bind {
-            config.bind = bind
-                .parse()
-                .map_err(|e| format!("{origin}: `bind`: `{bind}` is not an address: {e}"))?;
         }
-        let auth = file.auth.unwrap_or_default();
         let mut keys = Vec::new();
-        for (i, key) in auth.keys.unwrap_or_default().into_iter().enumerate() {
-            let parsed = ApiKey::new(&key.name, &key.hash, key.skills.unwrap_or_default())
-                .map_err(|e| format!("{origin}: `auth.keys[{i}]`: {e}"))?;
-            keys.push(parsed);
-        }
-        if let Some(list) = &cli.api_keys {
-            for (i, item) in split_list(list).into_iter().enumerate() {
-                let (name, hash) = item.split_once('=').unwrap_or(("", item.as_str()));
-                let name = if name.is_empty() {
-                    format!("key-{}", i + 1)
-                } else {
-                    name.to_string()
-                };
-                keys.push(ApiKey::new(&name, hash, Vec::new()).map_err(|e| {
-                    format!("SKILLGATE_API_KEYS / --api-keys, item {}: {e}", i + 1)
-                })?);
+        for (i, key) in settings
+            .api_keys
+            .unwrap_or_default()
+            .0
+            .into_iter()
+            .enumerate()
+        {
+            match ApiKey::new(&key.name, &key.hash, key.skills) {
+                Ok(key) => keys.push(key),
+                Err(e) => bad(&format!("http.api-keys[{i}]"), e.to_string()),
             }
         }
-        config.keys = KeyRing::new(keys)?;
-        if let Some(public) = &cli.public {
-            config.public = split_list(public);
-        } else if let Some(public) = auth.public {
+        match KeyRing::new(keys) {
+            Ok(ring) => config.keys = ring,
+            Err(e) => bad("http.api-keys", e.to_string()),
+        }
+        if let Some(List(public)) = settings.public {
             config.public = public;
         }
-        let rate = file.rate_limit.unwrap_or_default();
-        config.rate_per_second = cli
-            .rate_limit
-            .or(rate.per_second)
-            .unwrap_or(config.rate_per_second);
-        config.rate_burst = cli
-            .rate_burst
-            .or(rate.burst)
-            .unwrap_or(config.rate_burst)
-            .max(1);
-        config.body_limit = cli
-            .body_limit
-            .or(file.body_limit)
-            .unwrap_or(config.body_limit);
-        if let Some(secs) = cli.timeout.or(file.timeout) {
-            config.timeout = seconds("timeout", secs)?;
+        config.rate_per_second = settings.rate_limit.unwrap_or(config.rate_per_second);
+        config.rate_burst = settings.rate_burst.unwrap_or(config.rate_burst).max(1);
+        config.body_limit = settings.body_limit.unwrap_or(config.body_limit);
+        if let Some(Seconds(t)) = settings.timeout {
+            config.timeout = t;
         }
-        if let Some(secs) = cli.grace.or(file.shutdown_grace) {
-            config.grace = seconds("shutdown-grace", secs)?;
+        if let Some(Seconds(t)) = settings.grace {
+            config.grace = t;
         }
-        if let Some(secs) = cli.header_timeout.or(file.header_timeout) {
-            config.header_timeout = seconds("header-timeout", secs)?;
-            if config.header_timeout.is_zero() {
-                return Err("`header-timeout` must be above 0 seconds".into());
+        if let Some(Seconds(t)) = settings.header_timeout {
+            if t.is_zero() {
+                bad("http.header-timeout", "must be above 0 seconds".into());
             }
+            config.header_timeout = t;
         }
-        if let Some(secs) = cli.body_timeout.or(file.body_timeout) {
-            config.body_timeout = seconds("body-timeout", secs)?;
-            if config.body_timeout.is_zero() {
-                return Err("`body-timeout` must be above 0 seconds".into());
+        if let Some(Seconds(t)) = settings.body_timeout {
+            if t.is_zero() {
+                bad("http.body-timeout", "must be above 0 seconds".into());
             }
+            config.body_timeout = t;
         }
-        if let Some(max) = cli.max_connections.or(file.max_connections) {
+        if let Some(max) = settings.max_connections {
             if max == 0 {
-                return Err("`max-connections` must be at least 1".into());
+                bad("http.max-connections", "must be at least 1".into());
             }
             config.max_connections = max;
         }
-        if let Some(hosts) = &cli.allowed_hosts {
-            config.allowed_hosts = split_list(hosts);
-        } else if let Some(hosts) = file.allowed_hosts {
+        if let Some(List(hosts)) = settings.allowed_hosts {
             config.allowed_hosts = hosts;
         }
-        if let Some(origins) = &cli.cors_origins {
-            config.cors_origins = split_list(origins);
-        } else if let Some(cors) = file.cors {
-            config.cors_origins = cors.origins.unwrap_or_default();
+        if let Some(List(origins)) = settings.cors_origins {
+            config.cors_origins = origins;
         }
-        if let Some(hidden) = &cli.expose_hidden {
-            config.expose_hidden = split_list(hidden);
-        } else if let Some(hidden) = file.expose_hidden {
+        if let Some(List(hidden)) = settings.expose_hidden {
             config.expose_hidden = hidden;
         }
-        config.announce = file.gateway_message.unwrap_or(false);
+        config.announce = settings.gateway_message.unwrap_or(false);
         let public_dir = project.join("public");
         config.public_dir = public_dir.is_dir().then_some(public_dir);
-        Ok(config)
+        errors.or_ok(config)
     }
-}
-
-fn read_file(path: &Path) -> Result<FileConfig, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read the config file {}: {e}", path.display()))?;
-    if text.trim().is_empty() {
-        return Ok(FileConfig::default());
-    }
-    serde_saphyr::from_str::<FileConfig>(&text).map_err(|err| {
-        let message = err.to_string();
-        let message = message.lines().next().unwrap_or_default().to_string();
-        match err.location() {
-            Some(loc) => format!(
-                "{}:{}:{}: {message}",
-                path.display(),
-                loc.line(),
-                loc.column()
-            ),
-            None => format!("{}: {message}", path.display()),
-        }
-    })
-}
-
-fn seconds(what: &str, secs: f64) -> Result<Duration, String> {
-    Duration::try_from_secs_f64(secs)
-        .map_err(|_| format!("`{what}` must be a number of seconds, got {secs}"))
-}
-
-/// `a, b ,c` -> [a, b, c], empty items dropped.
-fn split_list(s: &str) -> Vec<String> {
-    s.split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(str::to_string)
-        .collect()
 }

@@ -29,5 +29,5 @@ pub mod server;
 pub mod skills;
 pub mod state;
 
-pub use config::{HttpConfig, Overrides};
+pub use config::{HttpConfig, HttpSettings};
 pub use server::{Server, ShutdownReport};

@@ -50,30 +50,59 @@ const RESERVED: [&str; 7] = [
     "/docs",
 ];
 
-/// Every route the skills declare, checked: known methods, free paths, existing skills.
+/// Every route the skills declare, checked: known methods, free paths, existing skills. The
+/// first mistake is the error; [`check`] lists them all.
 pub fn collect(index: &SearchIndex, project: &std::path::Path) -> Result<Vec<WebRoute>, String> {
+    let (routes, mut errors) = collect_all(index, project);
+    if errors.is_empty() {
+        Ok(routes)
+    } else {
+        Err(errors.swap_remove(0))
+    }
+}
+
+/// Every mistake in the routes the skills declare (empty when they are sound).
+pub fn check(index: &SearchIndex, project: &std::path::Path) -> Vec<String> {
+    collect_all(index, project).1
+}
+
+fn collect_all(index: &SearchIndex, project: &std::path::Path) -> (Vec<WebRoute>, Vec<String>) {
     let mut routes = Vec::new();
+    let mut errors = Vec::new();
     let project = std::path::absolute(project).ok();
     let main = index.tools().find(|t| {
         t.is_main
             && matches!(&t.source, crate::skills::Source::File(p) if p.parent() == project.as_deref())
     });
     if let Some(main) = main {
-        let merged = cascade::merged_for(index, main).map_err(|e| e.to_string())?;
-        if let Some(list) = merged.metadata.get("web").and_then(|w| w.get("routes")) {
-            let where_ = format!("{} (metadata.web.routes)", main.location());
-            let Value::Array(items) = list else {
-                return Err(format!("{where_}: must be a list of {{method, path, ref}}"));
-            };
-            for (i, item) in items.iter().enumerate() {
-                routes.push(parse(item, None, &format!("{where_}[{i}]"))?);
+        match cascade::merged_for(index, main) {
+            Err(e) => errors.push(e.to_string()),
+            Ok(merged) => {
+                if let Some(list) = merged.metadata.get("web").and_then(|w| w.get("routes")) {
+                    let where_ = format!("{}: metadata.web.routes", main.location());
+                    match list {
+                        Value::Array(items) => {
+                            for (i, item) in items.iter().enumerate() {
+                                match parse(item, None, &format!("{where_}[{i}]")) {
+                                    Ok(route) => routes.push(route),
+                                    Err(e) => errors.push(e),
+                                }
+                            }
+                        }
+                        _ => errors
+                            .push(format!("{where_}: must be a list of {{method, path, ref}}")),
+                    }
+                }
             }
         }
     }
     for tool in index.tools() {
         if let Some(route) = tool.metadata.get("web").and_then(|w| w.get("route")) {
-            let where_ = format!("{} (metadata.web.route)", tool.location());
-            routes.push(parse(route, Some(tool), &where_)?);
+            let where_ = format!("{}: metadata.web.route", tool.location());
+            match parse(route, Some(tool), &where_) {
+                Ok(route) => routes.push(route),
+                Err(e) => errors.push(e),
+            }
         }
     }
     let mut seen: HashMap<(String, String), String> = HashMap::new();
@@ -82,26 +111,31 @@ pub fn collect(index: &SearchIndex, project: &std::path::Path) -> Result<Vec<Web
             .iter()
             .any(|r| route.path == *r || route.path.starts_with(&format!("{r}/")))
         {
-            return Err(format!(
+            errors.push(format!(
                 "{}: `{}` is a path skillgate serves itself",
                 route.declared_in, route.pattern
             ));
         }
         if index.get(&route.skill).is_none() {
-            return Err(format!(
-                "{}: no skill is named `{}`",
+            let hint = index
+                .closest(&route.skill)
+                .first()
+                .map(|name| format!(" (did you mean `{name}`?)"))
+                .unwrap_or_default();
+            errors.push(format!(
+                "{}: no skill is named `{}`{hint}",
                 route.declared_in, route.skill
             ));
         }
         let key = (route.method.to_string(), route.path.clone());
         if let Some(first) = seen.insert(key, route.declared_in.clone()) {
-            return Err(format!(
+            errors.push(format!(
                 "{}: {} {} is also declared in {first}",
                 route.declared_in, route.method, route.pattern
             ));
         }
     }
-    Ok(routes)
+    (routes, errors)
 }
 
 /// `{method, path, ref}`, or on a skill `"GET /path"` / `{method, path}` (ref: the skill).

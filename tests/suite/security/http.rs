@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use skillgate::Context;
+use skillgate::config::ConfigFile;
 use skillgate::gateway::http::auth::{ApiKey, KeyRing, hash_key};
-use skillgate::gateway::http::{HttpConfig, Overrides};
+use skillgate::gateway::http::{HttpConfig, HttpSettings};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -140,26 +141,35 @@ fn max_connections_body_timeout_and_allowed_hosts_are_settings() {
     let project = Project::new();
     project.write(
         "skillgate.yaml",
-        "max-connections: 64\nbody-timeout: 2.5\nallowed-hosts: [api.example]\n",
+        "http:\n  max-connections: 64\n  body-timeout: 2.5\n  allowed-hosts: [api.example]\n",
     );
-    let config = HttpConfig::resolve(project.path(), &Overrides::default()).unwrap();
+    let file = ConfigFile::read(project.path(), None).unwrap();
+    let resolve = |flags: HttpSettings| {
+        HttpConfig::resolve(project.path(), flags.or(file.http.clone()), &|p| {
+            file.origin(p)
+        })
+    };
+    let config = resolve(HttpSettings::default()).unwrap();
     assert_eq!(config.max_connections, 64);
     assert_eq!(config.body_timeout, Duration::from_millis(2500));
     assert_eq!(config.allowed_hosts, vec!["api.example".to_string()]);
-    let flags = Overrides {
+    let flags = HttpSettings {
         max_connections: Some(8),
-        allowed_hosts: Some("a.example, b.example".into()),
-        ..Overrides::default()
+        allowed_hosts: Some("a.example, b.example".parse().unwrap()),
+        ..HttpSettings::default()
     };
-    let config = HttpConfig::resolve(project.path(), &flags).unwrap();
+    let config = resolve(flags).unwrap();
     assert_eq!(config.max_connections, 8);
     assert_eq!(config.allowed_hosts, vec!["a.example", "b.example"]);
-    let zero = Overrides {
+    let zero = HttpSettings {
         max_connections: Some(0),
-        ..Overrides::default()
+        ..HttpSettings::default()
     };
-    let err = HttpConfig::resolve(project.path(), &zero).unwrap_err();
-    assert!(err.contains("max-connections"), "{err}");
+    let err = resolve(zero).unwrap_err().to_string();
+    assert!(
+        err.contains("http.max-connections: must be at least 1"),
+        "{err}"
+    );
     let defaults = HttpConfig::default();
     assert_eq!(defaults.max_connections, 1024);
     assert_eq!(defaults.body_timeout, Duration::from_secs(30));

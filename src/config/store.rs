@@ -1,0 +1,93 @@
+//! The `store` section and the event store flags: one struct for `--store`/`SKILLGATE_STORE`
+//! and friends and for `store:` in `skillgate.yaml`. Flags win, then the file, then
+//! `DATABASE_URL` (for the URL), then the defaults.
+
+use std::time::Duration;
+
+use clap::Args;
+use serde::Deserialize;
+
+use crate::events::{BusConfig, Limits};
+
+/// Where events live and how they are delivered. Every field is optional: unset means "the
+/// next source decides".
+#[derive(Debug, Clone, Default, Args, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[command(next_help_heading = "Event store")]
+pub struct StoreSettings {
+    /// The event store: `sqlite://<file>` (relative to the project), `postgres://...` or
+    /// `memory`. Without it, `DATABASE_URL` when set, else `sqlite://.skillgate/events.db`.
+    // Help does not show the value from the environment: it may hold a password.
+    #[arg(
+        id = "store",
+        long = "store",
+        global = true,
+        env = "SKILLGATE_STORE",
+        hide_env_values = true
+    )]
+    pub url: Option<String>,
+    /// Events each topic keeps for replay [default: 1000].
+    #[arg(long, global = true, env = "SKILLGATE_BUFFER_EVENTS")]
+    pub buffer_events: Option<usize>,
+    /// Oldest event kept for replay, in seconds [default: 86400].
+    #[arg(long, global = true, env = "SKILLGATE_BUFFER_AGE")]
+    pub buffer_age: Option<u64>,
+    /// Deliveries after which an event moves to `<topic>.dead` [default: 5].
+    #[arg(long, global = true, env = "SKILLGATE_DELIVERY_LIMIT",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub delivery_limit: Option<u32>,
+    /// How long a delivered event stays invisible before it is delivered again, in
+    /// milliseconds [default: 30000].
+    #[arg(long, global = true, env = "SKILLGATE_VISIBILITY")]
+    pub visibility: Option<u64>,
+    /// How long one run of an event handler skill may take, in milliseconds (default: the
+    /// visibility timeout). A run past it is stopped and its event delivered again.
+    #[arg(long, global = true, env = "SKILLGATE_HANDLER_TIMEOUT",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub handler_timeout: Option<u64>,
+}
+
+impl StoreSettings {
+    /// These settings, with what `file` sets where these leave a gap.
+    pub fn or(self, file: StoreSettings) -> StoreSettings {
+        StoreSettings {
+            url: self.url.or(file.url),
+            buffer_events: self.buffer_events.or(file.buffer_events),
+            buffer_age: self.buffer_age.or(file.buffer_age),
+            delivery_limit: self.delivery_limit.or(file.delivery_limit),
+            visibility: self.visibility.or(file.visibility),
+            handler_timeout: self.handler_timeout.or(file.handler_timeout),
+        }
+    }
+
+    /// The store URL in use: set here, else `DATABASE_URL` (what sqlx, hosting platforms and
+    /// Postgres tools set), else the embedded SQLite file.
+    pub fn url(&self) -> String {
+        self.url
+            .clone()
+            .or_else(|| std::env::var("DATABASE_URL").ok().filter(|u| !u.is_empty()))
+            .unwrap_or_else(|| crate::events::open::DEFAULT_STORE.to_string())
+    }
+
+    pub fn limits(&self) -> Limits {
+        let defaults = Limits::default();
+        Limits {
+            buffer_events: self.buffer_events.unwrap_or(defaults.buffer_events),
+            buffer_age: self
+                .buffer_age
+                .map_or(defaults.buffer_age, Duration::from_secs),
+            delivery_limit: self.delivery_limit.unwrap_or(defaults.delivery_limit),
+        }
+    }
+
+    pub fn bus(&self) -> BusConfig {
+        let mut bus = match self.visibility {
+            Some(ms) => BusConfig::with_visibility(Duration::from_millis(ms)),
+            None => BusConfig::default(),
+        };
+        if let Some(ms) = self.handler_timeout {
+            bus.handler_timeout = Duration::from_millis(ms);
+        }
+        bus
+    }
+}

@@ -1,0 +1,161 @@
+//! Setting values that read the same from a flag, a `SKILLGATE_*` variable and the config file:
+//! lists (`a,b` on the command line, a YAML list or the same string in the file), seconds, and
+//! API keys (`name=sha256:<hex>,...`, or `{name, hash, skills}` entries in the file).
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer};
+
+/// A list: comma-separated on the command line, a list (or a comma-separated string) in the file.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct List(pub Vec<String>);
+
+impl FromStr for List {
+    type Err = std::convert::Infallible;
+    fn from_str(s: &str) -> Result<List, Self::Err> {
+        Ok(List(
+            s.split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(str::to_string)
+                .collect(),
+        ))
+    }
+}
+
+impl<'de> Deserialize<'de> for List {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<List, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Form {
+            Text(String),
+            Items(Vec<String>),
+        }
+        Ok(match Form::deserialize(d)? {
+            Form::Text(s) => s.parse().unwrap_or_default(),
+            Form::Items(items) => List(items),
+        })
+    }
+}
+
+/// A duration written as a number of seconds (`2.5`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Seconds(pub Duration);
+
+impl FromStr for Seconds {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Seconds, String> {
+        let secs: f64 = s
+            .trim()
+            .parse()
+            .map_err(|_| format!("`{s}` is not a number of seconds"))?;
+        seconds(secs)
+    }
+}
+
+fn seconds(secs: f64) -> Result<Seconds, String> {
+    Duration::try_from_secs_f64(secs)
+        .map(Seconds)
+        .map_err(|_| format!("{secs} is not a number of seconds (0 or more)"))
+}
+
+impl<'de> Deserialize<'de> for Seconds {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Seconds, D::Error> {
+        seconds(f64::deserialize(d)?).map_err(serde::de::Error::custom)
+    }
+}
+
+/// One API key as configured: a name, the SHA-256 hash of the key, the skills it may invoke.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeySpec {
+    pub name: String,
+    pub hash: String,
+    /// Skill name patterns the key may invoke (default: all).
+    #[serde(default)]
+    pub skills: Vec<String>,
+}
+
+/// API keys: `name=sha256:<hex>,...` on the command line (unnamed ones are `key-N`), a list of
+/// [`KeySpec`] (or the same string) in the file.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KeyList(pub Vec<KeySpec>);
+
+impl FromStr for KeyList {
+    type Err = std::convert::Infallible;
+    fn from_str(s: &str) -> Result<KeyList, Self::Err> {
+        let List(items) = s.parse()?;
+        Ok(KeyList(
+            items
+                .into_iter()
+                .enumerate()
+                .map(|(i, item)| {
+                    let (name, hash) = item.split_once('=').unwrap_or(("", item.as_str()));
+                    KeySpec {
+                        name: if name.is_empty() {
+                            format!("key-{}", i + 1)
+                        } else {
+                            name.to_string()
+                        },
+                        hash: hash.to_string(),
+                        skills: Vec::new(),
+                    }
+                })
+                .collect(),
+        ))
+    }
+}
+
+impl<'de> Deserialize<'de> for KeyList {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<KeyList, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Form {
+            Text(String),
+            Items(Vec<KeySpec>),
+        }
+        Ok(match Form::deserialize(d)? {
+            Form::Text(s) => s.parse().unwrap_or_default(),
+            Form::Items(items) => KeyList(items),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn a_list_reads_the_same_from_a_flag_and_from_the_file() {
+        let flag: List = "a, b,,c".parse().unwrap();
+        let file: List = serde_json::from_value(json!(["a", "b", "c"])).unwrap();
+        let text: List = serde_json::from_value(json!("a,b,c")).unwrap();
+        assert_eq!(flag, file);
+        assert_eq!(file, text);
+    }
+
+    #[test]
+    fn keys_read_from_a_flag_or_as_entries() {
+        let flag: KeyList = "ci=sha256:ab,sha256:cd".parse().unwrap();
+        assert_eq!(flag.0[0].name, "ci");
+        assert_eq!(flag.0[1].name, "key-2");
+        let file: KeyList = serde_json::from_value(
+            json!([{ "name": "ci", "hash": "sha256:ab", "skills": ["r-*"] }]),
+        )
+        .unwrap();
+        assert_eq!(file.0[0].skills, ["r-*"]);
+    }
+
+    #[test]
+    fn seconds_refuse_negative_values() {
+        assert_eq!(
+            "2.5".parse::<Seconds>().unwrap().0,
+            Duration::from_millis(2500)
+        );
+        assert!("-1".parse::<Seconds>().is_err());
+        assert!(serde_json::from_value::<Seconds>(json!(-1)).is_err());
+    }
+}
