@@ -1,14 +1,17 @@
 //! Shared test helpers: a throwaway project folder with skill files, kernels over it, native
-//! test tools and a trace recorder.
+//! test tools, recorders of what ran ([`Trace`]) and of the contexts tools saw ([`Seen`]), a
+//! greeting project, numbered events, and the `skillgate` binary run as a process.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use serde_json::Value;
+use serde_json::{Value, json};
+use skillgate::events::Event;
 use skillgate::kernel::KernelBuilder;
-use skillgate::{Kernel, middleware};
+use skillgate::{Context, Kernel, middleware};
 
 /// A project folder that lives as long as the value.
 pub struct Project {
@@ -68,4 +71,97 @@ pub use middleware::native;
 /// The result of an invocation as plain JSON (`undefined` as `None`).
 pub fn plain(out: Option<Arc<Value>>) -> Option<Value> {
     out.map(|v| (*v).clone())
+}
+
+/// Contexts captured by tool bodies, by label, to inspect after the run.
+#[derive(Clone, Default)]
+pub struct Seen(Arc<Mutex<Vec<(String, Context)>>>);
+
+impl Seen {
+    pub fn put(&self, label: &str, ctx: &Context) {
+        self.0.lock().push((label.to_string(), ctx.clone()));
+    }
+
+    /// The last context recorded under `label`.
+    pub fn get(&self, label: &str) -> Context {
+        self.all(label)
+            .pop()
+            .unwrap_or_else(|| panic!("no context recorded as `{label}`"))
+    }
+
+    pub fn all(&self, label: &str) -> Vec<Context> {
+        self.0
+            .lock()
+            .iter()
+            .filter(|(l, _)| l == label)
+            .map(|(_, c)| c.clone())
+            .collect()
+    }
+}
+
+/// A project with one markdown skill, `hello`, that answers `Hello, <name>!`; `name` is an
+/// optional string.
+pub fn hello_project() -> Project {
+    let project = Project::new();
+    project.skill(
+        "hello.skill.md",
+        "---\nname: hello\ndescription: Greets.\nmetadata:\n  params:\n    type: object\n    properties:\n      name: { type: string }\n---\nHello, :arg[name]!\n",
+    );
+    project
+}
+
+/// An event on `topic` from source `tests` whose data is `{"n": n}`.
+pub fn event(topic: &str, n: u64) -> Event {
+    let mut e = Event::new(topic, "test");
+    e.data = Some(json!({ "n": n }));
+    e.source = Some("tests".into());
+    e
+}
+
+// ---------------------------------------------------------------------------------------------
+// The `skillgate` binary.
+// ---------------------------------------------------------------------------------------------
+
+/// `tests/fixtures/<name>`, a skill tree kept in the repository.
+pub fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+}
+
+/// The built binary as `skillgate --project <project>`, without the `RUST_LOG` and
+/// `SKILLGATE_STORE` of the shell that runs the tests (they would change what a test sees).
+pub fn skillgate_command(project: &Path) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_skillgate"));
+    command
+        .arg("--project")
+        .arg(project)
+        .env_remove("RUST_LOG")
+        .env_remove("SKILLGATE_STORE");
+    command
+}
+
+/// Runs `skillgate --project <project> <args>` to its end (see [`skillgate_command`]).
+pub fn skillgate(project: &Path, args: &[&str]) -> Output {
+    skillgate_command(project)
+        .args(args)
+        .output()
+        .expect("run skillgate")
+}
+
+pub fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Sends SIGTERM to a child process (it is not waited for).
+pub fn sigterm(child: &Child) {
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
 }

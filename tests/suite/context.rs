@@ -17,37 +17,11 @@ use skillgate::{Context, ErrorKind, InvokeOptions, SkillError, ToolRef};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
-use crate::common::{Project, Trace, native, plain};
+use crate::common::{Project, Seen, Trace, native, plain};
 
 /// A generous bound on waits that only end if a rule holds, so a broken rule fails the test
 /// instead of hanging it. Never a timing assertion: passing runs finish long before it.
 const HANG_GUARD: Duration = Duration::from_secs(60);
-
-/// Contexts captured by tool bodies, by label, to inspect after the run.
-#[derive(Clone, Default)]
-struct Seen(Arc<Mutex<Vec<(String, Context)>>>);
-
-impl Seen {
-    fn put(&self, label: &str, ctx: &Context) {
-        self.0.lock().push((label.to_string(), ctx.clone()));
-    }
-
-    /// The last context recorded under `label`.
-    fn get(&self, label: &str) -> Context {
-        self.all(label)
-            .pop()
-            .unwrap_or_else(|| panic!("no context recorded as `{label}`"))
-    }
-
-    fn all(&self, label: &str) -> Vec<Context> {
-        self.0
-            .lock()
-            .iter()
-            .filter(|(l, _)| l == label)
-            .map(|(_, c)| c.clone())
-            .collect()
-    }
-}
 
 /// A one-shot channel end shared with a tool body (bodies are `Fn`, so they take it out).
 type Shared<T> = Arc<Mutex<Option<T>>>;

@@ -5,23 +5,16 @@
 //! that the next sandbox (and the process) is healthy. Limits are set small so the tests are
 //! quick; `HANG_GUARD` only turns a broken rule into a failure instead of a hang.
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
 use std::sync::Arc;
 use std::time::Duration;
 
-use parking_lot::Mutex;
 use serde_json::{Map, Value, json};
 use skillgate::sandbox::{self, Session, Untrusted};
-use skillgate::{Context, ErrorKind, InvokeOptions, Kernel, SkillError, ToolRef};
+use skillgate::{ErrorKind, InvokeOptions, Kernel, SkillError, ToolRef};
 
-use crate::common::{Project, native, plain};
+use crate::common::{Project, Seen, fixture, native, plain, skillgate, stderr, stdout};
 
 const HANG_GUARD: Duration = Duration::from_secs(60);
-
-/// Contexts a native tool saw, to inspect after the run.
-#[derive(Clone, Default)]
-struct Seen(Arc<Mutex<Vec<Context>>>);
 
 /// A kernel over `p` with the native tools the scripts call:
 /// - `noop` returns true;
@@ -45,7 +38,7 @@ fn kernel(p: &Project, session: Option<Session>, seen: Seen) -> Kernel {
         .native(native("name: probe\n", move |ctx, _args| {
             let seen = seen.clone();
             async move {
-                seen.0.lock().push(ctx);
+                seen.put("probe", &ctx);
                 Ok(Some(Value::Bool(true)))
             }
         }))
@@ -490,63 +483,43 @@ async fn ctx_target_throws_when_the_skill_is_not_middleware() {
 // ---------------------------------------------------------------------------------------------
 // Through the CLI (the binary over `tests/fixtures/scripts`)
 
-fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name)
-}
-
-fn skillgate(project: &std::path::Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_skillgate"))
-        .arg("--project")
-        .arg(project)
-        .args(args)
-        .env_remove("RUST_LOG")
-        .output()
-        .expect("run skillgate")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
 #[test]
 fn cli_runs_a_skill_js_with_flags_checked_against_its_params() {
     let out = skillgate(
         &fixture("scripts"),
         &["run", "greet-js", "--name", "Ada", "--times", "2"],
     );
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    assert_eq!(text(&out.stdout), "Hello, Ada! Hello, Ada!\n");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "Hello, Ada! Hello, Ada!\n");
     let out = skillgate(&fixture("scripts"), &["run", "greet-js"]);
     assert_eq!(out.status.code(), Some(2), "missing name is a usage error");
-    assert!(text(&out.stderr).contains("\"name\" is a required property"));
+    assert!(stderr(&out).contains("\"name\" is a required property"));
 }
 
 #[test]
 fn cli_runs_a_markdown_skill_served_by_js_middleware() {
     let out = skillgate(&fixture("scripts"), &["run", "shouted", "--who", "Bo"]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    assert_eq!(text(&out.stdout), "QUIET WORDS FOR BO\n");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "QUIET WORDS FOR BO\n");
 }
 
 #[test]
 fn cli_runs_folder_js_skills_and_skill_js_paths() {
     let out = skillgate(&fixture("scripts"), &["run", "report"]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let value: Value = serde_json::from_slice(&out.stdout).expect("json result");
     assert_eq!(value, json!({"tool": "report", "uri": true}));
     let path = fixture("scripts/skills/greet-js.skill.js");
     let path = path.to_str().expect("utf-8 path");
     let out = skillgate(&fixture("scripts"), &["run", path, "--name", "Cy"]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    assert_eq!(text(&out.stdout), "Hello, Cy!\n");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "Hello, Cy!\n");
 }
 
 #[test]
 fn cli_lists_js_skills_and_reports_their_failures() {
     let out = skillgate(&fixture("scripts"), &["skills", "list", "--tag", "fixture"]);
-    let names: Vec<String> = text(&out.stdout)
+    let names: Vec<String> = stdout(&out)
         .lines()
         .filter_map(|l| l.split_whitespace().next().map(str::to_string))
         .collect();
@@ -554,9 +527,9 @@ fn cli_lists_js_skills_and_reports_their_failures() {
     let out = skillgate(&fixture("scripts"), &["run", "fails"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(
-        text(&out.stderr).contains("deliberate failure from fails.skill.js"),
+        stderr(&out).contains("deliberate failure from fails.skill.js"),
         "{}",
-        text(&out.stderr)
+        stderr(&out)
     );
 }
 
@@ -567,8 +540,8 @@ fn cli_names_file_line_and_column_of_a_js_syntax_error() {
         "export const frontmatter = { name: 'bad' };\nexport default async function () {\n  return [1, 2;\n}\n",
     )]);
     let out = skillgate(p.path(), &["run", "bad"]);
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
-    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
     assert!(err.contains("bad.skill.js:3:"), "file and line: {err}");
     assert!(err.contains("syntax error"), "{err}");
 }
@@ -998,7 +971,7 @@ async fn the_untrusted_mark_does_not_pass_to_the_tools_it_invokes() {
         .await
         .unwrap();
     assert_eq!(out, Some(json!(true)));
-    let child = seen.0.lock().pop().expect("probe ran");
+    let child = seen.get("probe");
     assert_eq!(child.get("locals.internals.untrustedRef").unwrap(), None);
     // The child may invoke what its untrusted caller may not: a definition, not a bare name.
     let def = Arc::new(native("name: inner-def\n", |_c, _a| async {

@@ -3,7 +3,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::Arc;
 use std::sync::mpsc;
 use std::time::Duration;
@@ -11,7 +11,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 
-use crate::common::Project;
+use crate::common::{Project, hello_project, sigterm, skillgate, skillgate_command, stderr};
 
 /// A running `skillgate serve` and its stderr lines.
 struct Served {
@@ -21,14 +21,10 @@ struct Served {
 }
 
 fn serve(project: &Path, args: &[&str], env: &[(&str, &str)]) -> Served {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_skillgate"));
+    let mut command = skillgate_command(project);
     command
-        .arg("--project")
-        .arg(project)
         .arg("serve")
         .args(args)
-        .env_remove("SKILLGATE_STORE")
-        .env_remove("RUST_LOG")
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
     for (k, v) in env {
@@ -64,24 +60,11 @@ impl Served {
 
     /// SIGTERM, then the exit code and the rest of stderr.
     fn stop(mut self) -> (Option<i32>, Vec<String>) {
-        let status = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .expect("kill");
-        assert!(status.success());
+        sigterm(&self.child);
         let code = self.child.wait().expect("wait").code();
         let rest: Vec<String> = self.stderr.try_iter().collect();
         (code, rest)
     }
-}
-
-fn hello_project() -> Project {
-    let project = Project::new();
-    project.skill(
-        "hello.skill.md",
-        "---\nname: hello\ndescription: Greets.\nmetadata:\n  params:\n    type: object\n    properties:\n      name: { type: string }\n---\nHello, :arg[name]!\n",
-    );
-    project
 }
 
 #[tokio::test]
@@ -122,14 +105,9 @@ fn a_config_file_with_an_unknown_key_is_refused_naming_file_line_and_key() {
         "skillgate.yaml",
         "bind: 127.0.0.1:0\nrate-limit:\n  per-second: 5\n  brust: 10\n",
     );
-    let out = Command::new(env!("CARGO_BIN_EXE_skillgate"))
-        .arg("--project")
-        .arg(project.path())
-        .args(["--store", "memory", "serve"])
-        .output()
-        .unwrap();
+    let out = skillgate(project.path(), &["--store", "memory", "serve"]);
     assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = stderr(&out);
     assert!(err.contains("skillgate.yaml:4"), "{err}");
     assert!(err.contains("brust"), "{err}");
 }
