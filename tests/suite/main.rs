@@ -1,6 +1,9 @@
 //! The integration suite, one binary (one link) for all of it.
 //!
-//! - `context`: spec 01, one test per rule of the context object and its manager.
+//! - `context/`: spec 01, one test per rule of the context object and its manager, a file per
+//!   part of the spec: `properties_envelope`, `properties_state`, `properties_run`,
+//!   `manager_chain`, `manager_invoke`, `manager_get_set`, `manager_logs`, `target_context`,
+//!   `serialization` (shared helpers in `context/mod.rs`).
 //! - `orchestration`: spec 02, invocation, cascade, chain, return and error rules.
 //! - `hooks`: the Hooks part of spec 03.
 //! - `cli`: the command line end to end over the skill tree in `tests/fixtures/`.
