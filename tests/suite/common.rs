@@ -8,10 +8,12 @@ use std::process::{Child, Command, Output};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
+use skillgate::cascade::{self, EntryKind};
 use skillgate::events::Event;
 use skillgate::kernel::KernelBuilder;
-use skillgate::{Context, Kernel, middleware};
+use skillgate::skills::tool::Tool;
+use skillgate::{Context, Kernel};
 
 /// A project folder that lives as long as the value.
 pub struct Project {
@@ -66,7 +68,7 @@ impl Trace {
 }
 
 /// A native tool from YAML frontmatter and an async closure (re-export for brevity).
-pub use middleware::native;
+pub use skillgate::middleware::native;
 
 /// The result of an invocation as plain JSON (`undefined` as `None`).
 pub fn plain(out: Option<Arc<Value>>) -> Option<Value> {
@@ -116,6 +118,93 @@ pub fn event(topic: &str, n: u64) -> Event {
     e.data = Some(json!({ "n": n }));
     e.source = Some("tests".into());
     e
+}
+
+// ---------------------------------------------------------------------------------------------
+// Pipeline tools that record what ran into a [`Trace`], and the chain a skill resolves to
+// (used by spec 02's tests in `orchestration/` and by `hooks`).
+// ---------------------------------------------------------------------------------------------
+
+/// A middleware `name` with extra metadata lines `meta` (indented two spaces) that records
+/// `record(name, target tool, args)` and passes to the next entry.
+pub fn middleware(
+    name: &str,
+    meta: &str,
+    trace: &Trace,
+    record: fn(&str, &str, &Value) -> String,
+) -> Tool {
+    let (t, label) = (trace.clone(), name.to_string());
+    native(
+        &format!("name: {name}\nmetadata:\n  role: middleware\n{meta}"),
+        move |ctx, args| {
+            let (t, label) = (t.clone(), label.clone());
+            async move {
+                let target = ctx.ctx_target()?;
+                t.push(record(&label, target.tool_name(), &args));
+                target.next().await?;
+                Ok(None)
+            }
+        },
+    )
+}
+
+/// A middleware that records its name and passes.
+pub fn passing(name: &str, trace: &Trace) -> Tool {
+    middleware(name, "", trace, |name, _, _| name.to_string())
+}
+
+/// A middleware that records `name=<args as JSON>` and passes.
+pub fn with_args(name: &str, trace: &Trace) -> Tool {
+    middleware(name, "", trace, |name, _, args| format!("{name}={args}"))
+}
+
+/// A middleware that records `name@<served tool>` and passes.
+pub fn with_target(name: &str, trace: &Trace) -> Tool {
+    middleware(name, "", trace, |name, target, _| {
+        format!("{name}@{target}")
+    })
+}
+
+/// A native skill `name` with metadata lines `meta` whose body records `name` and returns
+/// `"<name> done"`.
+pub fn skill(name: &str, meta: &str, trace: &Trace) -> Tool {
+    let (t, label) = (trace.clone(), name.to_string());
+    native(
+        &format!("name: {name}\nmetadata:\n{meta}"),
+        move |_ctx, _args| {
+            let (t, label) = (t.clone(), label.clone());
+            async move {
+                t.push(label.clone());
+                Ok(Some(json!(format!("{label} done"))))
+            }
+        },
+    )
+}
+
+/// The chain of `name` as resolved for invocation: tool entries by name, the skill's own body
+/// as `<body>`, sentinels left out.
+pub fn chain_of(kernel: &Kernel, name: &str) -> Vec<String> {
+    let index = kernel.registry().current();
+    let tool = index.find(name).expect("tool exists").clone();
+    let resolved = cascade::resolved_for(&index, &tool).expect("pipeline resolves");
+    resolved
+        .entries
+        .iter()
+        .filter_map(|e| match e.kind {
+            EntryKind::Tool => Some(e.name.to_string()),
+            EntryKind::Body => Some("<body>".to_string()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The merged cascade metadata of `name`.
+pub fn merged_of(kernel: &Kernel, name: &str) -> Map<String, Value> {
+    let index = kernel.registry().current();
+    cascade::merged(&index, name)
+        .expect("cascade resolves")
+        .metadata
+        .clone()
 }
 
 // ---------------------------------------------------------------------------------------------
