@@ -20,7 +20,9 @@
 //! - `cli`: the command line end to end over the skill tree in `tests/fixtures/`.
 //! - `http_invoke`, `http_auth`, `http_ops`: the HTTP gateway on a real socket (`server` helps).
 //! - `serve_cli`: `skillgate serve` as a process: signals, config, OTLP export.
-//! - `sandbox`: `.skill.js` skills, the ctx bridge, sandbox limits, escapes and sessions.
+//! - `sandbox/`: `.skill.js` skills, the ctx bridge, sandbox limits, escapes and sessions, a
+//!   file per part: `skill_js`, `js_middleware`, `cli`, `limits`, `escapes`, `sessions`,
+//!   `running_untrusted_code`.
 //! - `security`: one test per finding of the security probe, and bounded fuzzing.
 
 mod cli;
