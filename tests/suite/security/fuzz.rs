@@ -9,7 +9,7 @@ use serde_json::{Map, Value, json};
 use skillgate::skills::Source;
 use skillgate::skills::loader::parse_skill;
 
-use crate::common::Project;
+use crate::common::{Project, hello_project};
 use crate::server::{TestServer, config};
 
 /// Any JSON value, a few levels deep, with keys that are often `$`-prefixed.
@@ -49,12 +49,7 @@ fn args() -> impl Strategy<Value = Map<String, Value>> {
 #[test]
 fn http_args_with_dollar_keys_are_refused_by_name_and_nothing_is_a_5xx() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    let project = Project::new();
-    project.skill(
-        "hello.skill.md",
-        "---\nname: hello\ndescription: Greets.\nmetadata:\n  params:\n    type: object\n    properties:\n      name: { type: string }\n---\nHello, :arg[name]!\n",
-    );
-    let mut server = runtime.block_on(TestServer::start(project, config()));
+    let mut server = runtime.block_on(TestServer::start(hello_project(), config()));
     let mut runner = TestRunner::new(Config::with_cases(96));
     let result = runner.run(&args(), |args| {
         let refused: Vec<&String> = args.keys().filter(|k| k.starts_with('$')).collect();
