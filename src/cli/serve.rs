@@ -9,12 +9,15 @@ use clap::Args;
 use crate::cli::{FAILED, USAGE};
 use crate::config::{ConfigErrors, ConfigFile};
 use crate::context::log::LogConfig;
+use crate::events::KernelBus;
 use crate::events::WithBus;
 use crate::events::{Bus, BusConfig, EventStore};
 use crate::gateway::Gateway;
 use crate::gateway::http::routes;
 use crate::gateway::http::{HttpConfig, HttpSettings, Server};
 use crate::gateway::metrics::Metrics;
+use crate::gateway::transport::{self, StartError, Transport};
+use tokio_util::sync::CancellationToken;
 
 /// The HTTP flags; each is also a key of the config file's `http:` section, and flags (and
 /// their `SKILLGATE_*` variables) win over the file.
@@ -66,11 +69,11 @@ pub async fn serve(
     let loopback = config.bind.ip().is_loopback();
     let keys = config.keys.len();
     let grace = config.grace;
-    let gateway = Gateway::new(kernel, Arc::new(Metrics::new()));
+    let gateway = Gateway::new(kernel.clone(), Arc::new(Metrics::new()));
     let server = match Server::bind(gateway, config, project).await {
         Ok(server) => server,
         Err(err) => {
-            eprintln!("error: {err}");
+            eprintln!("error: {}", StartError::runtime("http", err));
             return ExitCode::from(FAILED);
         }
     };
@@ -88,25 +91,46 @@ pub async fn serve(
             "warning: listening on {addr} without API keys; set SKILLGATE_API_KEYS before exposing the server"
         );
     }
-    let report = server
-        .run(async {
+    // Every transport stops together on SIGINT/SIGTERM; the shutdown is announced once.
+    let stop = CancellationToken::new();
+    let transports: Vec<Box<dyn Transport>> = vec![Box::new(server)];
+    let watcher = {
+        let stop = stop.clone();
+        let kernel = kernel.clone();
+        tokio::spawn(async move {
             let signal = crate::shutdown::signal().await;
             eprintln!(
-                "skillgate: {}: stopping; in-flight requests get up to {:.1} s",
+                "skillgate: {}: stopping; in-flight work gets up to {:.1} s",
                 signal.name(),
                 grace.as_secs_f64()
             );
-            signal.name().to_string()
+            stop.cancel();
+            crate::shutdown::announce_reason(&kernel, signal.name()).await;
         })
-        .await;
-    if report.drained {
+    };
+    let reports = transport::run_all(transports, stop.clone(), grace).await;
+    if stop.is_cancelled() {
+        // Let the announcement finish.
+        let _ = watcher.await;
+    } else {
+        // Every transport ended on its own (the error is logged): no signal to wait for.
+        watcher.abort();
+    }
+    kernel.bus().shutdown();
+    let cut_off: Vec<String> = reports
+        .iter()
+        .filter(|r| !r.drained)
+        .map(|r| format!("{}: {} cut off", r.transport, r.abandoned))
+        .collect();
+    if cut_off.is_empty() {
         eprintln!("skillgate: stopped");
         ExitCode::SUCCESS
     } else {
+        let abandoned: i64 = reports.iter().map(|r| r.abandoned).sum();
         eprintln!(
-            "skillgate: the shutdown grace period of {:.1} s ran out; {} request(s) were cut off",
+            "skillgate: the shutdown grace period of {:.1} s ran out; {abandoned} request(s) were cut off ({})",
             grace.as_secs_f64(),
-            report.abandoned
+            cut_off.join(", ")
         );
         ExitCode::from(FAILED)
     }

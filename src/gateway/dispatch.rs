@@ -56,6 +56,8 @@ pub struct Dispatch {
 pub struct Gateway {
     pub kernel: Kernel,
     pub metrics: Arc<Metrics>,
+    /// Each transport's state, for `/readyz`.
+    pub readiness: crate::gateway::transport::Readiness,
     /// Behind an `Arc`: cloning a token itself takes its tree's lock, and every run clones
     /// the gateway.
     halt: Arc<CancellationToken>,
@@ -66,6 +68,7 @@ impl Gateway {
         Gateway {
             kernel,
             metrics,
+            readiness: Default::default(),
             halt: Arc::new(CancellationToken::new()),
         }
     }

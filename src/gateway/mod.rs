@@ -7,6 +7,8 @@
 //! - [`reply`]: the reply channel, the raw response handle at `nonlocals.request.res`.
 //! - [`send`]: the `gateway-send` and `web-send` tools.
 //! - [`metrics`]: Prometheus metrics of requests and invocations, shared by all transports.
+//! - [`transport`]: the lifecycle every transport shares (start, readiness, run, drain,
+//!   report), and running them together.
 //! - [`http`]: the HTTP transport (`skillgate serve`).
 
 pub mod dispatch;
@@ -15,6 +17,7 @@ pub mod http;
 pub mod metrics;
 pub mod reply;
 pub mod send;
+pub mod transport;
 
 pub use dispatch::{Dispatch, Gateway, Inbound};
 pub use reply::{Reply, ReplyPart};

@@ -7,6 +7,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use skillgate::Context;
 use skillgate::events::KernelBus;
+use skillgate::gateway::transport::State;
 use tokio::sync::Notify;
 
 use crate::common::{Project, native};
@@ -57,6 +58,7 @@ async fn healthz_is_ok_and_readyz_checks_the_store_and_the_skills() {
     let ready: Value = ready.json().await.unwrap();
     assert_eq!(ready["store"]["ok"], true);
     assert_eq!(ready["skills"]["ok"], true);
+    assert_eq!(ready["transports"], json!({ "http": "ready" }));
     server.finish().await;
 
     // A skill file that does not load makes the server not ready, and says which skill.
@@ -68,6 +70,22 @@ async fn healthz_is_ok_and_readyz_checks_the_store_and_the_skills() {
     let ready: Value = ready.json().await.unwrap();
     assert_eq!(ready["skills"]["ok"], false);
     assert_eq!(ready["skills"]["failures"], json!(["broken"]));
+    server.finish().await;
+}
+
+#[tokio::test]
+async fn readyz_is_503_while_a_transport_is_not_ready() {
+    let mut server = TestServer::start(project(), config()).await;
+    server.gateway.readiness.set("slack", State::Starting);
+    let ready = server.get("/readyz").await;
+    assert_eq!(ready.status(), 503);
+    let ready: Value = ready.json().await.unwrap();
+    assert_eq!(
+        ready["transports"],
+        json!({ "http": "ready", "slack": "starting" })
+    );
+    server.gateway.readiness.set("slack", State::Ready);
+    assert_eq!(server.get("/readyz").await.status(), 200);
     server.finish().await;
 }
 

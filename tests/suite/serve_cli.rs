@@ -345,3 +345,20 @@ fn every_config_mistake_is_reported_at_once_with_its_path() {
     );
     assert!(err.contains("metadata.web.routes[0]"), "{err}");
 }
+
+#[test]
+fn a_transport_that_cannot_start_is_an_error_naming_it() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let project = hello_project();
+    let out = crate::common::skillgate_command(project.path())
+        .args(["--store", "memory", "serve", "--bind", &addr])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "a runtime failure");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("error: http: cannot listen on {addr}")),
+        "{err}"
+    );
+}

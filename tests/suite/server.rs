@@ -19,6 +19,8 @@ pub struct TestServer {
     pub addr: SocketAddr,
     pub client: reqwest::Client,
     pub kernel: Kernel,
+    /// The gateway the server runs on (its readiness, metrics).
+    pub gateway: Gateway,
     stop: Option<oneshot::Sender<String>>,
     running: Option<tokio::task::JoinHandle<ShutdownReport>>,
     pub project: Project,
@@ -50,7 +52,7 @@ impl TestServer {
         }
         let kernel = build(project.builder()).build();
         let gateway = Gateway::new(kernel.clone(), Arc::new(Metrics::new()));
-        let server = Server::bind(gateway, config, project.path())
+        let server = Server::bind(gateway.clone(), config, project.path())
             .await
             .expect("server binds");
         let addr = server.local_addr();
@@ -62,6 +64,7 @@ impl TestServer {
             addr,
             client: reqwest::Client::new(),
             kernel,
+            gateway,
             stop: Some(stop),
             running: Some(running),
             project,

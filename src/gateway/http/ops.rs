@@ -16,7 +16,8 @@ pub async fn healthz() -> Response {
     axum::Json(json!({ "status": "ok" })).into_response()
 }
 
-/// Readiness: the event store answers and the skills loaded without failures.
+/// Readiness: the event store answers, the skills loaded without failures, and every
+/// transport is ready (each one's state is listed).
 pub async fn readyz(State(state): State<AppState>) -> Response {
     let kernel = &state.gateway.kernel;
     // The path is public: it says which check failed, never where (file paths, store
@@ -39,13 +40,19 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
         "count": index.tools().count(),
         "failures": failures,
     });
-    let ready = store["ok"] == true && skills["ok"] == true;
+    let transports = state.gateway.readiness.to_json();
+    let ready = store["ok"] == true && skills["ok"] == true && state.gateway.readiness.ready();
     let status = if ready {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
-    let body = json!({ "status": if ready { "ready" } else { "not-ready" }, "store": store, "skills": skills });
+    let body = json!({
+        "status": if ready { "ready" } else { "not-ready" },
+        "store": store,
+        "skills": skills,
+        "transports": transports,
+    });
     (status, axum::Json(body)).into_response()
 }
 

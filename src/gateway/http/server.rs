@@ -28,6 +28,7 @@ use crate::gateway::http::problem::Problem;
 use crate::gateway::http::public::PublicDir;
 use crate::gateway::http::state::AppState;
 use crate::gateway::http::{descriptors, hosts, invoke, listen, ops, request_id, routes, skills};
+use crate::gateway::transport::{Report, State, Transport};
 
 /// A bound HTTP server, not yet serving.
 pub struct Server {
@@ -61,6 +62,7 @@ impl Server {
         let listener = TcpListener::bind(bind)
             .await
             .map_err(|e| format!("cannot listen on {bind}: {e}"))?;
+        state.gateway.readiness.set(NAME, State::Starting);
         Ok(Server {
             listener,
             router,
@@ -76,7 +78,19 @@ impl Server {
 
     /// Serves until `shutdown` resolves (with the reason, e.g. `SIGTERM`), then stops accepting,
     /// emits `shutdown`, and waits up to the grace period for in-flight requests and streams.
+    /// (As the only transport; `skillgate serve` runs it as a [`Transport`] among others.)
     pub async fn run(self, shutdown: impl Future<Output = String> + Send) -> ShutdownReport {
+        let grace = self.state.config.grace;
+        self.serve(async { Some(shutdown.await) }, grace).await
+    }
+
+    /// Serves until `stopped` resolves, then stops accepting, emits `shutdown` if `stopped`
+    /// gave a reason (the server runs alone), and drains for up to `grace`.
+    async fn serve(
+        self,
+        stopped: impl Future<Output = Option<String>> + Send,
+        grace: Duration,
+    ) -> ShutdownReport {
         let Server {
             listener,
             router,
@@ -99,19 +113,27 @@ impl Server {
             max_connections,
         };
         let metrics = state.gateway.metrics.clone();
+        let readiness = state.gateway.readiness.clone();
         let serve = listen::serve(listener, router, limits, metrics, stop.clone());
         let mut serving = tokio::spawn(serve);
+        readiness.set(NAME, State::Ready);
         let reason = tokio::select! {
-            reason = shutdown => reason,
+            reason = stopped => reason,
             ended = &mut serving => {
+                readiness.set(NAME, State::Down);
                 tracing::error!(?ended, "the HTTP server stopped on its own");
                 return ShutdownReport { drained: true, abandoned: 0 };
             }
         };
+        readiness.set(NAME, State::Stopping);
         stop.cancel();
         let kernel = &state.gateway.kernel;
-        crate::shutdown::announce_reason(kernel, &reason).await;
-        let grace = state.config.grace;
+        // Alone, the server announces the shutdown and closes the bus; among other transports,
+        // `serve` does both once.
+        let alone = reason.is_some();
+        if let Some(reason) = &reason {
+            crate::shutdown::announce_reason(kernel, reason).await;
+        }
         let report = match tokio::time::timeout(grace, &mut serving).await {
             Ok(_) => ShutdownReport {
                 drained: true,
@@ -139,8 +161,38 @@ impl Server {
                 }
             }
         };
-        kernel.bus().shutdown();
+        if alone {
+            kernel.bus().shutdown();
+        }
         report
+    }
+}
+
+/// The transport's name.
+const NAME: &str = "http";
+
+#[async_trait::async_trait]
+impl Transport for Server {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    async fn run(self: Box<Self>, stop: CancellationToken, grace: Duration) -> Report {
+        // `serve` announces the shutdown once for every transport.
+        let report = self
+            .serve(
+                async move {
+                    stop.cancelled().await;
+                    None
+                },
+                grace,
+            )
+            .await;
+        Report {
+            transport: NAME,
+            drained: report.drained,
+            abandoned: report.abandoned,
+        }
     }
 }
 
