@@ -223,6 +223,26 @@ impl Context {
         state.chain.finished = true;
     }
 
+    /// `finish()` with no value: stops the chain, `locals.result` stays undefined.
+    pub fn finish_undefined(&self) {
+        let mut state = self.0.state.lock();
+        state.locals.result = None;
+        state.chain.finished = true;
+    }
+
+    /// One key of this context's resolved cascade (`run.middleware[key]`), if set.
+    pub fn metadata(&self, key: &str) -> Option<Value> {
+        self.0.state.lock().run.middleware.get(key).cloned()
+    }
+
+    /// True when this context's tool is a markdown template (no code of its own).
+    pub fn is_template(&self) -> bool {
+        matches!(
+            self.0.state.lock().tool.body,
+            crate::skills::tool::Body::Template
+        )
+    }
+
     /// `fail(error)`: records `locals.error` and returns the error to propagate with `?`/`Err`.
     pub fn fail(&self, error: impl Into<SkillError>) -> SkillError {
         let error = error.into();

@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 use crate::error::{ErrorKind, SkillError};
 use crate::kernel::InvokeOptions;
 use crate::middleware::{native, pass};
-use crate::skills::tool::{Body, Tool};
+use crate::skills::tool::Tool;
 
 /// The policy skill agent-execute hands the prompt to.
 pub const AGENT: &str = "agent";
@@ -23,20 +23,16 @@ metadata:
 "#,
         |ctx, _args| async move {
             let target = ctx.ctx_target()?;
-            let found = {
-                let state = target.0.state.lock();
-                let meta = &state.run.middleware;
-                let model = meta
-                    .get("model")
-                    .filter(|m| !m.is_null() && **m != Value::Bool(false));
-                match model {
-                    Some(model) if matches!(state.tool.body, Body::Template) => Some((
-                        model.clone(),
-                        meta.get("allowed-tools").cloned().unwrap_or(Value::Null),
-                        meta.get("returns").cloned().unwrap_or(Value::Null),
-                    )),
-                    _ => None,
-                }
+            let model = target
+                .metadata("model")
+                .filter(|m| !m.is_null() && *m != Value::Bool(false));
+            let found = match model {
+                Some(model) if target.is_template() => Some((
+                    model,
+                    target.metadata("allowed-tools").unwrap_or(Value::Null),
+                    target.metadata("returns").unwrap_or(Value::Null),
+                )),
+                _ => None,
             };
             let Some((model, allowed, returns)) = found else {
                 return pass(&target).await;

@@ -20,15 +20,7 @@ metadata:
 "#,
         |ctx, _args| async move {
             let target = ctx.ctx_target()?;
-            let spec = {
-                let state = target.0.state.lock();
-                state
-                    .run
-                    .middleware
-                    .get("allowed-tools")
-                    .cloned()
-                    .filter(|v| !v.is_null())
-            };
+            let spec = target.metadata("allowed-tools").filter(|v| !v.is_null());
             if let Some(spec) = spec {
                 let policy = AllowedTools::parse(&spec).map_err(|e| {
                     target.fail(SkillError::config(format!("`{}`: {e}", target.tool_name())))

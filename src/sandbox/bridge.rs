@@ -232,11 +232,7 @@ fn finish(_: &Bridge, ctx: &Context, v: Option<Value>, _: Option<Value>) -> Resu
     match v {
         Some(v) => ctx.finish(v),
         // `finish()` / `finish(undefined)`: stop the chain, the result stays undefined.
-        None => {
-            let mut state = ctx.0.state.lock();
-            state.locals.result = None;
-            state.chain.finished = true;
-        }
+        None => ctx.finish_undefined(),
     }
     Ok(None)
 }

@@ -98,3 +98,33 @@ fn the_check_sees_plain_and_grouped_imports_but_not_comments() {
     assert!(names_above("use crate::context::Context; // not crate::events").is_empty());
     assert!(names_above("use crate::kernel::Kernel;").is_empty());
 }
+
+#[test]
+fn only_the_context_and_the_kernel_touch_a_contexts_state() {
+    // Middleware, the sandbox and the gateway change a context through its methods only.
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let offences: Vec<String> = files
+        .iter()
+        .filter(|f| !f.starts_with(src.join("context")) && !f.starts_with(src.join("kernel")))
+        .flat_map(|file| {
+            let text = std::fs::read_to_string(file).expect("read");
+            text.lines()
+                .enumerate()
+                .filter(|(_, l)| {
+                    l.split("//")
+                        .next()
+                        .unwrap_or_default()
+                        .contains(".0.state")
+                })
+                .map(|(n, _)| format!("{}:{}", file.display(), n + 1))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(
+        offences.is_empty(),
+        "context state touched directly:\n{}",
+        offences.join("\n")
+    );
+}
