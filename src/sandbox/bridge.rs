@@ -5,6 +5,11 @@
 //!
 //! Once the call ends the bridge is closed: a `ctx` kept in a session's `memory` and used in a
 //! later call throws instead of acting on a finished context.
+//!
+//! Every argument crosses by `convert`'s rules (no cycle, at most 100 levels), and
+//! `set(path, value)` also refuses a value that would sit deeper than that below the context, so
+//! no script builds a JSON value deep enough to overflow the host's stack when it is read,
+//! written or dropped.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -13,14 +18,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use parking_lot::Mutex;
 use rquickjs::context::EvalOptions;
 use rquickjs::function::{Async, Opt, Rest};
-use rquickjs::{Ctx, Function, IntoJs, Object, Value as JsValue};
+use rquickjs::{CatchResultExt, CaughtError, Ctx, Function, IntoJs, Object, Value as JsValue};
 use serde_json::{Value, json};
 
 use crate::cascade::entry::parse_extra;
 use crate::context::Context;
 use crate::error::{Result, SkillError};
 use crate::kernel::{InvokeOptions, ToolRef};
-use crate::sandbox::convert::{from_js, throw, to_js, to_js_opt};
+use crate::sandbox::convert::{
+    MAX_DEPTH, caught, depth, from_js, from_js_marked, throw, to_js, to_js_opt,
+};
 use crate::sandbox::refs;
 
 const VIEWS: &str = include_str!("views.js");
@@ -76,6 +83,9 @@ impl Bridge {
 /// A synchronous bridge operation: (bridge, context, first arg, second arg) -> JSON or undefined.
 type Op = fn(&Bridge, &Context, Option<Value>, Option<Value>) -> Result<Option<Value>>;
 
+/// How an operation's arguments cross: [`from_js`], or [`from_js_marked`] for an error.
+type Convert = for<'js> fn(&Ctx<'js>, JsValue<'js>) -> rquickjs::Result<Option<Value>>;
+
 /// The host object handed to the prelude: one function per manager operation.
 pub(crate) fn host<'js>(cx: &Ctx<'js>, bridge: &Arc<Bridge>) -> rquickjs::Result<Object<'js>> {
     let host = Object::new(cx.clone())?;
@@ -95,7 +105,13 @@ pub(crate) fn host<'js>(cx: &Ctx<'js>, bridge: &Arc<Bridge>) -> rquickjs::Result
         ("ctxTarget", ctx_target),
     ];
     for (name, op) in ops {
-        host.set(name, sync_fn(cx, bridge, op)?)?;
+        // `fail` carries an error, which always crosses (see `convert`).
+        let convert: Convert = if name == "fail" {
+            from_js_marked
+        } else {
+            from_js
+        };
+        host.set(name, sync_fn(cx, bridge, op, convert)?)?;
     }
     host.set("invoke", invoke_fn(cx, bridge)?)?;
     host.set("next", next_fn(cx, bridge)?)?;
@@ -151,7 +167,7 @@ pub(crate) fn console<'js>(cx: &Ctx<'js>, bridge: &Arc<Bridge>) -> rquickjs::Res
             move |cx: Ctx<'js>, parts: Rest<JsValue<'js>>| -> rquickjs::Result<()> {
                 let mut text = Vec::with_capacity(parts.0.len());
                 for part in parts.0 {
-                    text.push(match from_js(&cx, part)? {
+                    text.push(match from_js_marked(&cx, part)? {
                         Some(Value::String(s)) => s,
                         Some(other) => other.to_string(),
                         None => "undefined".into(),
@@ -181,7 +197,12 @@ fn compile_views(cx: Ctx<'_>) -> rquickjs::Result<JsValue<'_>> {
     cx.eval_with_options(VIEWS, options)
 }
 
-fn sync_fn<'js>(cx: &Ctx<'js>, bridge: &Arc<Bridge>, op: Op) -> rquickjs::Result<Function<'js>> {
+fn sync_fn<'js>(
+    cx: &Ctx<'js>,
+    bridge: &Arc<Bridge>,
+    op: Op,
+    convert: Convert,
+) -> rquickjs::Result<Function<'js>> {
     let bridge = bridge.clone();
     Function::new(
         cx.clone(),
@@ -190,8 +211,8 @@ fn sync_fn<'js>(cx: &Ctx<'js>, bridge: &Arc<Bridge>, op: Op) -> rquickjs::Result
               a: Opt<JsValue<'js>>,
               b: Opt<JsValue<'js>>|
               -> rquickjs::Result<JsValue<'js>> {
-            let a = arg(&cx, a)?;
-            let b = arg(&cx, b)?;
+            let a = a.0.map(|v| convert(&cx, v)).transpose()?.flatten();
+            let b = b.0.map(|v| convert(&cx, v)).transpose()?.flatten();
             match bridge.context(h).and_then(|c| op(&bridge, &c, a, b)) {
                 Ok(v) => to_js_opt(&cx, v.as_ref()),
                 Err(e) => Err(throw(&cx, &e)),
@@ -224,7 +245,14 @@ fn get(_: &Bridge, ctx: &Context, p: Option<Value>, _: Option<Value>) -> Result<
 fn set(b: &Bridge, ctx: &Context, p: Option<Value>, v: Option<Value>) -> Result<Option<Value>> {
     let p = path(p, "set")?;
     refs::check_set(b.untrusted, &p)?;
-    ctx.set(&p, v.unwrap_or(Value::Null))?;
+    let v = v.unwrap_or(Value::Null);
+    // Each segment of the path is a level above the value.
+    if p.split('.').count() + depth(&v) > MAX_DEPTH {
+        return Err(SkillError::failed(format!(
+            "ctx.manager.set(path, value) would nest the value deeper than {MAX_DEPTH} levels below the context"
+        )));
+    }
+    ctx.set(&p, v)?;
     Ok(None)
 }
 
@@ -372,8 +400,11 @@ fn prepare_invoke<'js>(
     args: Opt<JsValue<'js>>,
     options: Opt<JsValue<'js>>,
 ) -> Result<impl Future<Output = Result<Option<Arc<Value>>>> + use<>> {
-    let js = |e: rquickjs::Error| SkillError::failed(format!("ctx.manager.invoke: {e}"));
-    let reference = match arg(cx, reference).map_err(js)? {
+    // An argument that cannot cross rejects the promise with what was thrown.
+    let js = |e: CaughtError<'js>| {
+        SkillError::failed(format!("ctx.manager.invoke: {}", caught(cx, e).message()))
+    };
+    let reference = match arg(cx, reference).catch(cx).map_err(js)? {
         Some(Value::String(s)) => s,
         other => {
             return Err(SkillError::failed(format!(
@@ -384,9 +415,10 @@ fn prepare_invoke<'js>(
     };
     refs::check_ref(bridge.untrusted, &reference)?;
     let args = arg(cx, args)
+        .catch(cx)
         .map_err(js)?
         .unwrap_or_else(|| Value::Object(Default::default()));
-    let options = invoke_options(arg(cx, options).map_err(js)?)?;
+    let options = invoke_options(arg(cx, options).catch(cx).map_err(js)?)?;
     let ctx = bridge.context(h)?;
     Ok(ctx.invoke(ToolRef::Name(Arc::from(reference)), args, options))
 }

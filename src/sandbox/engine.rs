@@ -18,15 +18,15 @@ use parking_lot::Mutex;
 use rquickjs::context::{EvalOptions, intrinsic};
 use rquickjs::function::{Opt, This};
 use rquickjs::{
-    AsyncContext, AsyncRuntime, CatchResultExt, CaughtError, Ctx, Exception, Function, Module,
-    Object, Value as JsValue,
+    AsyncContext, AsyncRuntime, CatchResultExt, Ctx, Exception, Function, Module, Object,
+    Value as JsValue,
 };
 use serde_json::{Map, Value};
 
 use crate::context::Context;
 use crate::error::{ErrorKind, Result, SkillError};
 use crate::sandbox::bridge::{self, Bridge};
-use crate::sandbox::convert::{OUT_OF_MEMORY, caught, from_js, is_message, to_js};
+use crate::sandbox::convert::{OUT_OF_MEMORY, caught, from_js, is_message, thrown, to_js};
 use crate::sandbox::limits::{Limit, Limits, Meter, Metered, Stop};
 use crate::sandbox::script::{Code, Script};
 
@@ -307,7 +307,7 @@ impl Job {
                 let reason = reason
                     .0
                     .unwrap_or_else(|| JsValue::new_undefined(cx.clone()));
-                *outcome.lock() = Some(Err(rejected(&cx, reason)));
+                *outcome.lock() = Some(Err(thrown(&cx, reason)));
                 Ok(())
             },
         )
@@ -353,12 +353,4 @@ fn chain<'js>(
     let ran: Object = then.call((This(started), run))?;
     let then: Function = ran.get("then")?;
     then.call((This(ran), ok, fail))
-}
-
-/// A rejection reason as a `SkillError` (an `Error`, or any other thrown value).
-fn rejected<'js>(cx: &Ctx<'js>, reason: JsValue<'js>) -> SkillError {
-    match reason.as_object().cloned().and_then(Exception::from_object) {
-        Some(error) => caught(cx, CaughtError::Exception(error)),
-        None => caught(cx, CaughtError::Value(reason)),
-    }
 }

@@ -8,7 +8,7 @@
 //! - `refs`: the untrusted-ref rule (bare tool names only).
 //! - `limits`: `metadata.sandbox` (memory, stack, time, wall), defaults, the meter.
 //! - `session`: a sandbox kept across calls, with its `memory` global.
-//! - `convert`: JSON and errors across the boundary.
+//! - `convert`: JSON and errors across the boundary, with its depth limit and cycle rule.
 //!
 //! Nothing outside this folder names `rquickjs`; another engine would replace this folder only.
 

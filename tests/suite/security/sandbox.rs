@@ -1,1 +1,219 @@
-//! Security: sandbox (see mod.rs).
+//! Security: sandbox (see mod.rs). JavaScript values that cannot become JSON (an error whose
+//! `data` is itself, chains and nestings tens of thousands deep) are answered with an error
+//! instead of overflowing the server's stack.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use skillgate::{InvokeOptions, Kernel, SkillError};
+
+use crate::common::{Project, plain};
+use crate::server::{TestServer, config, problem};
+
+/// Only turns a broken rule into a failure instead of a hang; never a timing assertion.
+const HANG_GUARD: Duration = Duration::from_secs(60);
+
+/// Builds an error chain `n` deep: each error's `data` is the one before it.
+const CHAIN: &str = "function chain(n) {\n  let e = new Error('0');\n  for (let i = 1; i < n; i++) { const next = new Error(String(i)); next.data = e; e = next; }\n  return e;\n}\n";
+
+/// Builds a plain object `n` deep: `{ o: { o: ... } }`.
+const NEST: &str =
+    "function nest(n) {\n  let o = {};\n  for (let i = 0; i < n; i++) o = { o };\n  return o;\n}\n";
+
+/// A project whose skills each do one hostile thing, plus `ok`.
+fn hostile_project() -> Project {
+    let p = Project::new();
+    p.skill(
+        "self-thrown.skill.js",
+        "export default async () => { const e = new Error('x'); e.data = e; throw e; };",
+    );
+    p.skill(
+        "self-returned.skill.js",
+        "export default async () => { const e = new Error('x'); e.data = e; return e; };",
+    );
+    p.skill(
+        "chain-thrown.skill.js",
+        &format!("{CHAIN}export default async () => {{ throw chain(30000); }};"),
+    );
+    p.skill(
+        "chain-returned.skill.js",
+        &format!("{CHAIN}export default async () => chain(30000);"),
+    );
+    p.skill(
+        "nest-thrown.skill.js",
+        &format!("{NEST}export default async () => {{ throw nest(30000); }};"),
+    );
+    p.skill(
+        "nest-returned.skill.js",
+        &format!("{NEST}export default async () => nest(30000);"),
+    );
+    p.skill(
+        "deep-path.skill.js",
+        "export default async (ctx) => { ctx.manager.set('locals.deep.' + Array(30000).fill('a').join('.'), 1); return 'set'; };",
+    );
+    p.skill("ok.skill.js", "export default async () => 'ok';");
+    p
+}
+
+/// `POST /invoke/<skill>` is answered with a problem document (not a dropped connection), and
+/// the server then still serves a normal call.
+async fn assert_answered_then_serving(server: &TestServer, skill: &str) {
+    let response = server
+        .post_json(&format!("/invoke/{skill}"), &json!({}))
+        .await;
+    problem(response, 500).await;
+    let response = server.post_json("/invoke/ok", &json!({})).await;
+    assert_eq!(response.status(), 200, "the next request after `{skill}`");
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body, json!({ "result": "ok" }));
+}
+
+#[tokio::test]
+async fn a_thrown_error_whose_data_is_itself_is_answered_not_a_crash() {
+    let mut server = TestServer::start(hostile_project(), config()).await;
+    assert_answered_then_serving(&server, "self-thrown").await;
+    server.finish().await;
+}
+
+#[tokio::test]
+async fn a_returned_error_whose_data_is_itself_is_answered_not_a_crash() {
+    let mut server = TestServer::start(hostile_project(), config()).await;
+    assert_answered_then_serving(&server, "self-returned").await;
+    server.finish().await;
+}
+
+#[tokio::test]
+async fn a_thrown_error_chain_30000_deep_is_answered_not_a_crash() {
+    let mut server = TestServer::start(hostile_project(), config()).await;
+    assert_answered_then_serving(&server, "chain-thrown").await;
+    server.finish().await;
+}
+
+#[tokio::test]
+async fn a_returned_error_chain_30000_deep_is_answered_not_a_crash() {
+    let mut server = TestServer::start(hostile_project(), config()).await;
+    assert_answered_then_serving(&server, "chain-returned").await;
+    server.finish().await;
+}
+
+#[tokio::test]
+async fn a_plain_value_nested_30000_deep_is_answered_not_a_crash() {
+    let mut server = TestServer::start(hostile_project(), config()).await;
+    assert_answered_then_serving(&server, "nest-thrown").await;
+    assert_answered_then_serving(&server, "nest-returned").await;
+    server.finish().await;
+}
+
+#[tokio::test]
+async fn a_script_cannot_nest_context_values_30000_deep_through_set_paths() {
+    let mut server = TestServer::start(hostile_project(), config()).await;
+    assert_answered_then_serving(&server, "deep-path").await;
+    server.finish().await;
+}
+
+/// Invokes `skill` in `kernel` and returns its error.
+async fn error_of(kernel: &Kernel, skill: &str) -> SkillError {
+    let call = kernel.invoke(skill, json!({}), InvokeOptions::default());
+    tokio::time::timeout(HANG_GUARD, call)
+        .await
+        .expect("hang guard")
+        .map(plain)
+        .expect_err("the skill fails")
+}
+
+#[tokio::test]
+async fn a_thrown_errors_data_that_refers_back_to_it_becomes_the_circular_marker() {
+    let kernel = hostile_project().kernel();
+    let err = error_of(&kernel, "self-thrown").await;
+    assert_eq!(err.message(), "x");
+    assert_eq!(err.data(), Some(&json!("[Circular]")));
+    assert!(err.stack().is_some(), "the stack still crosses");
+}
+
+#[tokio::test]
+async fn a_thrown_error_chain_is_cut_at_the_depth_limit_with_a_marker() {
+    let kernel = hostile_project().kernel();
+    let err = error_of(&kernel, "chain-thrown").await;
+    assert_eq!(err.message(), "29999");
+    // The error itself is the first of 100 levels; each `data` one level further down.
+    let mut data = err.data().expect("data");
+    let mut levels = 1;
+    while let Some(inner) = data.get("data") {
+        assert_eq!(
+            data["message"],
+            json!((29999 - levels).to_string()),
+            "level {levels}"
+        );
+        data = inner;
+        levels += 1;
+    }
+    assert_eq!(data, &json!("[Too deep]"));
+    assert_eq!(levels, 100);
+}
+
+#[tokio::test]
+async fn an_error_given_to_console_or_fail_crosses_with_its_data_marked() {
+    let p = Project::new();
+    p.skill(
+        "report.skill.js",
+        "export default async (ctx) => {\n  const e = new Error('x'); e.data = e;\n  console.log('about to fail:', e);\n  ctx.manager.fail(e);\n};",
+    );
+    let err = error_of(&p.kernel(), "report").await;
+    // Neither `console.log` nor `fail` refused the error: it is the one that fails the skill.
+    assert_eq!(err.message(), "x");
+    assert_eq!(err.data(), Some(&json!("[Circular]")));
+}
+
+#[tokio::test]
+async fn a_returned_cycle_or_value_past_the_depth_limit_is_a_clear_error() {
+    let kernel = hostile_project().kernel();
+    let err = error_of(&kernel, "self-returned").await;
+    assert_eq!(
+        err.message(),
+        "RangeError: value cannot cross the sandbox boundary: it refers back to itself (a cycle)"
+    );
+    for skill in ["chain-returned", "nest-returned"] {
+        let err = error_of(&kernel, skill).await;
+        assert_eq!(
+            err.message(),
+            "RangeError: value cannot cross the sandbox boundary: it nests deeper than 100 levels",
+            "{skill}"
+        );
+    }
+    let err = error_of(&kernel, "nest-thrown").await;
+    assert_eq!(
+        err.message(),
+        "script threw a value that cannot cross the sandbox boundary: it nests deeper than 100 levels"
+    );
+}
+
+#[tokio::test]
+async fn a_bridge_argument_with_a_cycle_or_past_the_depth_limit_throws_a_catchable_range_error() {
+    let p = Project::new();
+    p.skill(
+        "args.skill.js",
+        &format!(
+            "{NEST}export default async (ctx) => {{\n  const seen = [];\n  const o = {{}}; o.o = o;\n  for (const bad of [o, nest(200)]) {{\n    try {{ ctx.manager.set('locals.x', bad); seen.push('set'); }} catch (e) {{ seen.push(e.message); }}\n    try {{ await ctx.manager.invoke('ok', {{ bad }}); seen.push('invoked'); }} catch (e) {{ seen.push(e.message); }}\n  }}\n  try {{ ctx.manager.set('locals.y' + '.a'.repeat(98), {{ b: 1 }}); seen.push('set'); }} catch (e) {{ seen.push(e.message); }}\n  return seen;\n}};"
+        ),
+    );
+    p.skill("ok.skill.js", "export default async () => 'ok';");
+    let kernel = p.kernel();
+    let out = kernel
+        .invoke("args", json!({}), InvokeOptions::default())
+        .await
+        .map(plain)
+        .unwrap();
+    let cycle = "value cannot cross the sandbox boundary: it refers back to itself (a cycle)";
+    let deep = "value cannot cross the sandbox boundary: it nests deeper than 100 levels";
+    let path = "ctx.manager.set(path, value) would nest the value deeper than 100 levels below the context";
+    assert_eq!(
+        out,
+        Some(json!([
+            cycle,
+            format!("ctx.manager.invoke: RangeError: {cycle}"),
+            deep,
+            format!("ctx.manager.invoke: RangeError: {deep}"),
+            path
+        ]))
+    );
+}
