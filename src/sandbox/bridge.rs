@@ -6,20 +6,30 @@
 //! Once the call ends the bridge is closed: a `ctx` kept in a session's `memory` and used in a
 //! later call throws instead of acting on a finished context.
 //!
+//! The script runs on a sandbox thread; the kernel work it starts does not. The futures of
+//! `invoke` and `next` are spawned onto the runtime the call came from and awaited through their
+//! task (aborted if the script's sandbox drops the promise's future, so cancellation still
+//! reaches them), and the synchronous operations run inside that runtime's context, so whatever
+//! they spawn lands there too.
+//!
 //! Every argument crosses by `convert`'s rules (no cycle, at most 100 levels), and
 //! `set(path, value)` also refuses a value that would sit deeper than that below the context, so
 //! no script builds a JSON value deep enough to overflow the host's stack when it is read,
 //! written or dropped.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context as TaskContext, Poll};
 
 use parking_lot::Mutex;
 use rquickjs::context::EvalOptions;
 use rquickjs::function::{Async, Opt, Rest};
 use rquickjs::{CatchResultExt, CaughtError, Ctx, Function, IntoJs, Object, Value as JsValue};
 use serde_json::{Value, json};
+use tokio::runtime::Handle;
+use tokio::task::JoinHandle;
 
 use crate::cascade::entry::parse_extra;
 use crate::context::Context;
@@ -37,14 +47,17 @@ pub(crate) struct Bridge {
     handles: Mutex<Vec<Context>>,
     untrusted: bool,
     closed: AtomicBool,
+    /// The runtime that runs the kernel work the script starts.
+    main: Handle,
 }
 
 impl Bridge {
-    pub(crate) fn new(served: Context, untrusted: bool) -> Bridge {
+    pub(crate) fn new(served: Context, untrusted: bool, main: Handle) -> Bridge {
         Bridge {
             handles: Mutex::new(vec![served]),
             untrusted,
             closed: AtomicBool::new(false),
+            main,
         }
     }
 
@@ -179,6 +192,7 @@ pub(crate) fn console<'js>(cx: &Ctx<'js>, bridge: &Arc<Bridge>) -> rquickjs::Res
                     "level": level,
                     "text": text.join(" "),
                 });
+                let _main = bridge.main.enter();
                 match bridge.context(0).and_then(|c| c.log(event)) {
                     Ok(_) => Ok(()),
                     Err(e) => Err(throw(&cx, &e)),
@@ -213,6 +227,7 @@ fn sync_fn<'js>(
               -> rquickjs::Result<JsValue<'js>> {
             let a = a.0.map(|v| convert(&cx, v)).transpose()?.flatten();
             let b = b.0.map(|v| convert(&cx, v)).transpose()?.flatten();
+            let _main = bridge.main.enter();
             match bridge.context(h).and_then(|c| op(&bridge, &c, a, b)) {
                 Ok(v) => to_js_opt(&cx, v.as_ref()),
                 Err(e) => Err(throw(&cx, &e)),
@@ -363,15 +378,41 @@ impl<'js> IntoJs<'js> for Settled {
     }
 }
 
-/// Runs a prepared kernel future (or the error that stopped its preparation) as a promise.
-async fn settle<F>(prepared: Result<F>) -> Settled
+/// Runs a prepared kernel future (or the error that stopped its preparation) as a promise: the
+/// future runs on `main`, and is aborted if the promise's future is dropped.
+fn settle<F>(main: &Handle, prepared: Result<F>) -> impl Future<Output = Settled> + use<F>
 where
-    F: Future<Output = Result<Option<Arc<Value>>>>,
+    F: Future<Output = Result<Option<Arc<Value>>>> + Send + 'static,
 {
-    Settled(match prepared {
-        Ok(fut) => fut.await.map(|out| out.map(|v| (*v).clone())),
-        Err(e) => Err(e),
-    })
+    // The kernel work continues the trace of the sandbox call.
+    let task = prepared.map(|fut| OnMain(main.spawn(tracing::Instrument::in_current_span(fut))));
+    async move {
+        Settled(match task {
+            Ok(task) => task.await.map(|out| out.map(|v| (*v).clone())),
+            Err(e) => Err(e),
+        })
+    }
+}
+
+/// A kernel future running as a task of the main runtime; dropping this aborts the task.
+struct OnMain<T>(JoinHandle<Result<T>>);
+
+impl<T> Future for OnMain<T> {
+    type Output = Result<T>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Result<T>> {
+        Pin::new(&mut self.0).poll(cx).map(|joined| match joined {
+            Ok(out) => out,
+            Err(err) if err.is_panic() => std::panic::resume_unwind(err.into_panic()),
+            Err(_) => Err(SkillError::internal("the runtime is shutting down")),
+        })
+    }
+}
+
+impl<T> Drop for OnMain<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// `invoke(ref, args?, options?)`: always a promise; a refused ref rejects it.
@@ -386,7 +427,7 @@ fn invoke_fn<'js>(cx: &Ctx<'js>, bridge: &Arc<Bridge>) -> rquickjs::Result<Funct
                   args: Opt<JsValue<'js>>,
                   options: Opt<JsValue<'js>>| {
                 let prepared = prepare_invoke(&bridge, &cx, h, reference, args, options);
-                settle(prepared)
+                settle(&bridge.main, prepared)
             },
         ),
     )
@@ -455,7 +496,7 @@ fn next_fn<'js>(cx: &Ctx<'js>, bridge: &Arc<Bridge>) -> rquickjs::Result<Functio
         cx.clone(),
         Async(move |h: u32| {
             let prepared = bridge.context(h).map(|c| async move { c.next().await });
-            settle(prepared)
+            settle(&bridge.main, prepared)
         }),
     )
 }

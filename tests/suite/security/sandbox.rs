@@ -1,13 +1,19 @@
 //! Security: sandbox (see mod.rs). JavaScript values that cannot become JSON (an error whose
 //! `data` is itself, chains and nestings tens of thousands deep) are answered with an error
-//! instead of overflowing the server's stack.
+//! instead of overflowing the server's stack, and CPU-bound scripts run off the I/O workers, so
+//! health checks answer while they spin and a timed-out or abandoned call stops its script.
 
-use std::time::Duration;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use skillgate::{InvokeOptions, Kernel, SkillError};
+use skillgate::gateway::http::HttpConfig;
+use skillgate::kernel::KernelBuilder;
+use skillgate::{InvokeOptions, Kernel, SkillError, ToolRef};
+use tokio::sync::Semaphore;
 
-use crate::common::{Project, plain};
+use crate::common::{Project, native, plain};
 use crate::server::{TestServer, config, problem};
 
 /// Only turns a broken rule into a failure instead of a hang; never a timing assertion.
@@ -216,4 +222,216 @@ async fn a_bridge_argument_with_a_cycle_or_past_the_depth_limit_throws_a_catchab
             path
         ]))
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// CPU-bound scripts run off the I/O workers
+
+/// A script that says it started (through the native `started` tool), then spins until its
+/// time limit (`time` ms of running).
+fn spin_skill(time: u64) -> String {
+    format!(
+        "export const frontmatter = {{ metadata: {{ sandbox: {{ time: {time} }} }} }};\nexport default async (ctx) => {{ await ctx.manager.invoke('started'); for (;;) {{}} }};"
+    )
+}
+
+/// Counts started spinners (`started` adds a permit) and finished ones (`spin-watch` invokes
+/// `spin` and counts its end, whatever it was, before answering).
+#[derive(Clone)]
+struct Spinners {
+    started: Arc<Semaphore>,
+    finished: Arc<AtomicUsize>,
+}
+
+impl Spinners {
+    fn new() -> Spinners {
+        Spinners {
+            started: Arc::new(Semaphore::new(0)),
+            finished: Arc::default(),
+        }
+    }
+
+    fn tools(&self, builder: KernelBuilder) -> KernelBuilder {
+        let started = self.started.clone();
+        let finished = self.finished.clone();
+        builder
+            .native(native("name: started\n", move |_ctx, _args| {
+                let started = started.clone();
+                async move {
+                    started.add_permits(1);
+                    Ok(None)
+                }
+            }))
+            .native(native("name: spin-watch\n", move |ctx, _args| {
+                let finished = finished.clone();
+                async move {
+                    let spin = ToolRef::Name("spin".into());
+                    let out = ctx.invoke(spin, json!({}), InvokeOptions::default()).await;
+                    finished.fetch_add(1, Ordering::SeqCst);
+                    out.map(plain)
+                }
+            }))
+    }
+
+    /// Waits until `n` spinners have started.
+    async fn wait_started(&self, n: usize) {
+        let all = self.started.acquire_many(u32::try_from(n).unwrap());
+        let permits = tokio::time::timeout(HANG_GUARD, all)
+            .await
+            .expect("hang guard: the spinners never started")
+            .expect("semaphore open");
+        permits.forget();
+    }
+}
+
+/// The server's own runtime, two workers as `skillgate serve` has on a 2-core machine. The
+/// test's client and its guards run on the test's runtime, so a server whose workers are stalled
+/// cannot stall them too (the failure is then seen, not waited out).
+struct ServerRuntime(Option<tokio::runtime::Runtime>);
+
+impl ServerRuntime {
+    fn new() -> ServerRuntime {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("server runtime");
+        ServerRuntime(Some(runtime))
+    }
+
+    /// Starts a server over `project` with the spinners' tools, on this runtime.
+    async fn start(
+        &self,
+        project: Project,
+        settings: HttpConfig,
+        spinners: &Spinners,
+    ) -> TestServer {
+        let spinners = spinners.clone();
+        let runtime = self.0.as_ref().expect("running");
+        let start = TestServer::start_with(project, settings, move |b| spinners.tools(b));
+        runtime.spawn(start).await.expect("server started")
+    }
+}
+
+impl Drop for ServerRuntime {
+    fn drop(&mut self) {
+        // Without waiting: after a failure, scripts may still spin on its workers.
+        if let Some(runtime) = self.0.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+/// Starts `POST /invoke/spin-watch` on a task of its own; resolves to the status.
+fn spin_call(server: &TestServer) -> tokio::task::JoinHandle<u16> {
+    let request = server
+        .client
+        .post(server.url("/invoke/spin-watch"))
+        .json(&json!({}));
+    tokio::spawn(async move { request.send().await.expect("answered").status().as_u16() })
+}
+
+#[tokio::test]
+async fn health_checks_answer_while_two_scripts_spin() {
+    let project = Project::new();
+    project.skill("spin.skill.js", &spin_skill(4000));
+    let spinners = Spinners::new();
+    let runtime = ServerRuntime::new();
+    let mut server = runtime.start(project, config(), &spinners).await;
+    let first = spin_call(&server);
+    let second = spin_call(&server);
+    spinners.wait_started(2).await;
+    let asked = Instant::now();
+    let health = server.get("/healthz").await;
+    let took = asked.elapsed();
+    eprintln!("/healthz answered in {took:?} while two scripts spun");
+    assert_eq!(health.status(), 200);
+    assert_eq!(
+        spinners.finished.load(Ordering::SeqCst),
+        0,
+        "/healthz answered before either script ended"
+    );
+    assert!(!first.is_finished() && !second.is_finished());
+    // Both are then stopped by their own time limit.
+    for call in [first, second] {
+        let status = tokio::time::timeout(HANG_GUARD, call)
+            .await
+            .expect("hang guard")
+            .unwrap();
+        assert_eq!(status, 500);
+    }
+    server.finish().await;
+}
+
+/// A project with a spinner whose own time limit (10 minutes) is far past the hang guard.
+fn long_spin_project() -> Project {
+    let project = Project::new();
+    project.skill("spin.skill.js", &spin_skill(600_000));
+    project.skill("ok.skill.js", "export default async () => 'ok';");
+    project
+}
+
+/// Occupies every sandbox thread with a long spinner, lets each call end from outside
+/// (`stopped` is one such call, resolving when its client has its answer or gave up), then
+/// checks a quick script is served: the stopped scripts let go of their threads.
+async fn assert_stopped_spinners_free_their_threads(
+    server: &TestServer,
+    spinners: &Spinners,
+    stopped: impl Fn(&TestServer) -> tokio::task::JoinHandle<()>,
+) {
+    let threads = skillgate::sandbox::threads();
+    let calls: Vec<_> = (0..threads).map(|_| stopped(server)).collect();
+    spinners.wait_started(threads).await;
+    for call in calls {
+        tokio::time::timeout(HANG_GUARD, call)
+            .await
+            .expect("hang guard: the call was not stopped")
+            .unwrap();
+    }
+    let args = json!({});
+    let quick = server.post_json("/invoke/ok", &args);
+    let response = tokio::time::timeout(HANG_GUARD, quick)
+        .await
+        .expect("hang guard: the stopped scripts still hold the sandbox threads");
+    assert_eq!(response.status(), 200);
+}
+
+#[tokio::test]
+async fn a_script_past_the_http_timeout_is_stopped_and_frees_its_thread() {
+    let mut settings = config();
+    settings.timeout = Duration::from_millis(500);
+    let spinners = Spinners::new();
+    let runtime = ServerRuntime::new();
+    let mut server = runtime
+        .start(long_spin_project(), settings, &spinners)
+        .await;
+    assert_stopped_spinners_free_their_threads(&server, &spinners, |server| {
+        let call = spin_call(server);
+        tokio::spawn(async move { assert_eq!(call.await.unwrap(), 504) })
+    })
+    .await;
+    server.finish().await;
+}
+
+#[tokio::test]
+async fn a_script_whose_client_went_away_is_stopped_and_frees_its_thread() {
+    let spinners = Spinners::new();
+    let runtime = ServerRuntime::new();
+    let mut server = runtime
+        .start(long_spin_project(), config(), &spinners)
+        .await;
+    assert_stopped_spinners_free_their_threads(&server, &spinners, |server| {
+        // The client gives up after half a second and closes its connection.
+        let request = server
+            .client
+            .post(server.url("/invoke/spin-watch"))
+            .timeout(Duration::from_millis(500))
+            .json(&json!({}));
+        tokio::spawn(async move {
+            let err = request.send().await.expect_err("the client gives up");
+            assert!(err.is_timeout(), "{err}");
+        })
+    })
+    .await;
+    server.finish().await;
 }
