@@ -461,6 +461,8 @@ fn prepare_invoke<'js>(
         .unwrap_or_else(|| Value::Object(Default::default()));
     let options = invoke_options(arg(cx, options).catch(cx).map_err(js)?)?;
     let ctx = bridge.context(h)?;
+    // `invoke` resolves the ref and spawns a detached run right away: on the main runtime too.
+    let _main = bridge.main.enter();
     Ok(ctx.invoke(ToolRef::Name(Arc::from(reference)), args, options))
 }
 

@@ -363,6 +363,40 @@ async fn health_checks_answer_while_two_scripts_spin() {
     server.finish().await;
 }
 
+#[tokio::test]
+async fn kernel_work_a_script_starts_runs_off_the_sandbox_threads() {
+    let project = Project::new();
+    project.skill(
+        "starts.skill.js",
+        "export default async (ctx) => {\n  await ctx.manager.invoke('where');\n  ctx.manager.invoke('where', {}, { detached: true });\n};",
+    );
+    let (tx, mut threads) = tokio::sync::mpsc::unbounded_channel();
+    let kernel = project
+        .builder()
+        .native(native("name: where\n", move |_ctx, _args| {
+            let tx = tx.clone();
+            async move {
+                let _ = tx.send(std::thread::current().name().map(String::from));
+                Ok(None)
+            }
+        }))
+        .build();
+    let run = kernel.invoke("starts", json!({}), InvokeOptions::default());
+    tokio::time::timeout(HANG_GUARD, run)
+        .await
+        .expect("hang guard")
+        .unwrap();
+    // The awaited invocation, then the detached one.
+    for _ in 0..2 {
+        let name = tokio::time::timeout(HANG_GUARD, threads.recv())
+            .await
+            .expect("hang guard")
+            .expect("`where` ran")
+            .unwrap_or_default();
+        assert!(!name.starts_with("skillgate-sandbox-"), "ran on {name}");
+    }
+}
+
 /// A project with a spinner whose own time limit (10 minutes) is far past the hang guard.
 fn long_spin_project() -> Project {
     let project = Project::new();
