@@ -51,6 +51,7 @@ pub(crate) async fn run_script(served: &Context, script: &Arc<Script>) -> Result
         script: script.clone(),
         limits,
         main: tokio::runtime::Handle::current(),
+        // Replaced by the token `pool::run` cancels if this future is dropped.
         gone: Default::default(),
     };
     let out = pool::run(move |gone| run_call(Call { gone, ..call })).await;
