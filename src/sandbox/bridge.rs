@@ -5,22 +5,39 @@
 //!
 //! Once the call ends the bridge is closed: a `ctx` kept in a session's `memory` and used in a
 //! later call throws instead of acting on a finished context.
+//!
+//! The script runs on a sandbox thread; the kernel work it starts does not. The futures of
+//! `invoke` and `next` are spawned onto the runtime the call came from and awaited through their
+//! task (aborted if the script's sandbox drops the promise's future, so cancellation still
+//! reaches them), and the synchronous operations run inside that runtime's context, so whatever
+//! they spawn lands there too.
+//!
+//! Every argument crosses by `convert`'s rules (no cycle, at most 100 levels), and
+//! `set(path, value)` also refuses a value that would sit deeper than that below the context, so
+//! no script builds a JSON value deep enough to overflow the host's stack when it is read,
+//! written or dropped.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context as TaskContext, Poll};
 
 use parking_lot::Mutex;
 use rquickjs::context::EvalOptions;
 use rquickjs::function::{Async, Opt, Rest};
-use rquickjs::{Ctx, Function, IntoJs, Object, Value as JsValue};
+use rquickjs::{CatchResultExt, CaughtError, Ctx, Function, IntoJs, Object, Value as JsValue};
 use serde_json::{Value, json};
+use tokio::runtime::Handle;
+use tokio::task::JoinHandle;
 
 use crate::cascade::entry::parse_extra;
 use crate::context::Context;
 use crate::error::{Result, SkillError};
 use crate::kernel::{InvokeOptions, ToolRef};
-use crate::sandbox::convert::{from_js, throw, to_js, to_js_opt};
+use crate::sandbox::convert::{
+    MAX_DEPTH, caught, depth, from_js, from_js_marked, throw, to_js, to_js_opt,
+};
 use crate::sandbox::refs;
 
 const VIEWS: &str = include_str!("views.js");
@@ -30,14 +47,17 @@ pub(crate) struct Bridge {
     handles: Mutex<Vec<Context>>,
     untrusted: bool,
     closed: AtomicBool,
+    /// The runtime that runs the kernel work the script starts.
+    main: Handle,
 }
 
 impl Bridge {
-    pub(crate) fn new(served: Context, untrusted: bool) -> Bridge {
+    pub(crate) fn new(served: Context, untrusted: bool, main: Handle) -> Bridge {
         Bridge {
             handles: Mutex::new(vec![served]),
             untrusted,
             closed: AtomicBool::new(false),
+            main,
         }
     }
 
@@ -76,6 +96,9 @@ impl Bridge {
 /// A synchronous bridge operation: (bridge, context, first arg, second arg) -> JSON or undefined.
 type Op = fn(&Bridge, &Context, Option<Value>, Option<Value>) -> Result<Option<Value>>;
 
+/// How an operation's arguments cross: [`from_js`], or [`from_js_marked`] for an error.
+type Convert = for<'js> fn(&Ctx<'js>, JsValue<'js>) -> rquickjs::Result<Option<Value>>;
+
 /// The host object handed to the prelude: one function per manager operation.
 pub(crate) fn host<'js>(cx: &Ctx<'js>, bridge: &Arc<Bridge>) -> rquickjs::Result<Object<'js>> {
     let host = Object::new(cx.clone())?;
@@ -95,7 +118,13 @@ pub(crate) fn host<'js>(cx: &Ctx<'js>, bridge: &Arc<Bridge>) -> rquickjs::Result
         ("ctxTarget", ctx_target),
     ];
     for (name, op) in ops {
-        host.set(name, sync_fn(cx, bridge, op)?)?;
+        // `fail` carries an error, which always crosses (see `convert`).
+        let convert: Convert = if name == "fail" {
+            from_js_marked
+        } else {
+            from_js
+        };
+        host.set(name, sync_fn(cx, bridge, op, convert)?)?;
     }
     host.set("invoke", invoke_fn(cx, bridge)?)?;
     host.set("next", next_fn(cx, bridge)?)?;
@@ -151,7 +180,7 @@ pub(crate) fn console<'js>(cx: &Ctx<'js>, bridge: &Arc<Bridge>) -> rquickjs::Res
             move |cx: Ctx<'js>, parts: Rest<JsValue<'js>>| -> rquickjs::Result<()> {
                 let mut text = Vec::with_capacity(parts.0.len());
                 for part in parts.0 {
-                    text.push(match from_js(&cx, part)? {
+                    text.push(match from_js_marked(&cx, part)? {
                         Some(Value::String(s)) => s,
                         Some(other) => other.to_string(),
                         None => "undefined".into(),
@@ -163,6 +192,7 @@ pub(crate) fn console<'js>(cx: &Ctx<'js>, bridge: &Arc<Bridge>) -> rquickjs::Res
                     "level": level,
                     "text": text.join(" "),
                 });
+                let _main = bridge.main.enter();
                 match bridge.context(0).and_then(|c| c.log(event)) {
                     Ok(_) => Ok(()),
                     Err(e) => Err(throw(&cx, &e)),
@@ -181,7 +211,12 @@ fn compile_views(cx: Ctx<'_>) -> rquickjs::Result<JsValue<'_>> {
     cx.eval_with_options(VIEWS, options)
 }
 
-fn sync_fn<'js>(cx: &Ctx<'js>, bridge: &Arc<Bridge>, op: Op) -> rquickjs::Result<Function<'js>> {
+fn sync_fn<'js>(
+    cx: &Ctx<'js>,
+    bridge: &Arc<Bridge>,
+    op: Op,
+    convert: Convert,
+) -> rquickjs::Result<Function<'js>> {
     let bridge = bridge.clone();
     Function::new(
         cx.clone(),
@@ -190,8 +225,9 @@ fn sync_fn<'js>(cx: &Ctx<'js>, bridge: &Arc<Bridge>, op: Op) -> rquickjs::Result
               a: Opt<JsValue<'js>>,
               b: Opt<JsValue<'js>>|
               -> rquickjs::Result<JsValue<'js>> {
-            let a = arg(&cx, a)?;
-            let b = arg(&cx, b)?;
+            let a = a.0.map(|v| convert(&cx, v)).transpose()?.flatten();
+            let b = b.0.map(|v| convert(&cx, v)).transpose()?.flatten();
+            let _main = bridge.main.enter();
             match bridge.context(h).and_then(|c| op(&bridge, &c, a, b)) {
                 Ok(v) => to_js_opt(&cx, v.as_ref()),
                 Err(e) => Err(throw(&cx, &e)),
@@ -224,7 +260,14 @@ fn get(_: &Bridge, ctx: &Context, p: Option<Value>, _: Option<Value>) -> Result<
 fn set(b: &Bridge, ctx: &Context, p: Option<Value>, v: Option<Value>) -> Result<Option<Value>> {
     let p = path(p, "set")?;
     refs::check_set(b.untrusted, &p)?;
-    ctx.set(&p, v.unwrap_or(Value::Null))?;
+    let v = v.unwrap_or(Value::Null);
+    // Each segment of the path is a level above the value.
+    if p.split('.').count() + depth(&v) > MAX_DEPTH {
+        return Err(SkillError::failed(format!(
+            "ctx.manager.set(path, value) would nest the value deeper than {MAX_DEPTH} levels below the context"
+        )));
+    }
+    ctx.set(&p, v)?;
     Ok(None)
 }
 
@@ -331,15 +374,41 @@ impl<'js> IntoJs<'js> for Settled {
     }
 }
 
-/// Runs a prepared kernel future (or the error that stopped its preparation) as a promise.
-async fn settle<F>(prepared: Result<F>) -> Settled
+/// Runs a prepared kernel future (or the error that stopped its preparation) as a promise: the
+/// future runs on `main`, and is aborted if the promise's future is dropped.
+fn settle<F>(main: &Handle, prepared: Result<F>) -> impl Future<Output = Settled> + use<F>
 where
-    F: Future<Output = Result<Option<Arc<Value>>>>,
+    F: Future<Output = Result<Option<Arc<Value>>>> + Send + 'static,
 {
-    Settled(match prepared {
-        Ok(fut) => fut.await.map(|out| out.map(|v| (*v).clone())),
-        Err(e) => Err(e),
-    })
+    // The kernel work continues the trace of the sandbox call.
+    let task = prepared.map(|fut| OnMain(main.spawn(tracing::Instrument::in_current_span(fut))));
+    async move {
+        Settled(match task {
+            Ok(task) => task.await.map(|out| out.map(|v| (*v).clone())),
+            Err(e) => Err(e),
+        })
+    }
+}
+
+/// A kernel future running as a task of the main runtime; dropping this aborts the task.
+struct OnMain<T>(JoinHandle<Result<T>>);
+
+impl<T> Future for OnMain<T> {
+    type Output = Result<T>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Result<T>> {
+        Pin::new(&mut self.0).poll(cx).map(|joined| match joined {
+            Ok(out) => out,
+            Err(err) if err.is_panic() => std::panic::resume_unwind(err.into_panic()),
+            Err(_) => Err(SkillError::internal("the runtime is shutting down")),
+        })
+    }
+}
+
+impl<T> Drop for OnMain<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// `invoke(ref, args?, options?)`: always a promise; a refused ref rejects it.
@@ -354,7 +423,7 @@ fn invoke_fn<'js>(cx: &Ctx<'js>, bridge: &Arc<Bridge>) -> rquickjs::Result<Funct
                   args: Opt<JsValue<'js>>,
                   options: Opt<JsValue<'js>>| {
                 let prepared = prepare_invoke(&bridge, &cx, h, reference, args, options);
-                settle(prepared)
+                settle(&bridge.main, prepared)
             },
         ),
     )
@@ -368,8 +437,11 @@ fn prepare_invoke<'js>(
     args: Opt<JsValue<'js>>,
     options: Opt<JsValue<'js>>,
 ) -> Result<impl Future<Output = Result<Option<Arc<Value>>>> + use<>> {
-    let js = |e: rquickjs::Error| SkillError::failed(format!("ctx.manager.invoke: {e}"));
-    let reference = match arg(cx, reference).map_err(js)? {
+    // An argument that cannot cross rejects the promise with what was thrown.
+    let js = |e: CaughtError<'js>| {
+        SkillError::failed(format!("ctx.manager.invoke: {}", caught(cx, e).message()))
+    };
+    let reference = match arg(cx, reference).catch(cx).map_err(js)? {
         Some(Value::String(s)) => s,
         other => {
             return Err(SkillError::failed(format!(
@@ -380,13 +452,16 @@ fn prepare_invoke<'js>(
     };
     refs::check_ref(bridge.untrusted, &reference)?;
     let args = arg(cx, args)
+        .catch(cx)
         .map_err(js)?
         .unwrap_or_else(|| Value::Object(Default::default()));
     refs::check_args(bridge.untrusted, &args)?;
-    let options = arg(cx, options).map_err(js)?;
+    let options = arg(cx, options).catch(cx).map_err(js)?;
     refs::check_options(bridge.untrusted, options.as_ref())?;
     let options = invoke_options(options)?;
     let ctx = bridge.context(h)?;
+    // `invoke` resolves the ref and spawns a detached run right away: on the main runtime too.
+    let _main = bridge.main.enter();
     Ok(ctx.invoke(ToolRef::Name(Arc::from(reference)), args, options))
 }
 
@@ -422,7 +497,7 @@ fn next_fn<'js>(cx: &Ctx<'js>, bridge: &Arc<Bridge>) -> rquickjs::Result<Functio
         cx.clone(),
         Async(move |h: u32| {
             let prepared = bridge.context(h).map(|c| async move { c.next().await });
-            settle(prepared)
+            settle(&bridge.main, prepared)
         }),
     )
 }

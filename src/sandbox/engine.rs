@@ -6,8 +6,11 @@
 //! two host callbacks writing the outcome), then drives the runtime itself, one job at a time:
 //! between jobs it checks the meter (time, wall clock, abort), so an endless chain of microtasks
 //! is stopped as surely as a busy loop (which the interrupt handler stops), and when only
-//! promises are pending it sleeps until a bridge future, the wall-clock deadline or an abort
-//! wakes it, so code parked on a promise that never settles ends too.
+//! promises are pending it sleeps until a bridge future, the wall-clock deadline, an abort or the
+//! caller going away wakes it, so code parked on a promise that never settles ends too.
+//!
+//! A call runs on a sandbox thread (see `pool`); the kernel futures its bridge calls start run on
+//! the runtime the call came from (`Call::main`).
 
 use std::future::poll_fn;
 use std::pin::pin;
@@ -18,15 +21,17 @@ use parking_lot::Mutex;
 use rquickjs::context::{EvalOptions, intrinsic};
 use rquickjs::function::{Opt, This};
 use rquickjs::{
-    AsyncContext, AsyncRuntime, CatchResultExt, CaughtError, Ctx, Exception, Function, Module,
-    Object, Value as JsValue,
+    AsyncContext, AsyncRuntime, CatchResultExt, Ctx, Exception, Function, Module, Object,
+    Value as JsValue,
 };
 use serde_json::{Map, Value};
+use tokio::runtime::Handle;
+use tokio_util::sync::CancellationToken;
 
 use crate::context::Context;
 use crate::error::{ErrorKind, Result, SkillError};
 use crate::sandbox::bridge::{self, Bridge};
-use crate::sandbox::convert::{OUT_OF_MEMORY, caught, from_js, is_message, to_js};
+use crate::sandbox::convert::{OUT_OF_MEMORY, caught, from_js, is_message, thrown, to_js};
 use crate::sandbox::limits::{Limit, Limits, Meter, Metered, Stop};
 use crate::sandbox::script::{Code, Script};
 
@@ -63,6 +68,10 @@ pub(crate) struct Call {
     pub(crate) served: Context,
     pub(crate) script: Arc<Script>,
     pub(crate) limits: Limits,
+    /// Where the kernel work the script starts runs (the runtime that serves I/O).
+    pub(crate) main: Handle,
+    /// Cancelled when the caller stops waiting for the call.
+    pub(crate) gone: CancellationToken,
 }
 
 /// What a call returned, and whether it was stopped from outside (time, wall clock, abort).
@@ -115,12 +124,14 @@ impl Engine {
             served,
             script,
             limits,
+            main,
+            gone,
         } = call;
         self.rt.set_memory_limit(limits.memory).await;
         self.rt.set_max_stack_size(limits.stack).await;
-        let meter = Arc::new(Meter::new(limits, served.clone()));
+        let meter = Arc::new(Meter::new(limits, served.clone(), gone));
         *self.meter.lock() = Some(meter.clone());
-        let bridge = Arc::new(Bridge::new(served.clone(), script.untrusted));
+        let bridge = Arc::new(Bridge::new(served.clone(), script.untrusted, main));
         let job = Job {
             bridge: bridge.clone(),
             script,
@@ -162,6 +173,7 @@ impl Engine {
             .map_err(Failure::Js)?;
         let mut wall = pin!(tokio::time::sleep_until(meter.deadline.into()));
         let mut aborted = pin!(meter.served().cancelled());
+        let mut gone = pin!(meter.gone().cancelled());
         loop {
             if let Some(result) = outcome.lock().take() {
                 return result.map_err(Failure::Js);
@@ -173,7 +185,8 @@ impl Engine {
                 Ok(true) | Err(_) => tokio::task::coop::consume_budget().await,
                 Ok(false) => {
                     // Only promises are pending: sleep until a bridge future (whose waker is
-                    // this task's), the wall clock or an abort wakes the task.
+                    // this task's), the wall clock, an abort or the caller going away wakes
+                    // the task.
                     let mut slept = false;
                     let woken = poll_fn(|task| {
                         if wall.as_mut().poll(task).is_ready() {
@@ -182,6 +195,10 @@ impl Engine {
                         }
                         if aborted.as_mut().poll(task).is_ready() {
                             meter.stop(Stop::Aborted);
+                            return Poll::Ready(());
+                        }
+                        if gone.as_mut().poll(task).is_ready() {
+                            meter.stop(Stop::Gone);
                             return Poll::Ready(());
                         }
                         if slept {
@@ -211,6 +228,12 @@ fn settle(
             return Err(served
                 .abort_error()
                 .unwrap_or_else(|| SkillError::new(ErrorKind::Aborted, "aborted")));
+        }
+        Some(Stop::Gone) => {
+            return Err(SkillError::new(
+                ErrorKind::Aborted,
+                "aborted: the caller stopped waiting for the sandbox call",
+            ));
         }
         None => {}
     }
@@ -307,7 +330,7 @@ impl Job {
                 let reason = reason
                     .0
                     .unwrap_or_else(|| JsValue::new_undefined(cx.clone()));
-                *outcome.lock() = Some(Err(rejected(&cx, reason)));
+                *outcome.lock() = Some(Err(thrown(&cx, reason)));
                 Ok(())
             },
         )
@@ -353,12 +376,4 @@ fn chain<'js>(
     let ran: Object = then.call((This(started), run))?;
     let then: Function = ran.get("then")?;
     then.call((This(ran), ok, fail))
-}
-
-/// A rejection reason as a `SkillError` (an `Error`, or any other thrown value).
-fn rejected<'js>(cx: &Ctx<'js>, reason: JsValue<'js>) -> SkillError {
-    match reason.as_object().cloned().and_then(Exception::from_object) {
-        Some(error) => caught(cx, CaughtError::Exception(error)),
-        None => caught(cx, CaughtError::Value(reason)),
-    }
 }

@@ -11,9 +11,10 @@
 //!
 //! `time` is the time the sandbox itself spends running (its JavaScript and the synchronous part
 //! of the bridge calls it makes), measured per thread so a nested sandbox's time is not charged
-//! to its caller. `wall` is the elapsed time of the whole call, waiting included, so it also ends
-//! code parked on a promise that never settles. The stack ceiling stays well under the 2 MiB of
-//! a tokio worker thread: QuickJS's own check is what keeps scripts off the native stack's end.
+//! to its caller (the invocations a script awaits run elsewhere, see `pool`). `wall` is the
+//! elapsed time of the whole call, waiting included, so it also ends code parked on a promise
+//! that never settles. The stack ceiling stays well under the 4 MiB of a sandbox thread: QuickJS's
+//! own check is what keeps scripts off the native stack's end.
 
 use std::cell::RefCell;
 use std::future::Future;
@@ -24,6 +25,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
 
 use crate::context::Context;
 use crate::error::{ErrorKind, Result, SkillError};
@@ -192,15 +194,18 @@ pub(crate) enum Stop {
     Time,
     Wall,
     Aborted,
+    /// The caller stopped waiting (its future was dropped).
+    Gone,
 }
 
-/// Measures one call: running time (excluding nested sandboxes), the wall-clock deadline, and
-/// the served context's abort signal. Once it has decided to stop, it keeps saying so, so no
-/// more JavaScript runs in that call.
+/// Measures one call: running time (excluding nested sandboxes), the wall-clock deadline, the
+/// served context's abort signal and whether the caller still waits. Once it has decided to
+/// stop, it keeps saying so, so no more JavaScript runs in that call.
 pub(crate) struct Meter {
     pub(crate) limits: Limits,
     pub(crate) deadline: Instant,
     served: Context,
+    gone: CancellationToken,
     state: Mutex<MeterState>,
 }
 
@@ -211,12 +216,14 @@ struct MeterState {
 }
 
 impl Meter {
-    pub(crate) fn new(limits: Limits, served: Context) -> Meter {
+    /// `gone` is cancelled when the caller stops waiting for the call.
+    pub(crate) fn new(limits: Limits, served: Context, gone: CancellationToken) -> Meter {
         let now = Instant::now();
         Meter {
             deadline: now.checked_add(limits.wall).unwrap_or(now),
             limits,
             served,
+            gone,
             state: Mutex::new(MeterState {
                 spent: Duration::ZERO,
                 since: None,
@@ -237,6 +244,8 @@ impl Meter {
                 state.stop = Some(Stop::Wall);
             } else if self.served.aborted().is_some() {
                 state.stop = Some(Stop::Aborted);
+            } else if self.gone.is_cancelled() {
+                state.stop = Some(Stop::Gone);
             }
         }
         state.stop.is_some()
@@ -264,6 +273,11 @@ impl Meter {
     /// The served context, for the abort signal.
     pub(crate) fn served(&self) -> &Context {
         &self.served
+    }
+
+    /// Cancelled when the caller stops waiting for the call.
+    pub(crate) fn gone(&self) -> &CancellationToken {
+        &self.gone
     }
 }
 

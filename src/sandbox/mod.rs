@@ -8,7 +8,8 @@
 //! - `refs`: the untrusted-ref rule (bare tool names only).
 //! - `limits`: `metadata.sandbox` (memory, stack, time, wall), defaults, the meter.
 //! - `session`: a sandbox kept across calls, with its `memory` global.
-//! - `convert`: JSON and errors across the boundary.
+//! - `convert`: JSON and errors across the boundary, with its depth limit and cycle rule.
+//! - `pool`: the sandbox threads every call runs on, off the runtime that serves I/O.
 //!
 //! Nothing outside this folder names `rquickjs`; another engine would replace this folder only.
 
@@ -16,6 +17,7 @@ mod bridge;
 mod convert;
 mod engine;
 pub mod limits;
+mod pool;
 mod refs;
 pub mod script;
 mod session;
@@ -32,6 +34,7 @@ use crate::skills::tool::{Body, ScriptBody, Source, Tool};
 use futures::future::BoxFuture;
 
 pub use limits::{Limit, Limits};
+pub use pool::{THREADS_VAR, threads};
 pub use script::{Code, Script, load};
 pub use session::Session;
 
@@ -48,16 +51,28 @@ pub(crate) async fn run_script(served: &Context, script: &Arc<Script>) -> Result
         served: served.clone(),
         script: script.clone(),
         limits,
+        main: tokio::runtime::Handle::current(),
+        // Replaced by the token `pool::run` cancels if this future is dropped.
+        gone: Default::default(),
     };
-    let out = match &script.session {
-        Some(session) => session.run(call).await,
-        None => Engine::new(None).await?.run(call).await.result,
-    };
+    let out = pool::run(move |gone| run_call(Call { gone, ..call })).await;
     // The script's own errors are the served tool's (not those of `execute`, which ran it).
     out.map_err(|e| match e.tool() {
         Some(_) => e,
         None => e.with_tool(served.tool_name()),
     })
+}
+
+/// One call, on a sandbox thread: in the script's session, or in a fresh sandbox.
+async fn run_call(call: Call) -> Result<Option<Value>> {
+    if call.gone.is_cancelled() {
+        // The caller left while the call waited for a thread.
+        return Ok(None);
+    }
+    match call.script.session.clone() {
+        Some(session) => session.run(call).await,
+        None => Engine::new(None).await?.run(call).await.result,
+    }
 }
 
 /// A script is a body the kernel runs without knowing the engine.

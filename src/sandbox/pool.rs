@@ -1,0 +1,139 @@
+//! The sandbox threads: where every sandbox call runs, off the runtime that serves I/O, so a
+//! CPU-bound script (a busy loop until its time limit) stalls neither health checks nor other
+//! requests, and the timers that stop it (the HTTP timeout, an abort) keep firing.
+//!
+//! The threads are the workers of a tokio runtime of their own (`skillgate-sandbox-N`, time
+//! driver only), rather than a pool that lends a thread per call: a call holds a thread only
+//! while its JavaScript runs, not while it awaits. That matters because sandbox calls nest (a
+//! script invoking a `.skill.js` tool, script middleware calling `next()` into a scripted tool):
+//! with a thread held per call, as many parked callers as threads would wait forever on callees
+//! queued behind them. When every thread is busy, new calls wait in the runtime's queue and run
+//! as threads come free (idle workers steal queued work).
+//!
+//! Size: `SKILLGATE_SANDBOX_THREADS`, read once when the first call runs; else one per core,
+//! at least 2. Kernel work a script starts (`invoke`, `next`) goes back to the runtime the call
+//! came from (see `bridge`), so only QuickJS and the synchronous bridge calls run here.
+//!
+//! Dropping the future of [`run`] (the HTTP client went away, a timeout fired) cancels the call's
+//! token: the call's meter then stops its script as it stops one for an abort, and the call ends
+//! on its own, so a session still drains its queued work as after any stop.
+
+use std::future::Future;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use tokio::runtime::Runtime;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::error::{Result, SkillError};
+
+/// The environment variable that sets how many sandbox threads there are.
+pub const THREADS_VAR: &str = "SKILLGATE_SANDBOX_THREADS";
+
+/// The most threads the variable may ask for.
+const MAX_THREADS: usize = 1024;
+
+/// Native stack of a sandbox thread: QuickJS may use up to the `stack` limit's ceiling (1 MiB)
+/// of it, with room to spare for the host code around it.
+const THREAD_STACK: usize = 4 * 1024 * 1024;
+
+static POOL: OnceLock<Runtime> = OnceLock::new();
+
+/// How many sandbox threads run scripts.
+pub fn threads() -> usize {
+    static THREADS: OnceLock<usize> = OnceLock::new();
+    *THREADS.get_or_init(|| {
+        let default = std::thread::available_parallelism().map_or(2, |n| n.get().max(2));
+        match std::env::var(THREADS_VAR) {
+            Err(_) => default,
+            Ok(text) => match text.trim().parse::<usize>() {
+                Ok(n) if (1..=MAX_THREADS).contains(&n) => n,
+                _ => {
+                    tracing::warn!(
+                        value = %text,
+                        default,
+                        "{THREADS_VAR} must be a number of threads from 1 to {MAX_THREADS}; using the default"
+                    );
+                    default
+                }
+            },
+        }
+    })
+}
+
+fn pool() -> &'static Runtime {
+    POOL.get_or_init(|| {
+        let n = threads();
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(n)
+            .max_blocking_threads(1)
+            .thread_name_fn(|| {
+                static NEXT: AtomicUsize = AtomicUsize::new(1);
+                format!("skillgate-sandbox-{}", NEXT.fetch_add(1, Ordering::Relaxed))
+            })
+            .thread_stack_size(THREAD_STACK)
+            .enable_time()
+            .build()
+            .unwrap_or_else(|e| panic!("cannot start the {n} sandbox threads: {e}"))
+    })
+}
+
+/// Runs `call` on the sandbox threads and waits for it. `call` gets a token that is cancelled
+/// if this future is dropped first; it must stop soon after (the engine's meter watches it).
+pub(crate) async fn run<T, F>(call: impl FnOnce(CancellationToken) -> F) -> Result<T>
+where
+    F: Future<Output = Result<T>> + Send + 'static,
+    T: Send + 'static,
+{
+    let gone = CancellationToken::new();
+    // The call continues the trace of its invocation.
+    let task = pool().spawn(call(gone.clone()).in_current_span());
+    // Cancels the token when this future is dropped before the call ends.
+    let dropped = gone.drop_guard();
+    let joined = task.await;
+    dropped.disarm();
+    match joined {
+        Ok(out) => out,
+        Err(err) if err.is_panic() => std::panic::resume_unwind(err.into_panic()),
+        Err(_) => Err(SkillError::internal(
+            "the sandbox threads are shutting down",
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn there_are_at_least_two_sandbox_threads_unless_configured() {
+        if std::env::var(THREADS_VAR).is_err() {
+            assert!(threads() >= 2);
+        }
+    }
+
+    #[tokio::test]
+    async fn calls_run_on_named_sandbox_threads() {
+        let name = run(|_| async { Ok(std::thread::current().name().map(String::from)) })
+            .await
+            .unwrap()
+            .unwrap_or_default();
+        assert!(name.starts_with("skillgate-sandbox-"), "{name}");
+    }
+
+    #[tokio::test]
+    async fn dropping_the_caller_cancels_the_calls_token() {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let call = run(|gone| async move {
+            gone.cancelled().await;
+            let _ = tx.send(());
+            Ok(())
+        });
+        // Started, then dropped before the call ends.
+        let mut call = Box::pin(call);
+        assert!(futures::poll!(call.as_mut()).is_pending());
+        drop(call);
+        rx.await.expect("the call saw its token cancelled");
+    }
+}
