@@ -6,7 +6,8 @@
 //! - `http`: sockets, bodies, headers, metrics, `public/`, and small leaks of the HTTP edge.
 //! - `kernel`: invocation depth, event handler timeouts, the log hub, ids, reserved topics,
 //!   caller mistakes answered as 4xx.
-//! - `fuzz`: bounded property tests over args, JS values and frontmatter.
+//! - `fuzz`: bounded property tests over HTTP args, frontmatter and skill bodies (JS values are
+//!   fuzzed next to their conversion, in `src/sandbox/convert/fuzz.rs`).
 
 mod args;
 mod fuzz;
