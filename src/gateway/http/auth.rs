@@ -1,5 +1,6 @@
 //! API keys: stored as SHA-256 hashes, presented as `Authorization: Bearer <key>`; which paths
-//! are public; the per-caller key the rate limiter counts by.
+//! are public; the per-caller key the rate limiter counts by. Which skills a key may invoke is
+//! its [`Scope`], decided by the gateway's policy.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -8,12 +9,14 @@ use axum::extract::{ConnectInfo, Request, State};
 use axum::http::header;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use globset::{Glob, GlobSet, GlobSetBuilder};
+use globset::{Glob, GlobBuilder, GlobSet};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use crate::gateway::http::problem::Problem;
+use crate::gateway::GatewayError;
 use crate::gateway::http::state::AppState;
+use crate::gateway::policy::access::glob_set;
+use crate::gateway::policy::{PatternError, Scope};
 
 /// One configured key: a name (for logs, metrics and rate limits), the hash, and the skills it
 /// may invoke.
@@ -21,7 +24,7 @@ use crate::gateway::http::state::AppState;
 pub struct ApiKey {
     pub name: String,
     hash: [u8; 32],
-    skills: Option<GlobSet>,
+    scope: Scope,
 }
 
 /// The prefix of a stored key hash.
@@ -29,6 +32,7 @@ pub const HASH_PREFIX: &str = "sha256:";
 
 impl ApiKey {
     /// `hash` is `sha256:<64 hex digits>` (see `skillgate keys new`).
+    /// `skills` are name globs; none is every skill.
     pub fn new(name: &str, hash: &str, skills: Vec<String>) -> Result<ApiKey, String> {
         let hex = hash.trim().strip_prefix(HASH_PREFIX).ok_or_else(|| {
             format!("key `{name}`: the hash must start with `{HASH_PREFIX}` (store hashes, never keys; `skillgate keys new` makes one)")
@@ -36,28 +40,17 @@ impl ApiKey {
         let bytes = decode_hex(hex).ok_or_else(|| {
             format!("key `{name}`: `{HASH_PREFIX}` must be followed by 64 hex digits")
         })?;
-        let skills = if skills.is_empty() {
-            None
-        } else {
-            let mut set = GlobSetBuilder::new();
-            for pattern in &skills {
-                set.add(
-                    Glob::new(pattern)
-                        .map_err(|e| format!("key `{name}`: skill pattern `{pattern}`: {e}"))?,
-                );
-            }
-            Some(set.build().map_err(|e| format!("key `{name}`: {e}"))?)
-        };
+        let scope = Scope::new(&skills).map_err(|e| format!("key `{name}`: {e}"))?;
         Ok(ApiKey {
             name: name.to_string(),
             hash: bytes,
-            skills,
+            scope,
         })
     }
 
-    /// True when this key may invoke `skill`.
-    pub fn allows(&self, skill: &str) -> bool {
-        self.skills.as_ref().is_none_or(|set| set.is_match(skill))
+    /// The skills this key may invoke.
+    pub fn scope(&self) -> &Scope {
+        &self.scope
     }
 }
 
@@ -142,10 +135,12 @@ pub enum Caller {
 }
 
 impl Caller {
-    pub fn allows(&self, skill: &str) -> bool {
-        match self {
-            Caller::Anonymous => true,
-            Caller::Key(key) => key.allows(skill),
+    /// The skills `caller` may invoke. Without a caller (authentication is off) and on a public
+    /// path, every skill is in scope.
+    pub fn scope(caller: Option<&Caller>) -> &Scope {
+        match caller {
+            Some(Caller::Key(key)) => key.scope(),
+            Some(Caller::Anonymous) | None => Scope::all(),
         }
     }
 }
@@ -155,20 +150,14 @@ impl Caller {
 pub struct PublicPaths(GlobSet);
 
 impl PublicPaths {
-    pub fn new(patterns: &[String]) -> Result<PublicPaths, String> {
-        let mut set = GlobSetBuilder::new();
-        set.add(Glob::new("/healthz").map_err(|e| e.to_string())?);
-        for pattern in patterns {
-            let glob = globset::GlobBuilder::new(pattern)
-                .literal_separator(true)
-                .build()
-                .map_err(|e| format!("public path pattern `{pattern}`: {e}"))?;
-            set.add(glob);
-        }
-        Ok(PublicPaths(
-            set.build()
-                .map_err(|e| format!("public path patterns: {e}"))?,
-        ))
+    /// `/healthz` and `patterns` (globs in which `*` stays within one path segment).
+    pub fn new(patterns: &[String]) -> Result<PublicPaths, PatternError> {
+        let always = std::iter::once(("/healthz".to_string(), Glob::new("/healthz")));
+        let listed = patterns.iter().map(|p| {
+            let glob = GlobBuilder::new(p).literal_separator(true).build();
+            (p.clone(), glob)
+        });
+        glob_set("public path pattern", always.chain(listed)).map(PublicPaths)
     }
 
     pub fn contains(&self, path: &str) -> bool {
@@ -190,11 +179,11 @@ pub async fn authenticate(State(state): State<AppState>, mut req: Request, next:
             .and_then(|v| v.to_str().ok())
             .and_then(bearer_token);
         let Some(presented) = presented else {
-            return unauthorized("this path needs an API key: send `Authorization: Bearer <key>`");
+            return GatewayError::Unauthorized { presented: false }.into_response();
         };
         match keys.verify(presented) {
             Some(key) => Caller::Key(key.clone()),
-            None => return unauthorized("the API key is not valid"),
+            None => return GatewayError::Unauthorized { presented: true }.into_response(),
         }
     };
     req.extensions_mut().insert(caller);
@@ -206,15 +195,6 @@ fn bearer_token(value: &str) -> Option<&str> {
     let (scheme, token) = value.trim_start().split_once(' ')?;
     let token = token.trim();
     (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
-}
-
-fn unauthorized(detail: &str) -> Response {
-    let mut response = Problem::new(401, "unauthorized", detail).into_response();
-    response.headers_mut().insert(
-        header::WWW_AUTHENTICATE,
-        header::HeaderValue::from_static("Bearer realm=\"skillgate\""),
-    );
-    response
 }
 
 /// The rate limiter's key: the API key's name, else the client address.

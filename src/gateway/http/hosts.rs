@@ -10,7 +10,7 @@ use axum::http::uri::Authority;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use crate::gateway::http::problem::Problem;
+use crate::gateway::GatewayError;
 use crate::gateway::http::state::AppState;
 
 /// Paths that answer whatever host they were sent to.
@@ -94,18 +94,7 @@ pub async fn check(State(state): State<AppState>, req: Request, next: Next) -> R
     };
     match host {
         Some(host) if state.hosts.allows(&host) => next.run(req).await,
-        Some(host) => Problem::new(
-            421,
-            "misdirected",
-            format!("this server does not answer for the host `{host}`"),
-        )
-        .into_response(),
-        None => Problem::new(
-            421,
-            "misdirected",
-            "the request names no host (send a `Host` header)",
-        )
-        .into_response(),
+        host => GatewayError::Misdirected { host }.into_response(),
     }
 }
 

@@ -15,13 +15,12 @@ use axum::routing::{MethodFilter, on};
 use serde_json::{Map, Value, json};
 
 use crate::cascade;
-use crate::gateway::Inbound;
 use crate::gateway::http::auth::Caller;
 use crate::gateway::http::body;
 use crate::gateway::http::invoke::{headers_json, request_fields, respond};
-use crate::gateway::http::problem::Problem;
 use crate::gateway::http::request_id::RequestId;
 use crate::gateway::http::state::AppState;
+use crate::gateway::{GatewayError, Inbound};
 use crate::kernel::ToolRef;
 use crate::skills::index::SearchIndex;
 use crate::skills::tool::Tool;
@@ -178,21 +177,13 @@ async fn handle(
     params: RawPathParams,
     req: Request,
     route: Arc<WebRoute>,
-) -> Response {
+) -> Result<Response, GatewayError> {
     let request_id = req
         .extensions()
         .get::<RequestId>()
         .map_or_else(String::new, |r| r.0.clone());
-    if let Some(caller) = req.extensions().get::<Caller>()
-        && !caller.allows(&route.skill)
-    {
-        return Problem::new(
-            403,
-            "forbidden",
-            format!("this API key may not invoke `{}`", route.skill),
-        )
-        .into_response();
-    }
+    let scope = Caller::scope(req.extensions().get::<Caller>());
+    state.policy.reach_routed(&route.skill, scope)?;
     let params: Map<String, Value> = params
         .iter()
         .map(|(k, v)| (k.to_string(), Value::String(v.to_string())))
@@ -204,16 +195,10 @@ async fn handle(
     let path = req.uri().path().to_string();
     let headers = req.headers().clone();
     // Read as `/invoke` reads it: within the body limit and the body timeout.
-    let body = match Bytes::from_request(req, &state).await {
-        Ok(bytes) => bytes,
-        Err(rejection) => {
-            return body::problem(&rejection, state.config.body_limit).into_response();
-        }
-    };
-    let body = match body_value(&headers, &body) {
-        Ok(body) => body,
-        Err(problem) => return problem.into_response(),
-    };
+    let body = Bytes::from_request(req, &state)
+        .await
+        .map_err(|rejection| body::rejected(&rejection, state.config.body_limit))?;
+    let body = body_value(&headers, &body)?;
     let args = json!({
         "route": route.pattern,
         "query": query,
@@ -235,7 +220,7 @@ async fn handle(
         timeout: Some(state.config.timeout),
     };
     let dispatch = state.gateway.dispatch(inbound);
-    respond(
+    Ok(respond(
         dispatch,
         &route.skill,
         &request_id,
@@ -245,11 +230,11 @@ async fn handle(
             other => axum::Json(other).into_response(),
         },
     )
-    .await
+    .await)
 }
 
 /// JSON bodies parsed (malformed is a 400), other bodies as text, none as null.
-fn body_value(headers: &HeaderMap, body: &[u8]) -> Result<Value, Problem> {
+fn body_value(headers: &HeaderMap, body: &[u8]) -> Result<Value, GatewayError> {
     if body.is_empty() {
         return Ok(Value::Null);
     }
@@ -258,13 +243,7 @@ fn body_value(headers: &HeaderMap, body: &[u8]) -> Result<Value, Problem> {
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("application/json") || v.contains("+json"));
     if is_json {
-        serde_json::from_slice(body).map_err(|err| {
-            Problem::new(
-                400,
-                "malformed-json",
-                format!("the body is not valid JSON: {err}"),
-            )
-        })
+        serde_json::from_slice(body).map_err(|err| GatewayError::malformed_json(&err))
     } else {
         Ok(Value::String(String::from_utf8_lossy(body).into_owned()))
     }

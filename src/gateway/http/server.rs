@@ -21,13 +21,12 @@ use tower_governor::governor::GovernorConfigBuilder;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
 use crate::events::KernelBus;
-use crate::gateway::Gateway;
 use crate::gateway::http::auth::{self, CallerKey};
 use crate::gateway::http::config::HttpConfig;
-use crate::gateway::http::problem::Problem;
 use crate::gateway::http::public::PublicDir;
 use crate::gateway::http::state::AppState;
 use crate::gateway::http::{descriptors, hosts, invoke, listen, ops, request_id, routes, skills};
+use crate::gateway::{Gateway, GatewayError};
 
 /// A bound HTTP server, not yet serving.
 pub struct Server {
@@ -204,24 +203,21 @@ fn build_router(state: &AppState, web_routes: &[routes::WebRoute]) -> Result<Rou
 fn rate_limited(err: GovernorError) -> Response<Body> {
     match err {
         GovernorError::TooManyRequests { wait_time, headers } => {
-            let mut response = Problem::new(
-                429,
-                "rate-limited",
-                format!("too many requests; try again in {wait_time} s"),
-            )
-            .with("retryAfter", serde_json::json!(wait_time))
-            .into_response();
-            if let Some(headers) = headers {
+            let mut response = GatewayError::RateLimited { wait: wait_time }.into_response();
+            if let Some(mut headers) = headers {
+                // The limiter's own `Retry-After` may say 0; the answer's says at least 1.
+                headers.remove(header::RETRY_AFTER);
                 response.headers_mut().extend(headers);
             }
-            response
-                .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(wait_time.max(1)));
             response
         }
         other => {
             tracing::error!(error = %other, "rate limiter failed");
-            Problem::new(500, "internal", "the rate limiter failed").into_response()
+            GatewayError::Internal {
+                cause: format!("the rate limiter failed: {other}"),
+                run: None,
+            }
+            .into_response()
         }
     }
 }
