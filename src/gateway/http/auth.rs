@@ -27,20 +27,39 @@ pub struct ApiKey {
     scope: Scope,
 }
 
+/// A key that cannot be used as configured, or a new one that cannot be made.
+#[derive(Debug, thiserror::Error)]
+pub enum KeyError {
+    #[error(
+        "key `{name}`: the hash must start with `{HASH_PREFIX}` (store hashes, never keys; `skillgate keys new` makes one)"
+    )]
+    NotAHash { name: String },
+    #[error("key `{name}`: `{HASH_PREFIX}` must be followed by 64 hex digits")]
+    BadDigest { name: String },
+    #[error("key `{name}`: {source}")]
+    Skills { name: String, source: PatternError },
+    #[error("two API keys are named `{0}`")]
+    Duplicate(String),
+    #[error("no randomness available: {0}")]
+    NoRandomness(getrandom::Error),
+}
+
 /// The prefix of a stored key hash.
 pub const HASH_PREFIX: &str = "sha256:";
 
 impl ApiKey {
     /// `hash` is `sha256:<64 hex digits>` (see `skillgate keys new`).
     /// `skills` are name globs; none is every skill.
-    pub fn new(name: &str, hash: &str, skills: Vec<String>) -> Result<ApiKey, String> {
-        let hex = hash.trim().strip_prefix(HASH_PREFIX).ok_or_else(|| {
-            format!("key `{name}`: the hash must start with `{HASH_PREFIX}` (store hashes, never keys; `skillgate keys new` makes one)")
+    pub fn new(name: &str, hash: &str, skills: Vec<String>) -> Result<ApiKey, KeyError> {
+        let hex = hash
+            .trim()
+            .strip_prefix(HASH_PREFIX)
+            .ok_or_else(|| KeyError::NotAHash { name: name.into() })?;
+        let bytes = decode_hex(hex).ok_or_else(|| KeyError::BadDigest { name: name.into() })?;
+        let scope = Scope::new(&skills).map_err(|source| KeyError::Skills {
+            name: name.into(),
+            source,
         })?;
-        let bytes = decode_hex(hex).ok_or_else(|| {
-            format!("key `{name}`: `{HASH_PREFIX}` must be followed by 64 hex digits")
-        })?;
-        let scope = Scope::new(&skills).map_err(|e| format!("key `{name}`: {e}"))?;
         Ok(ApiKey {
             name: name.to_string(),
             hash: bytes,
@@ -76,9 +95,9 @@ pub fn hash_key(key: &str) -> String {
 }
 
 /// A new random key: `sg_` and 40 hex digits (160 bits).
-pub fn generate_key() -> Result<String, String> {
+pub fn generate_key() -> Result<String, KeyError> {
     let mut bytes = [0u8; 20];
-    getrandom::fill(&mut bytes).map_err(|e| format!("no randomness available: {e}"))?;
+    getrandom::fill(&mut bytes).map_err(KeyError::NoRandomness)?;
     let mut key = String::from("sg_");
     for byte in bytes {
         key.push_str(&format!("{byte:02x}"));
@@ -93,10 +112,10 @@ pub struct KeyRing {
 }
 
 impl KeyRing {
-    pub fn new(keys: Vec<ApiKey>) -> Result<KeyRing, String> {
+    pub fn new(keys: Vec<ApiKey>) -> Result<KeyRing, KeyError> {
         for (i, key) in keys.iter().enumerate() {
             if keys[..i].iter().any(|k| k.name == key.name) {
-                return Err(format!("two API keys are named `{}`", key.name));
+                return Err(KeyError::Duplicate(key.name.clone()));
             }
         }
         Ok(KeyRing {

@@ -189,7 +189,7 @@ impl HttpConfig {
                 })?);
             }
         }
-        config.keys = KeyRing::new(keys)?;
+        config.keys = KeyRing::new(keys).map_err(|e| e.to_string())?;
         if let Some(public) = &cli.public {
             config.public = split_list(public);
         } else if let Some(public) = auth.public {

@@ -26,9 +26,14 @@ struct Allowed {
 #[derive(Debug, Clone, Default)]
 pub struct AllowedHosts(Vec<Allowed>);
 
+/// An `allowed-hosts` entry that is not a host.
+#[derive(Debug, thiserror::Error)]
+#[error("allowed host `{0}` is not a host name")]
+pub struct BadHost(pub String);
+
 impl AllowedHosts {
     /// `entries` are `name`, `name:port`, `*.domain` or `[v6]:port`; empty allows any host.
-    pub fn new(entries: &[String]) -> Result<AllowedHosts, String> {
+    pub fn new(entries: &[String]) -> Result<AllowedHosts, BadHost> {
         let mut allowed = Vec::new();
         for entry in entries {
             let (wildcard, rest) = match entry.strip_prefix("*.") {
@@ -38,7 +43,7 @@ impl AllowedHosts {
             let authority = Authority::from_str(rest)
                 .ok()
                 .filter(|a| !a.as_str().contains('@'))
-                .ok_or_else(|| format!("allowed host `{entry}` is not a host name"))?;
+                .ok_or_else(|| BadHost(entry.clone()))?;
             let name = normalize(authority.host());
             allowed.push(Allowed {
                 name: if wildcard { format!("*.{name}") } else { name },

@@ -15,6 +15,7 @@ use axum::routing::{MethodFilter, on};
 use serde_json::{Map, Value, json};
 
 use crate::cascade;
+use crate::error::SkillError;
 use crate::gateway::http::auth::Caller;
 use crate::gateway::http::body;
 use crate::gateway::http::invoke::{headers_json, request_fields, respond};
@@ -38,6 +39,39 @@ pub struct WebRoute {
     pub declared_in: String,
 }
 
+/// A route the server refuses to start with; `at` says where it was declared.
+#[derive(Debug, thiserror::Error)]
+pub enum RouteError {
+    /// The cascade of the main skill, which declares the routes, does not resolve.
+    #[error(transparent)]
+    Metadata(#[from] SkillError),
+    #[error("{at}: must be a list of {{method, path, ref}}")]
+    NotAList { at: String },
+    #[error("{at}: must be an object {{method, path, ref}}")]
+    NotAnObject { at: String },
+    #[error("{at}: write `METHOD /path`, found `{found}`")]
+    NotMethodAndPath { at: String, found: String },
+    #[error("{at}: `path` is missing")]
+    NoPath { at: String },
+    #[error("{at}: `ref` (the skill to run) is missing")]
+    NoRef { at: String },
+    #[error("{at}: `{method}` is not an HTTP method")]
+    BadMethod { at: String, method: String },
+    #[error("{at}: the path `{pattern}` must start with `/`")]
+    RelativePath { at: String, pattern: String },
+    #[error("{at}: `{pattern}` is a path skillgate serves itself")]
+    Reserved { at: String, pattern: String },
+    #[error("{at}: no skill is named `{skill}`")]
+    NoSkill { at: String, skill: String },
+    #[error("{at}: {method} {pattern} is also declared in {first}")]
+    Duplicate {
+        at: String,
+        method: Method,
+        pattern: String,
+        first: String,
+    },
+}
+
 /// Paths the gateway serves itself.
 const RESERVED: [&str; 7] = [
     "/invoke",
@@ -50,7 +84,10 @@ const RESERVED: [&str; 7] = [
 ];
 
 /// Every route the skills declare, checked: known methods, free paths, existing skills.
-pub fn collect(index: &SearchIndex, project: &std::path::Path) -> Result<Vec<WebRoute>, String> {
+pub fn collect(
+    index: &SearchIndex,
+    project: &std::path::Path,
+) -> Result<Vec<WebRoute>, RouteError> {
     let mut routes = Vec::new();
     let project = std::path::absolute(project).ok();
     let main = index.tools().find(|t| {
@@ -58,11 +95,11 @@ pub fn collect(index: &SearchIndex, project: &std::path::Path) -> Result<Vec<Web
             && matches!(&t.source, crate::skills::Source::File(p) if p.parent() == project.as_deref())
     });
     if let Some(main) = main {
-        let merged = cascade::merged_for(index, main).map_err(|e| e.to_string())?;
+        let merged = cascade::merged_for(index, main)?;
         if let Some(list) = merged.metadata.get("web").and_then(|w| w.get("routes")) {
             let where_ = format!("{} (metadata.web.routes)", main.location());
             let Value::Array(items) = list else {
-                return Err(format!("{where_}: must be a list of {{method, path, ref}}"));
+                return Err(RouteError::NotAList { at: where_ });
             };
             for (i, item) in items.iter().enumerate() {
                 routes.push(parse(item, None, &format!("{where_}[{i}]"))?);
@@ -81,58 +118,62 @@ pub fn collect(index: &SearchIndex, project: &std::path::Path) -> Result<Vec<Web
             .iter()
             .any(|r| route.path == *r || route.path.starts_with(&format!("{r}/")))
         {
-            return Err(format!(
-                "{}: `{}` is a path skillgate serves itself",
-                route.declared_in, route.pattern
-            ));
+            return Err(RouteError::Reserved {
+                at: route.declared_in.clone(),
+                pattern: route.pattern.clone(),
+            });
         }
         if index.get(&route.skill).is_none() {
-            return Err(format!(
-                "{}: no skill is named `{}`",
-                route.declared_in, route.skill
-            ));
+            return Err(RouteError::NoSkill {
+                at: route.declared_in.clone(),
+                skill: route.skill.clone(),
+            });
         }
         let key = (route.method.to_string(), route.path.clone());
         if let Some(first) = seen.insert(key, route.declared_in.clone()) {
-            return Err(format!(
-                "{}: {} {} is also declared in {first}",
-                route.declared_in, route.method, route.pattern
-            ));
+            return Err(RouteError::Duplicate {
+                at: route.declared_in.clone(),
+                method: route.method.clone(),
+                pattern: route.pattern.clone(),
+                first,
+            });
         }
     }
     Ok(routes)
 }
 
 /// `{method, path, ref}`, or on a skill `"GET /path"` / `{method, path}` (ref: the skill).
-fn parse(item: &Value, owner: Option<&Tool>, where_: &str) -> Result<WebRoute, String> {
+fn parse(item: &Value, owner: Option<&Tool>, where_: &str) -> Result<WebRoute, RouteError> {
+    let at = || where_.to_string();
     let (method, pattern, skill) = match item {
         Value::String(s) => {
             let (m, p) = s
                 .split_once(' ')
-                .ok_or_else(|| format!("{where_}: write `METHOD /path`, found `{s}`"))?;
+                .ok_or_else(|| RouteError::NotMethodAndPath {
+                    at: at(),
+                    found: s.clone(),
+                })?;
             (m.to_string(), p.trim().to_string(), None)
         }
         Value::Object(map) => {
             let get = |k: &str| map.get(k).and_then(Value::as_str).map(str::to_string);
             (
                 get("method").unwrap_or_else(|| "GET".into()),
-                get("path").ok_or_else(|| format!("{where_}: `path` is missing"))?,
+                get("path").ok_or_else(|| RouteError::NoPath { at: at() })?,
                 get("ref"),
             )
         }
-        _ => return Err(format!("{where_}: must be an object {{method, path, ref}}")),
+        _ => return Err(RouteError::NotAnObject { at: at() }),
     };
     let skill = match (skill, owner) {
         (Some(s), _) => s,
         (None, Some(tool)) => tool.name.clone(),
-        (None, None) => return Err(format!("{where_}: `ref` (the skill to run) is missing")),
+        (None, None) => return Err(RouteError::NoRef { at: at() }),
     };
     let method = Method::from_bytes(method.to_ascii_uppercase().as_bytes())
-        .map_err(|_| format!("{where_}: `{method}` is not an HTTP method"))?;
+        .map_err(|_| RouteError::BadMethod { at: at(), method })?;
     if !pattern.starts_with('/') {
-        return Err(format!(
-            "{where_}: the path `{pattern}` must start with `/`"
-        ));
+        return Err(RouteError::RelativePath { at: at(), pattern });
     }
     let path = pattern
         .split('/')

@@ -24,6 +24,7 @@ use crate::events::KernelBus;
 use crate::gateway::http::auth::{self, CallerKey};
 use crate::gateway::http::config::HttpConfig;
 use crate::gateway::http::public::PublicDir;
+use crate::gateway::http::startup::StartError;
 use crate::gateway::http::state::AppState;
 use crate::gateway::http::{descriptors, hosts, invoke, listen, ops, request_id, routes, skills};
 use crate::gateway::{Gateway, GatewayError};
@@ -51,7 +52,7 @@ impl Server {
         gateway: Gateway,
         config: HttpConfig,
         project: &Path,
-    ) -> Result<Server, String> {
+    ) -> Result<Server, StartError> {
         let index = gateway.kernel.registry().current();
         let web_routes = routes::collect(&index, project)?;
         let bind = config.bind;
@@ -59,7 +60,7 @@ impl Server {
         let router = build_router(&state, &web_routes)?;
         let listener = TcpListener::bind(bind)
             .await
-            .map_err(|e| format!("cannot listen on {bind}: {e}"))?;
+            .map_err(|source| StartError::Listen { addr: bind, source })?;
         Ok(Server {
             listener,
             router,
@@ -143,7 +144,7 @@ impl Server {
     }
 }
 
-fn build_router(state: &AppState, web_routes: &[routes::WebRoute]) -> Result<Router, String> {
+fn build_router(state: &AppState, web_routes: &[routes::WebRoute]) -> Result<Router, StartError> {
     let config = &state.config;
     let mut router: Router<AppState> = Router::new()
         .route("/invoke/{skill}", post(invoke::invoke))
@@ -170,7 +171,7 @@ fn build_router(state: &AppState, web_routes: &[routes::WebRoute]) -> Result<Rou
             .period(period)
             .burst_size(config.rate_burst)
             .finish()
-            .ok_or("the rate limit needs a rate and a burst above 0")?;
+            .ok_or(StartError::RateLimit)?;
         let governor = Arc::new(governor);
         let limiter = governor.limiter().clone();
         // Forget idle callers now and then so the limiter does not grow without bound.
@@ -222,7 +223,7 @@ fn rate_limited(err: GovernorError) -> Response<Body> {
     }
 }
 
-fn cors(origins: &[String]) -> Result<CorsLayer, String> {
+fn cors(origins: &[String]) -> Result<CorsLayer, StartError> {
     let layer = CorsLayer::new()
         .allow_methods([
             Method::GET,
@@ -247,8 +248,7 @@ fn cors(origins: &[String]) -> Result<CorsLayer, String> {
     let mut list = Vec::new();
     for origin in origins {
         list.push(
-            HeaderValue::from_str(origin)
-                .map_err(|_| format!("CORS origin `{origin}` is not a valid header value"))?,
+            HeaderValue::from_str(origin).map_err(|_| StartError::CorsOrigin(origin.clone()))?,
         );
     }
     Ok(layer.allow_origin(AllowOrigin::list(list)))

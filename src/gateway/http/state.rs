@@ -6,6 +6,7 @@ use crate::gateway::Gateway;
 use crate::gateway::http::auth::PublicPaths;
 use crate::gateway::http::config::HttpConfig;
 use crate::gateway::http::hosts::AllowedHosts;
+use crate::gateway::http::startup::StartError;
 use crate::gateway::policy::Policy;
 
 /// Cheap to clone (one reference count): axum clones the state for every layer and extractor
@@ -31,10 +32,10 @@ impl std::ops::Deref for AppState {
 }
 
 impl AppState {
-    pub fn new(gateway: Gateway, config: HttpConfig) -> Result<AppState, String> {
-        let public = PublicPaths::new(&config.public).map_err(|e| e.to_string())?;
+    pub fn new(gateway: Gateway, config: HttpConfig) -> Result<AppState, StartError> {
+        let public = PublicPaths::new(&config.public)?;
         let hosts = AllowedHosts::new(&config.allowed_hosts)?;
-        let policy = Policy::new(&config.expose_hidden).map_err(|e| e.to_string())?;
+        let policy = Policy::new(&config.expose_hidden)?;
         Ok(AppState(Arc::new(Shared {
             gateway,
             config,
