@@ -37,6 +37,20 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
+    /// Every kind, for code that must decide each one (exit codes, how a transport answers).
+    pub const ALL: [ErrorKind; 10] = [
+        ErrorKind::Failed,
+        ErrorKind::NotFound,
+        ErrorKind::InvalidArgs,
+        ErrorKind::InvalidReturns,
+        ErrorKind::Config,
+        ErrorKind::Denied,
+        ErrorKind::Aborted,
+        ErrorKind::Immutable,
+        ErrorKind::NoAgentProvider,
+        ErrorKind::Internal,
+    ];
+
     /// Stable machine-readable code used in JSON and problem documents.
     pub fn code(self) -> &'static str {
         match self {
@@ -217,6 +231,26 @@ impl std::error::Error for SkillError {}
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn all_lists_every_kind_once() {
+        // The match has no wildcard: a new kind fails to compile here until it is in `ALL`.
+        let position = |kind: ErrorKind| match kind {
+            ErrorKind::Failed => 0,
+            ErrorKind::NotFound => 1,
+            ErrorKind::InvalidArgs => 2,
+            ErrorKind::InvalidReturns => 3,
+            ErrorKind::Config => 4,
+            ErrorKind::Denied => 5,
+            ErrorKind::Aborted => 6,
+            ErrorKind::Immutable => 7,
+            ErrorKind::NoAgentProvider => 8,
+            ErrorKind::Internal => 9,
+        };
+        for (i, kind) in ErrorKind::ALL.iter().enumerate() {
+            assert_eq!(position(*kind), i, "{kind:?}");
+        }
+    }
 
     #[test]
     fn error_json_round_trips_kind_message_and_data() {

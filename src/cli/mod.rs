@@ -1,10 +1,11 @@
 //! The `skillgate` command line: parse, set up logging, dispatch to one module per command.
 //!
 //! Exit codes: 0 ok, 1 the skill failed, 2 usage error (bad flags, unknown skill, args that do
-//! not fit the skill's params).
+//! not fit the skill's params); see [`exit`].
 
 pub mod args;
 pub mod events;
+pub mod exit;
 pub mod keys;
 mod redact;
 pub mod run;
@@ -17,6 +18,8 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use crate::context::log::{Level, LogConfig};
+
+pub use exit::{FAILED, Stage, USAGE, exit_code};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -88,11 +91,6 @@ pub enum Command {
     /// Create or update the event store's tables.
     Migrate,
 }
-
-/// Exit code for a usage error.
-pub const USAGE: u8 = 2;
-/// Exit code for a skill that failed.
-pub const FAILED: u8 = 1;
 
 impl Cli {
     pub fn log_config(&self) -> LogConfig {

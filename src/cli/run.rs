@@ -9,7 +9,7 @@ use clap::Args;
 use serde_json::Value;
 
 use crate::cascade;
-use crate::cli::{FAILED, USAGE, args};
+use crate::cli::{Stage, args, exit_code};
 use crate::context::log::LogConfig;
 use crate::error::{ErrorKind, SkillError};
 use crate::events::{Bus, BusConfig, EventStore};
@@ -49,7 +49,7 @@ pub async fn run(
     // A name, a path to a skill file, or nothing (the project's main skill).
     let tool: Arc<Tool> = match resolve(&kernel, project, cli.skill.as_deref()) {
         Ok(tool) => tool,
-        Err(err) => return usage(&err.to_string()),
+        Err(err) => return fail(&err, Stage::CommandLine),
     };
     let schema = cascade::merged_for(&index, &tool)
         .ok()
@@ -57,7 +57,10 @@ pub async fn run(
         .filter(|p| !p.is_null());
     let parsed = match args::parse(&cli.rest, schema.as_ref()) {
         Ok(parsed) => parsed,
-        Err(message) => return usage(&message),
+        Err(message) => {
+            let err = SkillError::new(ErrorKind::InvalidArgs, message);
+            return fail(&err, Stage::CommandLine);
+        }
     };
     if parsed.quiet || parsed.verbose > 0 {
         let log = crate::cli::log_config(
@@ -73,7 +76,7 @@ pub async fn run(
         kernel.registry().set_overrides(parsed.overrides);
         match resolve(&kernel, project, cli.skill.as_deref()) {
             Ok(tool) => tool,
-            Err(err) => return usage(&err.to_string()),
+            Err(err) => return fail(&err, Stage::CommandLine),
         }
     };
     let interactive = std::io::stdin().is_terminal() && std::io::stdout().is_terminal();
@@ -103,12 +106,13 @@ pub async fn run(
             print_result(result.as_deref());
             ExitCode::SUCCESS
         }
-        Err(err) if err.kind() == ErrorKind::InvalidArgs && err.tool() == Some(name.as_str()) => {
-            usage(&err.to_string())
-        }
         Err(err) => {
-            eprintln!("error: {err}");
-            ExitCode::from(FAILED)
+            let stage = if err.tool() == Some(name.as_str()) {
+                Stage::Skill
+            } else {
+                Stage::Run
+            };
+            fail(&err, stage)
         }
     }
 }
@@ -161,8 +165,14 @@ fn print_result(result: Option<&Value>) {
     }
 }
 
-fn usage(message: &str) -> ExitCode {
-    eprintln!("error: {message}");
-    eprintln!("usage: skillgate run <skill|path> [--key value ...]   (see `skillgate run --help`)");
-    ExitCode::from(USAGE)
+/// Prints `err` (and, for a usage error, how the command is written) and exits.
+fn fail(err: &SkillError, stage: Stage) -> ExitCode {
+    let code = exit_code(err.kind(), stage);
+    eprintln!("error: {err}");
+    if code == crate::cli::USAGE {
+        eprintln!(
+            "usage: skillgate run <skill|path> [--key value ...]   (see `skillgate run --help`)"
+        );
+    }
+    ExitCode::from(code)
 }

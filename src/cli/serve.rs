@@ -16,7 +16,7 @@ use crate::gateway::Gateway;
 use crate::gateway::http::routes;
 use crate::gateway::http::{HttpConfig, HttpSettings, Server};
 use crate::gateway::metrics::Metrics;
-use crate::gateway::transport::{self, StartError, Transport};
+use crate::gateway::transport::{self, Transport};
 use tokio_util::sync::CancellationToken;
 
 /// The HTTP flags; each is also a key of the config file's `http:` section, and flags (and
@@ -73,8 +73,9 @@ pub async fn serve(
     let server = match Server::bind(gateway, config, project).await {
         Ok(server) => server,
         Err(err) => {
-            eprintln!("error: {}", StartError::runtime("http", err));
-            return ExitCode::from(FAILED);
+            let err = err.for_transport();
+            eprintln!("error: {err}");
+            return ExitCode::from(if err.config { USAGE } else { FAILED });
         }
     };
     let addr = server.local_addr();
@@ -145,7 +146,7 @@ pub fn route_errors(project: &Path) -> ConfigErrors {
 fn route_mistakes(index: &crate::skills::index::SearchIndex, project: &Path) -> ConfigErrors {
     let mut errors = ConfigErrors::default();
     for message in routes::check(index, project) {
-        errors.push(None, "", message);
+        errors.push(None, "", message.to_string());
     }
     errors
 }

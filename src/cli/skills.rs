@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::Subcommand;
 use serde_json::Value;
 
-use crate::cli::USAGE;
+use crate::cli::{Stage, exit_code};
 use crate::skills::describe;
 use crate::skills::tool::Tool;
 
@@ -68,7 +68,7 @@ pub fn run(project: &Path, cmd: &SkillsCommand) -> ExitCode {
                 Ok(tool) => tool,
                 Err(err) => {
                     eprintln!("error: {err}");
-                    return ExitCode::from(USAGE);
+                    return ExitCode::from(exit_code(err.kind(), Stage::CommandLine));
                 }
             };
             let out = describe::describe(&index, tool);

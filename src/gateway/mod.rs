@@ -3,6 +3,8 @@
 //! hands the reply parts back for the transport to deliver.
 //!
 //! - [`edge`]: what is refused of outside input before anything runs (`$` keys in args).
+//! - [`policy`]: which skills a caller may reach, and how a failed run is told to it.
+//! - [`error`]: [`GatewayError`], what the gateway answers instead of a result.
 //! - [`dispatch`]: the shared steps 2–5 and the [`dispatch::Inbound`] every transport builds.
 //! - [`reply`]: the reply channel, the raw response handle at `nonlocals.request.res`.
 //! - [`send`]: the `gateway-send` and `web-send` tools.
@@ -13,11 +15,14 @@
 
 pub mod dispatch;
 pub mod edge;
+pub mod error;
 pub mod http;
 pub mod metrics;
+pub mod policy;
 pub mod reply;
 pub mod send;
 pub mod transport;
 
 pub use dispatch::{Dispatch, Gateway, Inbound};
+pub use error::GatewayError;
 pub use reply::{Reply, ReplyPart};

@@ -173,16 +173,24 @@ async fn cors_answers_preflight_for_allowed_origins_only() {
 
 #[test]
 fn stored_key_hashes_must_be_sha256_hex() {
-    let err = ApiKey::new("ci", "plaintext-key", vec![]).unwrap_err();
+    let err = ApiKey::new("ci", "plaintext-key", vec![])
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("sha256:"), "{err}");
-    let err = ApiKey::new("ci", "sha256:abc", vec![]).unwrap_err();
+    let err = ApiKey::new("ci", "sha256:abc", vec![])
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("64 hex digits"), "{err}");
     assert!(ApiKey::new("ci", &hash_key("k"), vec![]).is_ok());
     let dup = KeyRing::new(vec![
         ApiKey::new("a", &hash_key("1"), vec![]).unwrap(),
         ApiKey::new("a", &hash_key("2"), vec![]).unwrap(),
     ]);
-    assert!(dup.unwrap_err().contains("two API keys are named `a`"));
+    assert!(
+        dup.unwrap_err()
+            .to_string()
+            .contains("two API keys are named `a`")
+    );
 }
 
 #[tokio::test]

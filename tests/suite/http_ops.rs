@@ -336,6 +336,7 @@ async fn refused_routes(routes: &str) -> String {
         .await
         .err()
         .expect("refused")
+        .to_string()
 }
 
 #[tokio::test]

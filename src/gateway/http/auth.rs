@@ -1,5 +1,6 @@
 //! API keys: stored as SHA-256 hashes, presented as `Authorization: Bearer <key>`; which paths
-//! are public; the per-caller key the rate limiter counts by.
+//! are public; the per-caller key the rate limiter counts by. Which skills a key may invoke is
+//! its [`Scope`], decided by the gateway's policy.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -8,12 +9,14 @@ use axum::extract::{ConnectInfo, Request, State};
 use axum::http::header;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use globset::{Glob, GlobSet, GlobSetBuilder};
+use globset::{Glob, GlobBuilder, GlobSet};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use crate::gateway::http::problem::Problem;
+use crate::gateway::GatewayError;
 use crate::gateway::http::state::AppState;
+use crate::gateway::policy::access::glob_set;
+use crate::gateway::policy::{PatternError, Scope};
 
 /// One configured key: a name (for logs, metrics and rate limits), the hash, and the skills it
 /// may invoke.
@@ -21,7 +24,24 @@ use crate::gateway::http::state::AppState;
 pub struct ApiKey {
     pub name: String,
     hash: [u8; 32],
-    skills: Option<GlobSet>,
+    scope: Scope,
+}
+
+/// A key that cannot be used as configured, or a new one that cannot be made.
+#[derive(Debug, thiserror::Error)]
+pub enum KeyError {
+    #[error(
+        "key `{name}`: the hash must start with `{HASH_PREFIX}` (store hashes, never keys; `skillgate keys new` makes one)"
+    )]
+    NotAHash { name: String },
+    #[error("key `{name}`: `{HASH_PREFIX}` must be followed by 64 hex digits")]
+    BadDigest { name: String },
+    #[error("key `{name}`: {source}")]
+    Skills { name: String, source: PatternError },
+    #[error("two API keys are named `{0}`")]
+    Duplicate(String),
+    #[error("no randomness available: {0}")]
+    NoRandomness(getrandom::Error),
 }
 
 /// The prefix of a stored key hash.
@@ -29,35 +49,27 @@ pub const HASH_PREFIX: &str = "sha256:";
 
 impl ApiKey {
     /// `hash` is `sha256:<64 hex digits>` (see `skillgate keys new`).
-    pub fn new(name: &str, hash: &str, skills: Vec<String>) -> Result<ApiKey, String> {
-        let hex = hash.trim().strip_prefix(HASH_PREFIX).ok_or_else(|| {
-            format!("key `{name}`: the hash must start with `{HASH_PREFIX}` (store hashes, never keys; `skillgate keys new` makes one)")
+    /// `skills` are name globs; none is every skill.
+    pub fn new(name: &str, hash: &str, skills: Vec<String>) -> Result<ApiKey, KeyError> {
+        let hex = hash
+            .trim()
+            .strip_prefix(HASH_PREFIX)
+            .ok_or_else(|| KeyError::NotAHash { name: name.into() })?;
+        let bytes = decode_hex(hex).ok_or_else(|| KeyError::BadDigest { name: name.into() })?;
+        let scope = Scope::new(&skills).map_err(|source| KeyError::Skills {
+            name: name.into(),
+            source,
         })?;
-        let bytes = decode_hex(hex).ok_or_else(|| {
-            format!("key `{name}`: `{HASH_PREFIX}` must be followed by 64 hex digits")
-        })?;
-        let skills = if skills.is_empty() {
-            None
-        } else {
-            let mut set = GlobSetBuilder::new();
-            for pattern in &skills {
-                set.add(
-                    Glob::new(pattern)
-                        .map_err(|e| format!("key `{name}`: skill pattern `{pattern}`: {e}"))?,
-                );
-            }
-            Some(set.build().map_err(|e| format!("key `{name}`: {e}"))?)
-        };
         Ok(ApiKey {
             name: name.to_string(),
             hash: bytes,
-            skills,
+            scope,
         })
     }
 
-    /// True when this key may invoke `skill`.
-    pub fn allows(&self, skill: &str) -> bool {
-        self.skills.as_ref().is_none_or(|set| set.is_match(skill))
+    /// The skills this key may invoke.
+    pub fn scope(&self) -> &Scope {
+        &self.scope
     }
 }
 
@@ -83,9 +95,9 @@ pub fn hash_key(key: &str) -> String {
 }
 
 /// A new random key: `sg_` and 40 hex digits (160 bits).
-pub fn generate_key() -> Result<String, String> {
+pub fn generate_key() -> Result<String, KeyError> {
     let mut bytes = [0u8; 20];
-    getrandom::fill(&mut bytes).map_err(|e| format!("no randomness available: {e}"))?;
+    getrandom::fill(&mut bytes).map_err(KeyError::NoRandomness)?;
     let mut key = String::from("sg_");
     for byte in bytes {
         key.push_str(&format!("{byte:02x}"));
@@ -100,10 +112,10 @@ pub struct KeyRing {
 }
 
 impl KeyRing {
-    pub fn new(keys: Vec<ApiKey>) -> Result<KeyRing, String> {
+    pub fn new(keys: Vec<ApiKey>) -> Result<KeyRing, KeyError> {
         for (i, key) in keys.iter().enumerate() {
             if keys[..i].iter().any(|k| k.name == key.name) {
-                return Err(format!("two API keys are named `{}`", key.name));
+                return Err(KeyError::Duplicate(key.name.clone()));
             }
         }
         Ok(KeyRing {
@@ -142,10 +154,12 @@ pub enum Caller {
 }
 
 impl Caller {
-    pub fn allows(&self, skill: &str) -> bool {
-        match self {
-            Caller::Anonymous => true,
-            Caller::Key(key) => key.allows(skill),
+    /// The skills `caller` may invoke. Without a caller (authentication is off) and on a public
+    /// path, every skill is in scope.
+    pub fn scope(caller: Option<&Caller>) -> &Scope {
+        match caller {
+            Some(Caller::Key(key)) => key.scope(),
+            Some(Caller::Anonymous) | None => Scope::all(),
         }
     }
 }
@@ -155,20 +169,14 @@ impl Caller {
 pub struct PublicPaths(GlobSet);
 
 impl PublicPaths {
-    pub fn new(patterns: &[String]) -> Result<PublicPaths, String> {
-        let mut set = GlobSetBuilder::new();
-        set.add(Glob::new("/healthz").map_err(|e| e.to_string())?);
-        for pattern in patterns {
-            let glob = globset::GlobBuilder::new(pattern)
-                .literal_separator(true)
-                .build()
-                .map_err(|e| format!("public path pattern `{pattern}`: {e}"))?;
-            set.add(glob);
-        }
-        Ok(PublicPaths(
-            set.build()
-                .map_err(|e| format!("public path patterns: {e}"))?,
-        ))
+    /// `/healthz` and `patterns` (globs in which `*` stays within one path segment).
+    pub fn new(patterns: &[String]) -> Result<PublicPaths, PatternError> {
+        let always = std::iter::once(("/healthz".to_string(), Glob::new("/healthz")));
+        let listed = patterns.iter().map(|p| {
+            let glob = GlobBuilder::new(p).literal_separator(true).build();
+            (p.clone(), glob)
+        });
+        glob_set("public path pattern", always.chain(listed)).map(PublicPaths)
     }
 
     pub fn contains(&self, path: &str) -> bool {
@@ -190,11 +198,11 @@ pub async fn authenticate(State(state): State<AppState>, mut req: Request, next:
             .and_then(|v| v.to_str().ok())
             .and_then(bearer_token);
         let Some(presented) = presented else {
-            return unauthorized("this path needs an API key: send `Authorization: Bearer <key>`");
+            return GatewayError::Unauthorized { presented: false }.into_response();
         };
         match keys.verify(presented) {
             Some(key) => Caller::Key(key.clone()),
-            None => return unauthorized("the API key is not valid"),
+            None => return GatewayError::Unauthorized { presented: true }.into_response(),
         }
     };
     req.extensions_mut().insert(caller);
@@ -206,15 +214,6 @@ fn bearer_token(value: &str) -> Option<&str> {
     let (scheme, token) = value.trim_start().split_once(' ')?;
     let token = token.trim();
     (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
-}
-
-fn unauthorized(detail: &str) -> Response {
-    let mut response = Problem::new(401, "unauthorized", detail).into_response();
-    response.headers_mut().insert(
-        header::WWW_AUTHENTICATE,
-        header::HeaderValue::from_static("Bearer realm=\"skillgate\""),
-    );
-    response
 }
 
 /// The rate limiter's key: the API key's name, else the client address.

@@ -1,6 +1,6 @@
 //! Request bodies: the whole body must arrive within the body timeout of its headers (a client
-//! that sends headers and then trickles or stalls cannot hold a request open), and the problem
-//! for a body that could not be read: 408 too slow, 413 too large, 400 otherwise.
+//! that sends headers and then trickles or stalls cannot hold a request open), and the error
+//! for a body that could not be read: too slow (408), too large (413), unreadable (400).
 
 use std::error::Error;
 use std::fmt;
@@ -12,10 +12,9 @@ use std::time::Duration;
 use axum::extract::rejection::BytesRejection;
 use axum::http::StatusCode;
 use hyper::body::{Body as HttpBody, Frame, SizeHint};
-use serde_json::json;
 use tokio::time::{Instant, Sleep};
 
-use crate::gateway::http::problem::Problem;
+use crate::gateway::GatewayError;
 
 type BoxError = Box<dyn Error + Send + Sync>;
 
@@ -40,17 +39,13 @@ impl<B> Deadline<B> {
     }
 }
 
-/// The body did not arrive in time.
+/// The body did not arrive in time (in the words of the answer it becomes).
 #[derive(Debug)]
 pub struct TooSlow(Duration);
 
 impl fmt::Display for TooSlow {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "the request body did not arrive within {:.1} s of its headers",
-            self.0.as_secs_f64()
-        )
+        GatewayError::BodyTimeout { timeout: self.0 }.fmt(f)
     }
 }
 
@@ -91,23 +86,17 @@ where
     }
 }
 
-/// The problem for a body that could not be read.
-pub fn problem(rejection: &BytesRejection, limit: usize) -> Problem {
+/// Why a body could not be read.
+pub fn rejected(rejection: &BytesRejection, limit: usize) -> GatewayError {
     if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-        return Problem::new(
-            413,
-            "too-large",
-            format!("the request body is larger than the limit of {limit} bytes"),
-        )
-        .with("limit", json!(limit));
+        return GatewayError::TooLarge { limit };
     }
     let mut cause: Option<&(dyn Error + 'static)> = Some(rejection);
     while let Some(err) = cause {
         if let Some(slow) = err.downcast_ref::<TooSlow>() {
-            return Problem::new(408, "body-timeout", slow.to_string())
-                .with("timeout", json!(slow.0.as_secs_f64()));
+            return GatewayError::BodyTimeout { timeout: slow.0 };
         }
         cause = err.source();
     }
-    Problem::new(400, "bad-request", rejection.body_text())
+    GatewayError::BadRequest(rejection.body_text())
 }

@@ -10,7 +10,7 @@ use axum::http::uri::Authority;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use crate::gateway::http::problem::Problem;
+use crate::gateway::GatewayError;
 use crate::gateway::http::state::AppState;
 
 /// Paths that answer whatever host they were sent to.
@@ -26,9 +26,14 @@ struct Allowed {
 #[derive(Debug, Clone, Default)]
 pub struct AllowedHosts(Vec<Allowed>);
 
+/// An `allowed-hosts` entry that is not a host.
+#[derive(Debug, thiserror::Error)]
+#[error("allowed host `{0}` is not a host name")]
+pub struct BadHost(pub String);
+
 impl AllowedHosts {
     /// `entries` are `name`, `name:port`, `*.domain` or `[v6]:port`; empty allows any host.
-    pub fn new(entries: &[String]) -> Result<AllowedHosts, String> {
+    pub fn new(entries: &[String]) -> Result<AllowedHosts, BadHost> {
         let mut allowed = Vec::new();
         for entry in entries {
             let (wildcard, rest) = match entry.strip_prefix("*.") {
@@ -38,7 +43,7 @@ impl AllowedHosts {
             let authority = Authority::from_str(rest)
                 .ok()
                 .filter(|a| !a.as_str().contains('@'))
-                .ok_or_else(|| format!("allowed host `{entry}` is not a host name"))?;
+                .ok_or_else(|| BadHost(entry.clone()))?;
             let name = normalize(authority.host());
             allowed.push(Allowed {
                 name: if wildcard { format!("*.{name}") } else { name },
@@ -94,18 +99,7 @@ pub async fn check(State(state): State<AppState>, req: Request, next: Next) -> R
     };
     match host {
         Some(host) if state.hosts.allows(&host) => next.run(req).await,
-        Some(host) => Problem::new(
-            421,
-            "misdirected",
-            format!("this server does not answer for the host `{host}`"),
-        )
-        .into_response(),
-        None => Problem::new(
-            421,
-            "misdirected",
-            "the request names no host (send a `Host` header)",
-        )
-        .into_response(),
+        host => GatewayError::Misdirected { host }.into_response(),
     }
 }
 

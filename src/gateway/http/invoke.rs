@@ -17,13 +17,14 @@ use axum::{Extension, Json};
 use futures::Stream;
 use serde_json::{Map, Value, json};
 
+use crate::gateway::error::RunRef;
 use crate::gateway::http::auth::Caller;
 use crate::gateway::http::body;
 use crate::gateway::http::problem::Problem;
 use crate::gateway::http::request_id::RequestId;
 use crate::gateway::http::state::AppState;
 use crate::gateway::reply::chunk_bytes;
-use crate::gateway::{Dispatch, Inbound, ReplyPart};
+use crate::gateway::{Dispatch, GatewayError, Inbound, ReplyPart};
 use crate::kernel::ToolRef;
 use crate::kernel::invoke::Output;
 
@@ -34,38 +35,18 @@ pub async fn invoke(
     Extension(RequestId(request_id)): Extension<RequestId>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
-) -> Response {
-    let body = match body {
-        Ok(body) => body,
-        Err(rejection) => {
-            return body::problem(&rejection, state.config.body_limit).into_response();
-        }
-    };
+) -> Result<Response, GatewayError> {
+    let body = body.map_err(|rejection| body::rejected(&rejection, state.config.body_limit))?;
     let caller = caller.map(|Extension(caller)| caller);
     let index = state.gateway.kernel.registry().current();
-    let tool = match index.get(&skill) {
-        Some(tool) if state.visible(tool) => tool.clone(),
-        _ => return unknown_skill(&skill, &index, &state, caller.as_ref()),
-    };
-    // No caller on the request: authentication is off.
-    if caller.is_some_and(|caller| !caller.allows(&skill)) {
-        return Problem::new(
-            403,
-            "forbidden",
-            format!("this API key may not invoke `{skill}`"),
-        )
-        .into_response();
-    }
+    let tool = state
+        .policy
+        .reach(&index, &skill, Caller::scope(caller.as_ref()))?;
     if let Some(why) = crate::gateway::http::origin::refused(&headers, &state.config.cors_origins) {
-        return Problem::new(403, "cross-site", why).into_response();
+        return Err(GatewayError::CrossSite(why));
     }
-    if let Err(problem) = json_content_type(&headers, &body) {
-        return problem.into_response();
-    }
-    let args = match parse_args(&body) {
-        Ok(args) => args,
-        Err(problem) => return problem.into_response(),
-    };
+    json_content_type(&headers, &body)?;
+    let args = parse_args(&body)?;
     let stream = wants_stream(&headers);
     let inbound = Inbound {
         transport: "http",
@@ -83,17 +64,16 @@ pub async fn invoke(
     };
     let dispatch = state.gateway.dispatch(inbound);
     if stream {
-        sse(dispatch, skill, request_id).into_response()
-    } else {
-        respond(dispatch, &skill, &request_id, |result, messages| {
-            let mut body = json!({ "result": result });
-            if !messages.is_empty() {
-                body["messages"] = Value::Array(messages);
-            }
-            Json(body).into_response()
-        })
-        .await
+        return Ok(sse(dispatch, skill, request_id).into_response());
     }
+    Ok(respond(dispatch, &skill, &request_id, |result, messages| {
+        let mut body = json!({ "result": result });
+        if !messages.is_empty() {
+            body["messages"] = Value::Array(messages);
+        }
+        Json(body).into_response()
+    })
+    .await)
 }
 
 /// True when the client asked for `text/event-stream`.
@@ -136,7 +116,7 @@ pub fn headers_json(headers: &HeaderMap) -> Value {
 
 /// Args come as JSON, and the request must say so: a form another site posts (`text/plain`,
 /// urlencoded, multipart) cannot invoke a skill. No body and no content type is no args.
-fn json_content_type(headers: &HeaderMap, body: &[u8]) -> Result<(), Problem> {
+fn json_content_type(headers: &HeaderMap, body: &[u8]) -> Result<(), GatewayError> {
     let declared = headers.get(header::CONTENT_TYPE);
     let json = declared
         .and_then(|v| v.to_str().ok())
@@ -145,15 +125,9 @@ fn json_content_type(headers: &HeaderMap, body: &[u8]) -> Result<(), Problem> {
     if json || (declared.is_none() && is_blank(body)) {
         return Ok(());
     }
-    let got = match declared {
-        Some(v) => format!("`{}`", String::from_utf8_lossy(v.as_bytes())),
-        None => "none".to_string(),
-    };
-    Err(Problem::new(
-        415,
-        "unsupported-media-type",
-        format!("the args must be sent as `Content-Type: application/json` (got {got})"),
-    ))
+    Err(GatewayError::UnsupportedMediaType {
+        got: declared.map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned()),
+    })
 }
 
 fn is_blank(body: &[u8]) -> bool {
@@ -161,50 +135,21 @@ fn is_blank(body: &[u8]) -> bool {
 }
 
 /// An empty body is `{}`; anything else must be a JSON object.
-fn parse_args(body: &[u8]) -> Result<Value, Problem> {
+fn parse_args(body: &[u8]) -> Result<Value, GatewayError> {
     if is_blank(body) {
         return Ok(Value::Object(Map::new()));
     }
     match serde_json::from_slice::<Value>(body) {
         Ok(Value::Object(map)) => Ok(Value::Object(map)),
-        Ok(other) => Err(Problem::new(
-            400,
-            "malformed-json",
-            format!(
+        Ok(other) => Err(GatewayError::MalformedJson {
+            detail: format!(
                 "the body must be a JSON object of args, found {}",
                 crate::context::path::kind(&other)
             ),
-        )),
-        Err(err) => Err(Problem::new(
-            400,
-            "malformed-json",
-            format!("the body is not valid JSON: {err}"),
-        )
-        .with("line", json!(err.line()))
-        .with("column", json!(err.column()))),
+            at: None,
+        }),
+        Err(err) => Err(GatewayError::malformed_json(&err)),
     }
-}
-
-/// The 404, suggesting only skills the caller could invoke.
-fn unknown_skill(
-    skill: &str,
-    index: &crate::skills::index::SearchIndex,
-    state: &AppState,
-    caller: Option<&Caller>,
-) -> Response {
-    let suggestions: Vec<String> = index
-        .closest(skill)
-        .into_iter()
-        .filter(|name| index.get(name).is_some_and(|t| state.callable(t, caller)))
-        .collect();
-    let mut detail = format!("no skill is named `{skill}`");
-    if let Some(first) = suggestions.first() {
-        detail.push_str(&format!("; did you mean `{first}`?"));
-    }
-    Problem::not_found(detail)
-        .with("skill", Value::String(skill.to_string()))
-        .with("suggestions", json!(suggestions))
-        .into_response()
 }
 
 /// Answers a non-streaming request: `done(result, messages)` builds the response, unless the
@@ -228,11 +173,20 @@ pub async fn respond(
             ReplyPart::Log(_) | ReplyPart::Event(_) => {}
             ReplyPart::Done(Ok(result)) => return done(output(result), messages),
             ReplyPart::Done(Err(err)) => {
-                return Problem::from_skill_error(&err, skill, request_id).into_response();
+                return GatewayError::from_run(&err, skill, request_id).into_response();
             }
         }
     }
-    Problem::new(500, "internal", "the run ended without an answer").into_response()
+    let cause = "the run ended without an answer";
+    tracing::error!(request_id, skill, "{cause}");
+    GatewayError::Internal {
+        cause: cause.to_string(),
+        run: Some(RunRef {
+            skill: skill.to_string(),
+            request_id: request_id.to_string(),
+        }),
+    }
+    .into_response()
 }
 
 fn output(result: Output) -> Value {
@@ -339,7 +293,7 @@ fn sse(
                     }
                     ReplyPart::Done(Err(err)) => (
                         "error",
-                        Problem::from_skill_error(&err, &skill, &request_id).to_json(),
+                        Problem::of(&GatewayError::from_run(&err, &skill, &request_id)).to_json(),
                         true,
                     ),
                 };

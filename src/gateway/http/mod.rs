@@ -7,8 +7,9 @@
 //! in flight), [`body`] (the body deadline), [`descriptors`] (the cap's file descriptor
 //! budget), [`invoke`], [`routes`], [`skills`], [`ops`], [`public`] (`public/` files),
 //! [`auth`], [`hosts`] (the `Host` allow-list), [`origin`] (cross-site browsers), [`request_id`],
-//! [`problem`] (RFC 9457 errors),
-//! [`openapi`] (the document and the docs page).
+//! [`problem`] (how a `GatewayError` is answered: RFC 9457 problem documents), [`startup`] (why
+//! the server could not start), [`openapi`] (the document and the docs page). Which skills a
+//! caller may reach is the gateway's [`policy`](crate::gateway::policy).
 
 mod activity;
 pub mod auth;
@@ -27,7 +28,9 @@ pub mod request_id;
 pub mod routes;
 pub mod server;
 pub mod skills;
+pub mod startup;
 pub mod state;
 
 pub use config::{HttpConfig, HttpSettings};
 pub use server::{Server, ShutdownReport};
+pub use startup::StartError;

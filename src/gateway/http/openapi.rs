@@ -9,8 +9,9 @@ use serde_json::Value;
 /// `openapi.yaml` from the repository root, byte for byte.
 pub const DOCUMENT: &str = include_str!("../../../openapi.yaml");
 
-/// Problem types the gateway answers with: slug, status, meaning.
-pub const PROBLEMS: [(&str, u16, &str); 18] = [
+/// Problem types the gateway answers with: slug, status, meaning. Each is a variant of
+/// `GatewayError`; a test in `problem` keeps the two the same.
+pub const PROBLEMS: [(&str, u16, &str); 16] = [
     ("bad-request", 400, "The request could not be read."),
     (
         "malformed-json",
@@ -23,11 +24,6 @@ pub const PROBLEMS: [(&str, u16, &str); 18] = [
         "The path needs an API key: `Authorization: Bearer <key>`, and the key presented is missing or not valid.",
     ),
     (
-        "forbidden",
-        403,
-        "The API key is valid but may not invoke this skill.",
-    ),
-    (
         "cross-site",
         403,
         "A browser on another site sent the request (`Origin`, `Sec-Fetch-Site`) and its origin is not in `cors-origins`.",
@@ -35,7 +31,7 @@ pub const PROBLEMS: [(&str, u16, &str); 18] = [
     (
         "denied",
         403,
-        "A policy (allowed-tools, untrusted refs) refused a call the skill made.",
+        "A policy refused the call: the API key may not invoke this skill, or a policy (allowed-tools, untrusted refs, reserved topics) refused a call the skill made.",
     ),
     ("not-found", 404, "No visible skill or route has this name."),
     (
@@ -88,7 +84,6 @@ pub const PROBLEMS: [(&str, u16, &str); 18] = [
         504,
         "The skill did not finish within the configured timeout and was aborted.",
     ),
-    ("unavailable", 503, "The server is not ready."),
 ];
 
 fn parsed() -> &'static Value {

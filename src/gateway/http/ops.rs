@@ -7,8 +7,9 @@ use axum::response::{Html, IntoResponse, Response};
 use serde_json::json;
 
 use crate::events::KernelBus;
+use crate::gateway::GatewayError;
+use crate::gateway::error::Missing;
 use crate::gateway::http::openapi;
-use crate::gateway::http::problem::Problem;
 use crate::gateway::http::state::AppState;
 
 /// Liveness: the process answers.
@@ -82,14 +83,12 @@ pub async fn docs() -> Response {
 }
 
 pub async fn not_found(uri: Uri) -> Response {
-    Problem::not_found(format!("nothing is served at `{}`", uri.path())).into_response()
+    GatewayError::NotFound(Missing::Path(uri.path().to_string())).into_response()
 }
 
 pub async fn method_not_allowed(uri: Uri) -> Response {
-    Problem::new(
-        405,
-        "method-not-allowed",
-        format!("`{}` does not answer this method", uri.path()),
-    )
+    GatewayError::MethodNotAllowed {
+        path: uri.path().to_string(),
+    }
     .into_response()
 }

@@ -1,48 +1,95 @@
-//! Problem details (RFC 9457): every HTTP error is an `application/problem+json` body with a
-//! status, a stable `type`, a title and a detail a user can act on.
+//! Problem details (RFC 9457): how HTTP answers a [`GatewayError`]. Every HTTP error is an
+//! `application/problem+json` body with a status, a stable `type` (the error's slug), a title and
+//! a detail a user can act on. This file is the one place a gateway error becomes a status and a
+//! document; handlers return `GatewayError` and never build one themselves.
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
 
-use crate::error::{ErrorKind, SkillError};
+use crate::gateway::error::{GatewayError, Missing};
 
 pub const CONTENT_TYPE: &str = "application/problem+json";
 
+/// A problem document.
 #[derive(Debug, Clone)]
 pub struct Problem {
-    pub status: u16,
-    /// A short slug; the `type` URI points at its section of the docs page.
-    pub slug: &'static str,
-    pub detail: String,
-    pub extra: Map<String, Value>,
+    status: StatusCode,
+    /// The `type` URI points at the slug's section of the docs page.
+    slug: &'static str,
+    detail: String,
+    extra: Map<String, Value>,
+}
+
+/// The HTTP status of each problem type (the pairs of `openapi::PROBLEMS`).
+fn status(err: &GatewayError) -> StatusCode {
+    match err {
+        GatewayError::BadRequest(_) | GatewayError::MalformedJson { .. } => StatusCode::BAD_REQUEST,
+        GatewayError::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
+        GatewayError::CrossSite(_) | GatewayError::Denied { .. } => StatusCode::FORBIDDEN,
+        GatewayError::NotFound(_) => StatusCode::NOT_FOUND,
+        GatewayError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
+        GatewayError::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
+        GatewayError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+        GatewayError::UnsupportedMediaType { .. } => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        GatewayError::Misdirected { .. } => StatusCode::MISDIRECTED_REQUEST,
+        GatewayError::InvalidArgs { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+        GatewayError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
+        GatewayError::Internal { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+        GatewayError::Aborted { .. } => StatusCode::SERVICE_UNAVAILABLE,
+        GatewayError::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
+    }
 }
 
 impl Problem {
-    pub fn new(status: u16, slug: &'static str, detail: impl Into<String>) -> Problem {
+    /// The document for `err`: its status, slug and public detail, and the members a client
+    /// can act on (field errors, suggestions, limits, the run's skill and request id).
+    pub fn of(err: &GatewayError) -> Problem {
+        let mut extra = Map::new();
+        let mut put = |key: &str, value: Value| {
+            extra.insert(key.to_string(), value);
+        };
+        match err {
+            GatewayError::MalformedJson {
+                at: Some((line, column)),
+                ..
+            } => {
+                put("line", json!(line));
+                put("column", json!(column));
+            }
+            GatewayError::NotFound(Missing::Skill { name, suggestions }) => {
+                put("skill", json!(name));
+                if let Some(suggestions) = suggestions {
+                    put("suggestions", json!(suggestions));
+                }
+            }
+            GatewayError::BodyTimeout { timeout } => put("timeout", json!(timeout.as_secs_f64())),
+            GatewayError::TooLarge { limit } => put("limit", json!(limit)),
+            GatewayError::InvalidArgs { errors, .. } => put("errors", (**errors).clone()),
+            GatewayError::RateLimited { wait } => put("retryAfter", json!(wait)),
+            _ => {}
+        }
+        if let Some(run) = err.run() {
+            put("skill", json!(run.skill));
+            put("requestId", json!(run.request_id));
+        }
         Problem {
-            status,
-            slug,
-            detail: detail.into(),
-            extra: Map::new(),
+            status: status(err),
+            slug: err.slug(),
+            detail: err.public_detail().into_owned(),
+            extra,
         }
     }
 
-    pub fn with(mut self, key: &str, value: Value) -> Problem {
-        self.extra.insert(key.to_string(), value);
-        self
-    }
-
-    pub fn not_found(detail: impl Into<String>) -> Problem {
-        Problem::new(404, "not-found", detail)
+    pub fn status(&self) -> StatusCode {
+        self.status
     }
 
     pub fn to_json(&self) -> Value {
-        let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let mut body = json!({
             "type": format!("/docs#problem-{}", self.slug),
-            "title": status.canonical_reason().unwrap_or("Error"),
-            "status": self.status,
+            "title": self.status.canonical_reason().unwrap_or("Error"),
+            "status": self.status.as_u16(),
             "detail": self.detail,
         });
         if let Value::Object(map) = &mut body {
@@ -50,57 +97,154 @@ impl Problem {
         }
         body
     }
+}
 
-    /// The problem for a failed invocation of `skill`. Causes of a 500 (a skill's own `fail`
-    /// included: its message may hold anything) stay in the log; the body is generic and
-    /// carries the request id to find them. A skill that wants to answer with an error of its
-    /// own sets the status with `web-send`.
-    pub fn from_skill_error(err: &SkillError, skill: &str, request_id: &str) -> Problem {
-        let own = err.tool() == Some(skill) || err.tool().is_none();
-        let problem = match err.kind() {
-            ErrorKind::InvalidArgs if own => {
-                let errors = err
-                    .data()
-                    .and_then(|d| d.get("errors"))
-                    .cloned()
-                    .unwrap_or_else(|| json!([]));
-                // The message names the fields (or the refused keys) and shows only what the
-                // caller sent, so it can be shown.
-                Problem::new(422, "invalid-args", err.message().to_string()).with("errors", errors)
+impl IntoResponse for GatewayError {
+    fn into_response(self) -> Response {
+        let problem = Problem::of(&self);
+        let body = serde_json::to_vec(&problem.to_json()).unwrap_or_default();
+        let mut response = (problem.status, body).into_response();
+        let headers = response.headers_mut();
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(CONTENT_TYPE));
+        match self {
+            GatewayError::Unauthorized { .. } => {
+                headers.insert(
+                    header::WWW_AUTHENTICATE,
+                    HeaderValue::from_static("Bearer realm=\"skillgate\""),
+                );
             }
-            ErrorKind::Denied => Problem::new(403, "denied", err.message().to_string()),
-            ErrorKind::Aborted
-                if err
-                    .data()
-                    .and_then(|d| d.get("timeout"))
-                    .is_some_and(|t| t == true) =>
-            {
-                Problem::new(504, "timeout", err.message().to_string())
+            GatewayError::RateLimited { wait } => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from(wait.max(1)));
             }
-            ErrorKind::Aborted => Problem::new(503, "aborted", err.message().to_string()),
-            _ => {
-                tracing::error!(request_id, skill, error = %err, kind = err.kind().code(), "invocation failed");
-                Problem::new(
-                    500,
-                    "internal",
-                    "the skill could not run; the cause is in the server log under this request id",
-                )
-            }
-        };
-        problem
-            .with("skill", Value::String(skill.to_string()))
-            .with("requestId", Value::String(request_id.to_string()))
+            _ => {}
+        }
+        response
     }
 }
 
-impl IntoResponse for Problem {
-    fn into_response(self) -> Response {
-        let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let body = serde_json::to_vec(&self.to_json()).unwrap_or_default();
-        let mut response = (status, body).into_response();
-        response
-            .headers_mut()
-            .insert(header::CONTENT_TYPE, HeaderValue::from_static(CONTENT_TYPE));
-        response
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::error::{ErrorKind, SkillError};
+    use crate::gateway::error::RunRef;
+    use crate::gateway::http::openapi::PROBLEMS;
+
+    fn run() -> RunRef {
+        RunRef {
+            skill: "hello".into(),
+            request_id: "r1".into(),
+        }
+    }
+
+    /// One error of every problem type.
+    fn every() -> Vec<GatewayError> {
+        vec![
+            GatewayError::BadRequest("unreadable".into()),
+            GatewayError::MalformedJson {
+                detail: "bad".into(),
+                at: Some((1, 2)),
+            },
+            GatewayError::Unauthorized { presented: false },
+            GatewayError::CrossSite("other site".into()),
+            GatewayError::Denied {
+                message: "no".into(),
+                run: None,
+            },
+            GatewayError::NotFound(Missing::Path("/x".into())),
+            GatewayError::MethodNotAllowed { path: "/x".into() },
+            GatewayError::BodyTimeout {
+                timeout: Duration::from_secs(1),
+            },
+            GatewayError::TooLarge { limit: 64 },
+            GatewayError::UnsupportedMediaType { got: None },
+            GatewayError::Misdirected { host: None },
+            GatewayError::InvalidArgs {
+                message: "bad".into(),
+                errors: Box::new(json!([])),
+                run: run(),
+            },
+            GatewayError::RateLimited { wait: 2 },
+            GatewayError::Timeout {
+                message: "slow".into(),
+                run: run(),
+            },
+            GatewayError::Aborted {
+                message: "stopped".into(),
+                run: run(),
+            },
+            GatewayError::Internal {
+                cause: "boom".into(),
+                run: Some(run()),
+            },
+        ]
+    }
+
+    #[test]
+    fn every_problem_type_is_documented_with_its_status_and_every_documented_one_answered() {
+        let answered: Vec<(&str, u16)> = every()
+            .iter()
+            .map(|e| (e.slug(), Problem::of(e).status().as_u16()))
+            .collect();
+        for pair in &answered {
+            assert!(
+                PROBLEMS
+                    .iter()
+                    .any(|(slug, status, _)| (*slug, *status) == *pair),
+                "{pair:?} is not in openapi::PROBLEMS"
+            );
+        }
+        for (slug, status, _) in PROBLEMS {
+            assert!(
+                answered.contains(&(slug, status)),
+                "{slug} ({status}) is documented but never answered"
+            );
+        }
+    }
+
+    #[test]
+    fn internal_causes_never_reach_the_body() {
+        let secret = "connection to db-internal-7.corp:5432 refused (password=hunter2)";
+        for kind in ErrorKind::ALL {
+            let err = SkillError::new(kind, secret)
+                .with_tool("hello")
+                .with_data(json!({ "errors": [], "detail": secret }));
+            let answer = GatewayError::from_run(&err, "hello", "r1");
+            let body = Problem::of(&answer).to_json().to_string();
+            if answer.slug() == "internal" {
+                assert!(!body.contains("hunter2"), "{kind:?}: {body}");
+                assert!(body.contains("\"requestId\":\"r1\""), "{body}");
+            }
+        }
+        let bare = GatewayError::Internal {
+            cause: secret.into(),
+            run: None,
+        };
+        assert!(!Problem::of(&bare).to_json().to_string().contains("hunter2"));
+    }
+
+    #[test]
+    fn a_run_failure_carries_the_skill_the_request_id_and_its_members() {
+        let err = SkillError::new(ErrorKind::InvalidArgs, "`name` is missing")
+            .with_data(json!({ "errors": [{ "path": "/name", "message": "required" }] }));
+        let body = Problem::of(&GatewayError::from_run(&err, "hello", "r1")).to_json();
+        assert_eq!(body["status"], 422);
+        assert_eq!(body["type"], "/docs#problem-invalid-args");
+        assert_eq!(body["title"], "Unprocessable Entity");
+        assert_eq!(body["detail"], "`name` is missing");
+        assert_eq!(body["errors"][0]["path"], "/name");
+        assert_eq!(body["skill"], "hello");
+        assert_eq!(body["requestId"], "r1");
+    }
+
+    #[test]
+    fn the_response_is_problem_json_with_the_headers_its_type_needs() {
+        let response = GatewayError::Unauthorized { presented: true }.into_response();
+        assert_eq!(response.status(), 401);
+        assert_eq!(response.headers()[header::CONTENT_TYPE], CONTENT_TYPE);
+        assert!(response.headers().contains_key(header::WWW_AUTHENTICATE));
+        let response = GatewayError::RateLimited { wait: 0 }.into_response();
+        assert_eq!(response.headers()[header::RETRY_AFTER], "1");
     }
 }

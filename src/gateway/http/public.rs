@@ -13,6 +13,7 @@ use tower::ServiceExt;
 use tower_http::services::ServeDir;
 
 use crate::gateway::http::ops;
+use crate::gateway::http::startup::StartError;
 
 /// The folder, resolved, and the file server over it.
 #[derive(Clone)]
@@ -23,9 +24,11 @@ pub struct PublicDir {
 
 impl PublicDir {
     /// Serves `dir`, which must exist; folders are answered with their `index.html`.
-    pub fn new(dir: &Path) -> Result<PublicDir, String> {
-        let root = std::fs::canonicalize(dir)
-            .map_err(|e| format!("cannot open the public folder {}: {e}", dir.display()))?;
+    pub fn new(dir: &Path) -> Result<PublicDir, StartError> {
+        let root = std::fs::canonicalize(dir).map_err(|source| StartError::PublicDir {
+            path: dir.to_path_buf(),
+            source,
+        })?;
         Ok(PublicDir {
             files: ServeDir::new(&root).append_index_html_on_directories(true),
             root: Arc::new(root),

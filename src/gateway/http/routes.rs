@@ -15,13 +15,13 @@ use axum::routing::{MethodFilter, on};
 use serde_json::{Map, Value, json};
 
 use crate::cascade;
-use crate::gateway::Inbound;
+use crate::error::SkillError;
 use crate::gateway::http::auth::Caller;
 use crate::gateway::http::body;
 use crate::gateway::http::invoke::{headers_json, request_fields, respond};
-use crate::gateway::http::problem::Problem;
 use crate::gateway::http::request_id::RequestId;
 use crate::gateway::http::state::AppState;
+use crate::gateway::{GatewayError, Inbound};
 use crate::kernel::ToolRef;
 use crate::skills::index::SearchIndex;
 use crate::skills::tool::Tool;
@@ -39,6 +39,44 @@ pub struct WebRoute {
     pub declared_in: String,
 }
 
+/// A route the server refuses to start with; `at` says where it was declared.
+#[derive(Debug, thiserror::Error)]
+pub enum RouteError {
+    /// The cascade of the main skill, which declares the routes, does not resolve.
+    #[error(transparent)]
+    Metadata(#[from] SkillError),
+    #[error("{at}: must be a list of {{method, path, ref}}")]
+    NotAList { at: String },
+    #[error("{at}: must be an object {{method, path, ref}}")]
+    NotAnObject { at: String },
+    #[error("{at}: write `METHOD /path`, found `{found}`")]
+    NotMethodAndPath { at: String, found: String },
+    #[error("{at}: `path` is missing")]
+    NoPath { at: String },
+    #[error("{at}: `ref` (the skill to run) is missing")]
+    NoRef { at: String },
+    #[error("{at}: `{method}` is not an HTTP method")]
+    BadMethod { at: String, method: String },
+    #[error("{at}: the path `{pattern}` must start with `/`")]
+    RelativePath { at: String, pattern: String },
+    #[error("{at}: `{pattern}` is a path skillgate serves itself")]
+    Reserved { at: String, pattern: String },
+    #[error("{at}: no skill is named `{skill}`{}", .suggestion.as_ref().map(|s| format!(" (did you mean `{s}`?)")).unwrap_or_default())]
+    NoSkill {
+        at: String,
+        skill: String,
+        /// The closest skill name, if one is close.
+        suggestion: Option<String>,
+    },
+    #[error("{at}: {method} {pattern} is also declared in {first}")]
+    Duplicate {
+        at: String,
+        method: Method,
+        pattern: String,
+        first: String,
+    },
+}
+
 /// Paths the gateway serves itself.
 const RESERVED: [&str; 7] = [
     "/invoke",
@@ -52,7 +90,10 @@ const RESERVED: [&str; 7] = [
 
 /// Every route the skills declare, checked: known methods, free paths, existing skills. The
 /// first mistake is the error; [`check`] lists them all.
-pub fn collect(index: &SearchIndex, project: &std::path::Path) -> Result<Vec<WebRoute>, String> {
+pub fn collect(
+    index: &SearchIndex,
+    project: &std::path::Path,
+) -> Result<Vec<WebRoute>, RouteError> {
     let (routes, mut errors) = collect_all(index, project);
     if errors.is_empty() {
         Ok(routes)
@@ -62,11 +103,11 @@ pub fn collect(index: &SearchIndex, project: &std::path::Path) -> Result<Vec<Web
 }
 
 /// Every mistake in the routes the skills declare (empty when they are sound).
-pub fn check(index: &SearchIndex, project: &std::path::Path) -> Vec<String> {
+pub fn check(index: &SearchIndex, project: &std::path::Path) -> Vec<RouteError> {
     collect_all(index, project).1
 }
 
-fn collect_all(index: &SearchIndex, project: &std::path::Path) -> (Vec<WebRoute>, Vec<String>) {
+fn collect_all(index: &SearchIndex, project: &std::path::Path) -> (Vec<WebRoute>, Vec<RouteError>) {
     let mut routes = Vec::new();
     let mut errors = Vec::new();
     let project = std::path::absolute(project).ok();
@@ -76,7 +117,7 @@ fn collect_all(index: &SearchIndex, project: &std::path::Path) -> (Vec<WebRoute>
     });
     if let Some(main) = main {
         match cascade::merged_for(index, main) {
-            Err(e) => errors.push(e.to_string()),
+            Err(e) => errors.push(RouteError::Metadata(e)),
             Ok(merged) => {
                 if let Some(list) = merged.metadata.get("web").and_then(|w| w.get("routes")) {
                     let where_ = format!("{}: metadata.web.routes", main.location());
@@ -89,8 +130,7 @@ fn collect_all(index: &SearchIndex, project: &std::path::Path) -> (Vec<WebRoute>
                                 }
                             }
                         }
-                        _ => errors
-                            .push(format!("{where_}: must be a list of {{method, path, ref}}")),
+                        _ => errors.push(RouteError::NotAList { at: where_ }),
                     }
                 }
             }
@@ -111,63 +151,63 @@ fn collect_all(index: &SearchIndex, project: &std::path::Path) -> (Vec<WebRoute>
             .iter()
             .any(|r| route.path == *r || route.path.starts_with(&format!("{r}/")))
         {
-            errors.push(format!(
-                "{}: `{}` is a path skillgate serves itself",
-                route.declared_in, route.pattern
-            ));
+            errors.push(RouteError::Reserved {
+                at: route.declared_in.clone(),
+                pattern: route.pattern.clone(),
+            });
         }
         if index.get(&route.skill).is_none() {
-            let hint = index
-                .closest(&route.skill)
-                .first()
-                .map(|name| format!(" (did you mean `{name}`?)"))
-                .unwrap_or_default();
-            errors.push(format!(
-                "{}: no skill is named `{}`{hint}",
-                route.declared_in, route.skill
-            ));
+            errors.push(RouteError::NoSkill {
+                at: route.declared_in.clone(),
+                skill: route.skill.clone(),
+                suggestion: index.closest(&route.skill).into_iter().next(),
+            });
         }
         let key = (route.method.to_string(), route.path.clone());
         if let Some(first) = seen.insert(key, route.declared_in.clone()) {
-            errors.push(format!(
-                "{}: {} {} is also declared in {first}",
-                route.declared_in, route.method, route.pattern
-            ));
+            errors.push(RouteError::Duplicate {
+                at: route.declared_in.clone(),
+                method: route.method.clone(),
+                pattern: route.pattern.clone(),
+                first,
+            });
         }
     }
     (routes, errors)
 }
 
 /// `{method, path, ref}`, or on a skill `"GET /path"` / `{method, path}` (ref: the skill).
-fn parse(item: &Value, owner: Option<&Tool>, where_: &str) -> Result<WebRoute, String> {
+fn parse(item: &Value, owner: Option<&Tool>, where_: &str) -> Result<WebRoute, RouteError> {
+    let at = || where_.to_string();
     let (method, pattern, skill) = match item {
         Value::String(s) => {
             let (m, p) = s
                 .split_once(' ')
-                .ok_or_else(|| format!("{where_}: write `METHOD /path`, found `{s}`"))?;
+                .ok_or_else(|| RouteError::NotMethodAndPath {
+                    at: at(),
+                    found: s.clone(),
+                })?;
             (m.to_string(), p.trim().to_string(), None)
         }
         Value::Object(map) => {
             let get = |k: &str| map.get(k).and_then(Value::as_str).map(str::to_string);
             (
                 get("method").unwrap_or_else(|| "GET".into()),
-                get("path").ok_or_else(|| format!("{where_}: `path` is missing"))?,
+                get("path").ok_or_else(|| RouteError::NoPath { at: at() })?,
                 get("ref"),
             )
         }
-        _ => return Err(format!("{where_}: must be an object {{method, path, ref}}")),
+        _ => return Err(RouteError::NotAnObject { at: at() }),
     };
     let skill = match (skill, owner) {
         (Some(s), _) => s,
         (None, Some(tool)) => tool.name.clone(),
-        (None, None) => return Err(format!("{where_}: `ref` (the skill to run) is missing")),
+        (None, None) => return Err(RouteError::NoRef { at: at() }),
     };
     let method = Method::from_bytes(method.to_ascii_uppercase().as_bytes())
-        .map_err(|_| format!("{where_}: `{method}` is not an HTTP method"))?;
+        .map_err(|_| RouteError::BadMethod { at: at(), method })?;
     if !pattern.starts_with('/') {
-        return Err(format!(
-            "{where_}: the path `{pattern}` must start with `/`"
-        ));
+        return Err(RouteError::RelativePath { at: at(), pattern });
     }
     let path = pattern
         .split('/')
@@ -212,21 +252,13 @@ async fn handle(
     params: RawPathParams,
     req: Request,
     route: Arc<WebRoute>,
-) -> Response {
+) -> Result<Response, GatewayError> {
     let request_id = req
         .extensions()
         .get::<RequestId>()
         .map_or_else(String::new, |r| r.0.clone());
-    if let Some(caller) = req.extensions().get::<Caller>()
-        && !caller.allows(&route.skill)
-    {
-        return Problem::new(
-            403,
-            "forbidden",
-            format!("this API key may not invoke `{}`", route.skill),
-        )
-        .into_response();
-    }
+    let scope = Caller::scope(req.extensions().get::<Caller>());
+    state.policy.reach_routed(&route.skill, scope)?;
     let params: Map<String, Value> = params
         .iter()
         .map(|(k, v)| (k.to_string(), Value::String(v.to_string())))
@@ -238,16 +270,10 @@ async fn handle(
     let path = req.uri().path().to_string();
     let headers = req.headers().clone();
     // Read as `/invoke` reads it: within the body limit and the body timeout.
-    let body = match Bytes::from_request(req, &state).await {
-        Ok(bytes) => bytes,
-        Err(rejection) => {
-            return body::problem(&rejection, state.config.body_limit).into_response();
-        }
-    };
-    let body = match body_value(&headers, &body) {
-        Ok(body) => body,
-        Err(problem) => return problem.into_response(),
-    };
+    let body = Bytes::from_request(req, &state)
+        .await
+        .map_err(|rejection| body::rejected(&rejection, state.config.body_limit))?;
+    let body = body_value(&headers, &body)?;
     let args = json!({
         "route": route.pattern,
         "query": query,
@@ -269,7 +295,7 @@ async fn handle(
         timeout: Some(state.config.timeout),
     };
     let dispatch = state.gateway.dispatch(inbound);
-    respond(
+    Ok(respond(
         dispatch,
         &route.skill,
         &request_id,
@@ -279,11 +305,11 @@ async fn handle(
             other => axum::Json(other).into_response(),
         },
     )
-    .await
+    .await)
 }
 
 /// JSON bodies parsed (malformed is a 400), other bodies as text, none as null.
-fn body_value(headers: &HeaderMap, body: &[u8]) -> Result<Value, Problem> {
+fn body_value(headers: &HeaderMap, body: &[u8]) -> Result<Value, GatewayError> {
     if body.is_empty() {
         return Ok(Value::Null);
     }
@@ -292,13 +318,7 @@ fn body_value(headers: &HeaderMap, body: &[u8]) -> Result<Value, Problem> {
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("application/json") || v.contains("+json"));
     if is_json {
-        serde_json::from_slice(body).map_err(|err| {
-            Problem::new(
-                400,
-                "malformed-json",
-                format!("the body is not valid JSON: {err}"),
-            )
-        })
+        serde_json::from_slice(body).map_err(|err| GatewayError::malformed_json(&err))
     } else {
         Ok(Value::String(String::from_utf8_lossy(body).into_owned()))
     }

@@ -21,14 +21,14 @@ use tower_governor::governor::GovernorConfigBuilder;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
 use crate::events::KernelBus;
-use crate::gateway::Gateway;
 use crate::gateway::http::auth::{self, CallerKey};
 use crate::gateway::http::config::HttpConfig;
-use crate::gateway::http::problem::Problem;
 use crate::gateway::http::public::PublicDir;
+use crate::gateway::http::startup::StartError;
 use crate::gateway::http::state::AppState;
 use crate::gateway::http::{descriptors, hosts, invoke, listen, ops, request_id, routes, skills};
 use crate::gateway::transport::{Report, State, Transport};
+use crate::gateway::{Gateway, GatewayError};
 
 /// A bound HTTP server, not yet serving.
 pub struct Server {
@@ -53,7 +53,7 @@ impl Server {
         gateway: Gateway,
         config: HttpConfig,
         project: &Path,
-    ) -> Result<Server, String> {
+    ) -> Result<Server, StartError> {
         let index = gateway.kernel.registry().current();
         let web_routes = routes::collect(&index, project)?;
         let bind = config.bind;
@@ -61,7 +61,7 @@ impl Server {
         let router = build_router(&state, &web_routes)?;
         let listener = TcpListener::bind(bind)
             .await
-            .map_err(|e| format!("cannot listen on {bind}: {e}"))?;
+            .map_err(|source| StartError::Listen { addr: bind, source })?;
         state.gateway.readiness.set(NAME, State::Starting);
         Ok(Server {
             listener,
@@ -196,7 +196,7 @@ impl Transport for Server {
     }
 }
 
-fn build_router(state: &AppState, web_routes: &[routes::WebRoute]) -> Result<Router, String> {
+fn build_router(state: &AppState, web_routes: &[routes::WebRoute]) -> Result<Router, StartError> {
     let config = &state.config;
     let mut router: Router<AppState> = Router::new()
         .route("/invoke/{skill}", post(invoke::invoke))
@@ -223,7 +223,7 @@ fn build_router(state: &AppState, web_routes: &[routes::WebRoute]) -> Result<Rou
             .period(period)
             .burst_size(config.rate_burst)
             .finish()
-            .ok_or("the rate limit needs a rate and a burst above 0")?;
+            .ok_or(StartError::RateLimit)?;
         let governor = Arc::new(governor);
         let limiter = governor.limiter().clone();
         // Forget idle callers now and then so the limiter does not grow without bound.
@@ -256,29 +256,26 @@ fn build_router(state: &AppState, web_routes: &[routes::WebRoute]) -> Result<Rou
 fn rate_limited(err: GovernorError) -> Response<Body> {
     match err {
         GovernorError::TooManyRequests { wait_time, headers } => {
-            let mut response = Problem::new(
-                429,
-                "rate-limited",
-                format!("too many requests; try again in {wait_time} s"),
-            )
-            .with("retryAfter", serde_json::json!(wait_time))
-            .into_response();
-            if let Some(headers) = headers {
+            let mut response = GatewayError::RateLimited { wait: wait_time }.into_response();
+            if let Some(mut headers) = headers {
+                // The limiter's own `Retry-After` may say 0; the answer's says at least 1.
+                headers.remove(header::RETRY_AFTER);
                 response.headers_mut().extend(headers);
             }
-            response
-                .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(wait_time.max(1)));
             response
         }
         other => {
             tracing::error!(error = %other, "rate limiter failed");
-            Problem::new(500, "internal", "the rate limiter failed").into_response()
+            GatewayError::Internal {
+                cause: format!("the rate limiter failed: {other}"),
+                run: None,
+            }
+            .into_response()
         }
     }
 }
 
-fn cors(origins: &[String]) -> Result<CorsLayer, String> {
+fn cors(origins: &[String]) -> Result<CorsLayer, StartError> {
     let layer = CorsLayer::new()
         .allow_methods([
             Method::GET,
@@ -303,8 +300,7 @@ fn cors(origins: &[String]) -> Result<CorsLayer, String> {
     let mut list = Vec::new();
     for origin in origins {
         list.push(
-            HeaderValue::from_str(origin)
-                .map_err(|_| format!("CORS origin `{origin}` is not a valid header value"))?,
+            HeaderValue::from_str(origin).map_err(|_| StartError::CorsOrigin(origin.clone()))?,
         );
     }
     Ok(layer.allow_origin(AllowOrigin::list(list)))

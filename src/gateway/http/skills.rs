@@ -1,13 +1,14 @@
-//! `GET /skills` and `GET /skills/{name}`: what a caller can invoke, with its schemas. A key
-//! scoped to some skills sees only those; others are 404, as if they did not exist.
+//! `GET /skills` and `GET /skills/{name}`: what a caller can invoke, with its schemas, as the
+//! gateway's policy decides. A key scoped to some skills sees only those; others are 404, as if
+//! they did not exist.
 
 use axum::extract::{Path, State};
-use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use serde_json::{Value, json};
 
+use crate::gateway::GatewayError;
+use crate::gateway::error::Missing;
 use crate::gateway::http::auth::Caller;
-use crate::gateway::http::problem::Problem;
 use crate::gateway::http::state::AppState;
 use crate::skills::describe;
 
@@ -21,10 +22,11 @@ fn public_view(mut value: Value) -> Value {
 
 pub async fn list(State(state): State<AppState>, caller: Option<Extension<Caller>>) -> Json<Value> {
     let caller = caller.map(|Extension(caller)| caller);
+    let scope = Caller::scope(caller.as_ref());
     let index = state.gateway.kernel.registry().current();
     let mut skills: Vec<Value> = index
         .tools()
-        .filter(|t| state.callable(t, caller.as_ref()))
+        .filter(|t| state.policy.lists(t, scope))
         .map(|t| public_view(describe::summary(t)))
         .collect();
     skills.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
@@ -35,15 +37,19 @@ pub async fn describe(
     State(state): State<AppState>,
     caller: Option<Extension<Caller>>,
     Path(name): Path<String>,
-) -> Response {
+) -> Result<Json<Value>, GatewayError> {
     let caller = caller.map(|Extension(caller)| caller);
     let index = state.gateway.kernel.registry().current();
-    match index.get(&name) {
-        Some(tool) if state.callable(tool, caller.as_ref()) => {
-            Json(public_view(describe::describe(&index, tool))).into_response()
-        }
-        _ => Problem::not_found(format!("no skill is named `{name}`"))
-            .with("skill", Value::String(name))
-            .into_response(),
+    match state
+        .policy
+        .reach(&index, &name, Caller::scope(caller.as_ref()))
+    {
+        Ok(tool) => Ok(Json(public_view(describe::describe(&index, &tool)))),
+        // Out of the caller's scope is not found too: a listing must not reveal what a key
+        // may not invoke.
+        Err(_) => Err(GatewayError::NotFound(Missing::Skill {
+            name,
+            suggestions: None,
+        })),
     }
 }

@@ -1,0 +1,9 @@
+//! What every transport decides the same way, decided here once: which skills a caller may
+//! reach ([`access`]) and how a failed run is told to it ([`outcome`]). Each transport answers
+//! in its own form (HTTP: statuses and problem documents; chat and mail: their own replies).
+
+pub mod access;
+pub mod outcome;
+
+pub use access::{PatternError, Policy, Refusal, Scope};
+pub use outcome::Failure;

@@ -1,0 +1,119 @@
+//! How a failed run is told to its caller, whatever the transport: the caller's mistakes (its
+//! args, a policy refusing what it asked) are told with the error's message; a timeout and an
+//! abort are told as such; anything else is the server's failure, whose message may hold
+//! anything (paths, addresses, a skill's own `fail` text) and so never reaches the caller.
+//!
+//! A skill the caller names that it may not reach is refused before any run (see
+//! [`super::access`]); a `not-found` raised while running means a skill the run needs is
+//! missing: the server's failure, not the caller's.
+
+use crate::error::{ErrorKind, SkillError};
+
+/// The class of a failed run, which each transport answers in its own form.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// The args the caller sent fail the invoked skill's params (or use `$` keys). The message
+    /// names the fields and shows only what the caller sent.
+    InvalidArgs,
+    /// A policy (allowed-tools, untrusted refs, reserved topics) refused a call; the message
+    /// says which.
+    Denied,
+    /// The run took longer than the transport allows and was aborted.
+    Timeout,
+    /// The run was aborted: the server is shutting down, or the client went away.
+    Aborted,
+    /// Anything else. The cause goes to the log, never to the caller.
+    Internal,
+}
+
+impl Failure {
+    /// The class of `err`, from a run of `skill` (the skill the caller invoked).
+    pub fn of(err: &SkillError, skill: &str) -> Failure {
+        match err.kind() {
+            // Only the invoked skill's own params check is about what the caller sent; bad args
+            // to a skill it invokes are a fault of the server's skills.
+            ErrorKind::InvalidArgs if err.tool().is_none_or(|t| t == skill) => Failure::InvalidArgs,
+            ErrorKind::Denied => Failure::Denied,
+            ErrorKind::Aborted if timed_out(err) => Failure::Timeout,
+            ErrorKind::Aborted => Failure::Aborted,
+            ErrorKind::InvalidArgs
+            | ErrorKind::Failed
+            | ErrorKind::NotFound
+            | ErrorKind::InvalidReturns
+            | ErrorKind::Config
+            | ErrorKind::Immutable
+            | ErrorKind::NoAgentProvider
+            | ErrorKind::Internal => Failure::Internal,
+        }
+    }
+
+    /// True when the error's message may be shown to the caller.
+    pub fn shows_message(self) -> bool {
+        self != Failure::Internal
+    }
+}
+
+/// The gateway marks the abort of a run that ran out of time with `{"timeout": true}`.
+fn timed_out(err: &SkillError) -> bool {
+    err.data()
+        .and_then(|d| d.get("timeout"))
+        .is_some_and(|t| t == true)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// What the caller is told of an error of each kind raised by the skill it invoked.
+    fn expected(kind: ErrorKind) -> Failure {
+        match kind {
+            ErrorKind::InvalidArgs => Failure::InvalidArgs,
+            ErrorKind::Denied => Failure::Denied,
+            ErrorKind::Aborted => Failure::Aborted,
+            ErrorKind::Failed
+            | ErrorKind::NotFound
+            | ErrorKind::InvalidReturns
+            | ErrorKind::Config
+            | ErrorKind::Immutable
+            | ErrorKind::NoAgentProvider
+            | ErrorKind::Internal => Failure::Internal,
+        }
+    }
+
+    #[test]
+    fn every_kind_of_the_invoked_skill_has_its_class() {
+        for kind in ErrorKind::ALL {
+            let own = SkillError::new(kind, "m").with_tool("hello");
+            assert_eq!(Failure::of(&own, "hello"), expected(kind), "{kind:?}");
+            let untagged = SkillError::new(kind, "m");
+            assert_eq!(Failure::of(&untagged, "hello"), expected(kind), "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn bad_args_to_a_skill_the_run_invokes_are_internal() {
+        let nested = SkillError::new(ErrorKind::InvalidArgs, "m").with_tool("helper");
+        assert_eq!(Failure::of(&nested, "hello"), Failure::Internal);
+    }
+
+    #[test]
+    fn an_abort_marked_as_a_timeout_is_a_timeout() {
+        let err = SkillError::new(ErrorKind::Aborted, "slow").with_data(json!({ "timeout": true }));
+        assert_eq!(Failure::of(&err, "hello"), Failure::Timeout);
+    }
+
+    #[test]
+    fn only_internal_failures_hide_their_message() {
+        for failure in [
+            Failure::InvalidArgs,
+            Failure::Denied,
+            Failure::Timeout,
+            Failure::Aborted,
+        ] {
+            assert!(failure.shows_message(), "{failure:?}");
+        }
+        assert!(!Failure::Internal.shows_message());
+    }
+}
