@@ -39,7 +39,9 @@ pub use history::Frame;
 pub struct Context(pub(crate) Arc<Inner>);
 
 pub(crate) struct Inner {
-    pub(crate) id: u64,
+    /// Made on first use for contexts below the root (most never show theirs), at birth for a
+    /// root (its id is the run's `rootContextId`).
+    pub(crate) id: OnceLock<u64>,
     /// The tool this context was created for (its name never changes; `refresh` may swap the
     /// definition in `State::tool`).
     pub(crate) created_for: Arc<Tool>,
@@ -68,7 +70,9 @@ impl Drop for Inner {
     /// failed, or dropped by a timeout or a client that went away).
     fn drop(&mut self) {
         if self.parent.is_none() {
-            self.kernel.logs().end_run(self.id);
+            if let Some(id) = self.id.get() {
+                self.kernel.logs().end_run(*id);
+            }
         }
     }
 }
@@ -133,7 +137,7 @@ impl fmt::Debug for Context {
 impl Context {
     /// `envelope.id`.
     pub fn id(&self) -> String {
-        id::format(self.0.id)
+        id::format(self.raw_id())
     }
 
     /// How many skill invocations deep this context is: 1 for a root (or one more than the run
@@ -141,6 +145,11 @@ impl Context {
     /// the depth of the skill they serve.
     pub fn depth(&self) -> u32 {
         self.0.depth
+    }
+
+    /// The numeric id (see [`Context::id`]).
+    pub(crate) fn raw_id(&self) -> u64 {
+        *self.0.id.get_or_init(id::next_id)
     }
 
     /// `envelope.parent`.

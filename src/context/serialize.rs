@@ -22,13 +22,13 @@ impl Context {
 }
 
 fn serialize(ctx: &Context, depth: usize, visiting: &mut Vec<u64>) -> Value {
-    if visiting.contains(&ctx.0.id) {
+    if visiting.contains(&ctx.raw_id()) {
         return json!("[Circular]");
     }
     if depth == 0 {
         return json!("[Object]");
     }
-    visiting.push(ctx.0.id);
+    visiting.push(ctx.raw_id());
     let reference = |other: &Context, visiting: &mut Vec<u64>| {
         if depth < 3 {
             json!("[Object]")

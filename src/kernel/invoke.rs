@@ -320,8 +320,15 @@ fn create(kernel: &Kernel, birth: Birth, resolved: &Resolved) -> Context {
         args,
         interactive,
     } = birth;
-    let id = id.unwrap_or_else(id::next_id);
-    let root = parent.as_ref().map_or(id, |p| p.0.root);
+    // A root's id is its run's `rootContextId`, needed now; other ids are made on first use.
+    let id = match (&parent, id) {
+        (None, None) => Some(id::next_id()),
+        (_, id) => id,
+    };
+    let root = match &parent {
+        Some(p) => p.0.root,
+        None => id.unwrap_or_default(),
+    };
     let nonlocals = match &parent {
         Some(p) => {
             let state = p.0.state.lock();
@@ -329,7 +336,7 @@ fn create(kernel: &Kernel, birth: Birth, resolved: &Resolved) -> Context {
         }
         None => {
             let mut map = Map::new();
-            map.insert("rootContextId".into(), Value::String(id::format(id)));
+            map.insert("rootContextId".into(), Value::String(id::format(root)));
             Arc::new(map)
         }
     };
@@ -365,7 +372,7 @@ fn create(kernel: &Kernel, birth: Birth, resolved: &Resolved) -> Context {
         tool: tool.clone(),
     };
     Context(Arc::new(Inner {
-        id,
+        id: id.map_or_else(OnceLock::new, OnceLock::from),
         created_for: tool,
         target,
         parent,
