@@ -69,10 +69,10 @@ impl Drop for Inner {
     /// A run's per-run log settings go with its root context, however the run ended (finished,
     /// failed, or dropped by a timeout or a client that went away).
     fn drop(&mut self) {
-        if self.parent.is_none() {
-            if let Some(id) = self.id.get() {
-                self.kernel.logs().end_run(*id);
-            }
+        if self.parent.is_none()
+            && let Some(id) = self.id.get()
+        {
+            self.kernel.logs().end_run(*id);
         }
     }
 }
