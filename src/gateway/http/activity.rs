@@ -4,32 +4,47 @@
 
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use hyper::body::{Body as HttpBody, Frame, SizeHint};
-use tokio::sync::watch;
+use tokio::time::Instant;
 
 use crate::gateway::metrics::Metrics;
 
-/// One connection's requests in flight.
+/// One connection's requests in flight. Counted with atomics, not a channel: the idle watcher
+/// checks them when its deadline comes instead of being woken by every request's start and end
+/// (two task wakeups and a timer per request were a measurable share of the gateway's cost).
 #[derive(Clone)]
 pub struct Activity {
-    requests: Arc<watch::Sender<usize>>,
+    counts: Arc<Counts>,
     metrics: Arc<Metrics>,
+}
+
+struct Counts {
+    in_flight: AtomicUsize,
+    /// When the connection opened.
+    opened: Instant,
+    /// When the last request ended, in nanoseconds after `opened` (0: none has yet).
+    last_end: AtomicU64,
 }
 
 impl Activity {
     pub fn new(metrics: Arc<Metrics>) -> Activity {
         Activity {
-            requests: Arc::new(watch::Sender::new(0)),
+            counts: Arc::new(Counts {
+                in_flight: AtomicUsize::new(0),
+                opened: Instant::now(),
+                last_end: AtomicU64::new(0),
+            }),
             metrics,
         }
     }
 
     /// A request arrived; it is in flight until the guard (kept by its response body) drops.
     pub fn begin(&self) -> InFlight {
-        self.requests.send_modify(|n| *n += 1);
+        self.counts.in_flight.fetch_add(1, Ordering::AcqRel);
         self.metrics.in_flight(1);
         InFlight(self.clone())
     }
@@ -37,19 +52,20 @@ impl Activity {
     /// Resolves once the connection has had no request in flight for `idle` in a row: from
     /// when it opened, or from when its last response ended.
     pub async fn idle_for(&self, idle: Duration) {
-        let mut requests = self.requests.subscribe();
+        let counts = &self.counts;
+        let mut deadline = counts.opened + idle;
         loop {
-            let busy = *requests.borrow_and_update() > 0;
-            // Every begin and end is a change, so a request that comes and goes restarts the
-            // wait. The sender lives in `self`: `changed` cannot fail.
-            if busy {
-                let _ = requests.changed().await;
-            } else if tokio::time::timeout(idle, requests.changed())
-                .await
-                .is_err()
-            {
+            tokio::time::sleep_until(deadline).await;
+            if counts.in_flight.load(Ordering::Acquire) > 0 {
+                deadline = Instant::now() + idle;
+                continue;
+            }
+            let idle_since =
+                counts.opened + Duration::from_nanos(counts.last_end.load(Ordering::Acquire));
+            if Instant::now() >= idle_since + idle {
                 return;
             }
+            deadline = idle_since + idle;
         }
     }
 }
@@ -59,7 +75,11 @@ pub struct InFlight(Activity);
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.0.requests.send_modify(|n| *n -= 1);
+        let counts = &self.0.counts;
+        let since = Instant::now().saturating_duration_since(counts.opened);
+        let nanos = u64::try_from(since.as_nanos()).unwrap_or(u64::MAX);
+        counts.last_end.fetch_max(nanos, Ordering::AcqRel);
+        counts.in_flight.fetch_sub(1, Ordering::AcqRel);
         self.0.metrics.in_flight(-1);
     }
 }
