@@ -4,38 +4,13 @@
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use skillgate::gateway::http::HttpConfig;
 use skillgate::gateway::http::auth::{ApiKey, KeyRing, hash_key};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::common::Project;
 use crate::server::{TestServer, config, problem};
-
-fn project() -> Project {
-    let project = Project::new();
-    project
-        .skill(
-            "hello.skill.md",
-            "---\nname: hello\ndescription: Hi.\n---\nhi\n",
-        )
-        .skill(
-            "admin.skill.md",
-            "---\nname: admin\ndescription: Admin.\n---\nroot\n",
-        );
-    project
-}
-
-fn with_keys() -> HttpConfig {
-    let mut settings = config();
-    settings.keys = KeyRing::new(vec![
-        ApiKey::new("ci", &hash_key("sg_ci_key"), vec![]).unwrap(),
-        ApiKey::new("narrow", &hash_key("sg_narrow_key"), vec!["hel*".into()]).unwrap(),
-    ])
-    .unwrap();
-    settings
-}
+use crate::server::{hello_and_admin as project, with_keys};
 
 #[tokio::test]
 async fn without_a_key_a_protected_path_is_401_and_healthz_stays_public() {

@@ -8,6 +8,7 @@ use futures::StreamExt;
 use serde_json::Value;
 use skillgate::Kernel;
 use skillgate::gateway::Gateway;
+use skillgate::gateway::http::auth::{ApiKey, KeyRing, hash_key};
 use skillgate::gateway::http::{HttpConfig, Server, ShutdownReport};
 use skillgate::gateway::metrics::Metrics;
 use skillgate::kernel::KernelBuilder;
@@ -33,6 +34,33 @@ pub fn config() -> HttpConfig {
         rate_per_second: 0,
         ..HttpConfig::default()
     }
+}
+
+/// A project with `hello` and `admin`, for tests of keys and their scopes.
+pub fn hello_and_admin() -> Project {
+    let project = Project::new();
+    project
+        .skill(
+            "hello.skill.md",
+            "---\nname: hello\ndescription: Greets.\n---\nhi\n",
+        )
+        .skill(
+            "admin.skill.md",
+            "---\nname: admin\ndescription: Admin.\n---\nroot\n",
+        );
+    project
+}
+
+/// [`config`] with two keys: `ci` (`sg_ci_key`, every skill) and `narrow` (`sg_narrow_key`,
+/// skills matching `hel*`).
+pub fn with_keys() -> HttpConfig {
+    let mut settings = config();
+    settings.keys = KeyRing::new(vec![
+        ApiKey::new("ci", &hash_key("sg_ci_key"), vec![]).unwrap(),
+        ApiKey::new("narrow", &hash_key("sg_narrow_key"), vec!["hel*".into()]).unwrap(),
+    ])
+    .unwrap();
+    settings
 }
 
 impl TestServer {

@@ -9,40 +9,16 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use skillgate::Context;
 use skillgate::config::ConfigFile;
-use skillgate::gateway::http::auth::{ApiKey, KeyRing, hash_key};
 use skillgate::gateway::http::{HttpConfig, HttpSettings};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::common::{Project, native};
 use crate::server::{TestServer, config, problem};
+use crate::server::{hello_and_admin as project, with_keys};
 
 /// A bound on every wait, only so a broken server fails the test instead of hanging it.
 const PATIENCE: Duration = Duration::from_secs(15);
-
-fn project() -> Project {
-    let project = Project::new();
-    project
-        .skill(
-            "hello.skill.md",
-            "---\nname: hello\ndescription: Greets.\n---\nhi\n",
-        )
-        .skill(
-            "admin.skill.md",
-            "---\nname: admin\ndescription: Admin.\n---\nroot\n",
-        );
-    project
-}
-
-fn with_keys() -> HttpConfig {
-    let mut settings = config();
-    settings.keys = KeyRing::new(vec![
-        ApiKey::new("ci", &hash_key("sg_ci_key"), vec![]).unwrap(),
-        ApiKey::new("narrow", &hash_key("sg_narrow_key"), vec!["hel*".into()]).unwrap(),
-    ])
-    .unwrap();
-    settings
-}
 
 /// Reads until the server closes the socket (a reset counts as closed); what it sent first.
 async fn until_closed(socket: &mut TcpStream) -> String {
