@@ -9,10 +9,12 @@
 
 pub mod abort;
 pub mod access;
+pub(crate) mod chain;
 pub mod history;
 pub mod id;
 pub mod log;
 pub mod path;
+pub(crate) mod seed;
 pub mod serialize;
 
 use std::any::Any;
@@ -25,13 +27,13 @@ use parking_lot::Mutex;
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
-use crate::cascade::Entry;
 use crate::error::{ErrorKind, Result, SkillError};
 use crate::kernel::Kernel;
 use crate::skills::index::SearchIndex;
 use crate::skills::patterns::AllowedTools;
 use crate::skills::tool::Tool;
 
+pub(crate) use chain::Chain;
 pub use history::Frame;
 
 /// Handle to one invocation's context. Cloning shares it.
@@ -110,19 +112,6 @@ pub(crate) struct Run {
     pub(crate) origin: Arc<Value>,
     pub(crate) middleware: Arc<Value>,
     pub(crate) tool: Arc<Value>,
-}
-
-/// The chain being walked by `next()`.
-#[derive(Default)]
-pub(crate) struct Chain {
-    pub(crate) entries: Arc<Vec<Entry>>,
-    pub(crate) pos: usize,
-    pub(crate) finished: bool,
-    pub(crate) invoke_hooks: Arc<Vec<Entry>>,
-    pub(crate) invoke_pos: usize,
-    pub(crate) next_hooks: Arc<Vec<Entry>>,
-    /// Entries taken by `next()` whose `$next` hooks are still being applied: (entry, hooks done).
-    pub(crate) pending: Vec<(Entry, usize)>,
 }
 
 impl fmt::Debug for Context {

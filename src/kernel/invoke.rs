@@ -35,14 +35,11 @@ impl Context {
     /// `allowed-tools` policy may only invoke what the policy admits.
     pub fn invoke(&self, tool: impl Into<ToolRef>, args: Value, options: InvokeOptions) -> Guarded {
         let tool = tool.into();
-        let (untrusted, policy, index) = {
-            let state = self.0.state.lock();
-            (
-                state.locals.untrusted_ref,
-                state.locals.allowed_tools.clone(),
-                state.index.clone(),
-            )
-        };
+        let crate::context::seed::InvokePolicy {
+            untrusted,
+            allowed: policy,
+            index,
+        } = self.invoke_policy();
         if untrusted && !tool.is_bare_name() {
             let err = SkillError::new(
                 ErrorKind::Denied,
@@ -241,10 +238,7 @@ async fn pipeline(request: Request, tool: Arc<Tool>, resolved: Arc<Resolved>) ->
             } else {
                 err
             };
-            let mut state = ctx.0.state.lock();
-            if state.locals.error.is_none() {
-                state.locals.error = Some(err.clone());
-            }
+            ctx.record_first_error(&err);
             Err(err)
         }
     }
@@ -330,10 +324,7 @@ fn create(kernel: &Kernel, birth: Birth, resolved: &Resolved) -> Context {
         None => id.unwrap_or_default(),
     };
     let nonlocals = match &parent {
-        Some(p) => {
-            let state = p.0.state.lock();
-            state.nonlocals.clone()
-        }
+        Some(p) => p.nonlocals_shared(),
         None => {
             let mut map = Map::new();
             map.insert("rootContextId".into(), Value::String(id::format(root)));
@@ -432,16 +423,7 @@ fn apply_seed(
     nonlocals: Map<String, Value>,
     run: Map<String, Value>,
 ) -> Result<()> {
-    if !nonlocals.is_empty() {
-        let mut state = ctx.0.state.lock();
-        let map = Arc::make_mut(&mut state.nonlocals);
-        for (k, v) in nonlocals {
-            // The run's root id is the kernel's to set: logs, events and streams are routed by it.
-            if k != "rootContextId" {
-                map.insert(k, v);
-            }
-        }
-    }
+    ctx.merge_nonlocals(nonlocals);
     for (key, value) in locals {
         match (key.as_str(), value) {
             ("internals", Value::Object(fields)) => {
@@ -449,12 +431,7 @@ fn apply_seed(
                     ctx.set(&format!("locals.internals.{k}"), v)?;
                 }
             }
-            ("config", Value::Object(fields)) => {
-                let mut state = ctx.0.state.lock();
-                if let Value::Object(config) = Arc::make_mut(&mut state.locals.config) {
-                    config.extend(fields);
-                }
-            }
+            ("config", Value::Object(fields)) => ctx.extend_config(fields),
             (_, value) => ctx.set(&format!("locals.{key}"), value)?,
         }
     }
@@ -485,22 +462,9 @@ fn link_signal(ctx: &Context, outer: CancellationToken) -> tokio_util::sync::Dro
 /// Step 8 adjustments to the cached chain: hooks silenced by `nonlocals.debug = false`,
 /// context variables interpolated, extra middleware from the seed or inherited nonlocals.
 fn adjust_chain(ctx: &Context, resolved: &Resolved) -> Result<()> {
-    let (extra_local, extra_inherited, quiet) = {
-        let state = ctx.0.state.lock();
-        let hooked = !resolved.invoke_hooks.is_empty() || !resolved.next_hooks.is_empty();
-        (
-            state.locals.other.get("middleware").cloned(),
-            // Cascading middleware is for the invocations below, not for the middleware that
-            // serves them (chain entries and hooks): appended there it would sit inside
-            // `execute`'s own pipeline, where the cycle check skips it and no body runs.
-            state
-                .nonlocals
-                .get("middleware")
-                .filter(|_| !ctx.has_other_target())
-                .cloned(),
-            hooked && state.nonlocals.get("debug") == Some(&Value::Bool(false)),
-        )
-    };
+    let (extra_local, extra_inherited, debug_off) = ctx.chain_adjustments();
+    let hooked = !resolved.invoke_hooks.is_empty() || !resolved.next_hooks.is_empty();
+    let quiet = hooked && debug_off;
     if !resolved.dynamic && extra_local.is_none() && extra_inherited.is_none() && !quiet {
         return Ok(());
     }
@@ -528,13 +492,7 @@ fn adjust_chain(ctx: &Context, resolved: &Resolved) -> Result<()> {
         }
         entries = Arc::new(crate::cascade::order::sort(list)?);
     }
-    let mut state = ctx.0.state.lock();
-    state.run.middleware = metadata;
-    state.chain.entries = entries;
-    if quiet {
-        state.chain.invoke_hooks = Arc::default();
-        state.chain.next_hooks = Arc::default();
-    }
+    ctx.install_chain(metadata, entries, quiet);
     Ok(())
 }
 

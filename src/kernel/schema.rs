@@ -96,7 +96,7 @@ pub fn check_cascade(
     kind: ErrorKind,
     what: &str,
 ) -> Result<(), SkillError> {
-    let holder = target.0.state.lock().run.middleware.clone();
+    let holder = target.cascade_shared();
     let Some(validator) = target.kernel().schemas().validator(&holder, key)? else {
         return Ok(());
     };
