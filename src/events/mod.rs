@@ -14,6 +14,7 @@ pub mod postgres;
 pub mod skills;
 pub mod sqlite;
 pub mod store;
+pub mod tail;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -204,6 +205,8 @@ pub struct Bus {
     /// Every event this process emits, for in-process watchers (a gateway streaming a run's
     /// events). Not durable: a watcher that lags loses events, the store keeps them.
     emitted: tokio::sync::broadcast::Sender<Arc<Event>>,
+    /// The topics followed in this process (`follow`).
+    tails: tail::Tails,
 }
 
 fn store_error(err: StoreError) -> SkillError {
@@ -226,6 +229,7 @@ impl Bus {
             workers: Mutex::new(HashMap::new()),
             stop: CancellationToken::new(),
             emitted: tokio::sync::broadcast::channel(1024).0,
+            tails: tail::Tails::default(),
         }
     }
 

@@ -154,6 +154,11 @@ impl PostgresStore {
         trim: bool,
     ) -> StoreResult<()> {
         let body = event.to_body();
+        // The same per-topic lock as a batch takes (see `insert_events`).
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtext('skillgate.events:' || $1))")
+            .bind(&event.topic)
+            .execute(&mut **tx)
+            .await?;
         let seq: i64 = sqlx::query_scalar(
             "INSERT INTO sg_events (topic, id, body, created_ms) VALUES ($1, $2, $3, $4) RETURNING seq",
         )
@@ -232,6 +237,11 @@ async fn spawn_listener(
 }
 
 /// Inserts a batch of events, their queue entries and the wakeups in one statement.
+///
+/// The statement first takes a lock per topic (held to its commit, taken in one order so two
+/// batches never wait on each other in a circle): within a topic, a later `seq` then always
+/// commits after an earlier one, so a reader following the buffer by `seq` (`Bus::follow`) never
+/// passes an event that commits later with a smaller `seq`.
 async fn insert_events(pool: &PgPool, channel: &str, events: &[Event]) -> StoreResult<()> {
     let topics: Vec<&str> = events.iter().map(|e| e.topic.as_str()).collect();
     let ids: Vec<&str> = events.iter().map(|e| e.id.as_str()).collect();
@@ -241,6 +251,10 @@ async fn insert_events(pool: &PgPool, channel: &str, events: &[Event]) -> StoreR
         "WITH e AS (
              INSERT INTO sg_events (topic, id, body, created_ms)
              SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::bigint[])
+             WHERE (SELECT count(*) FROM (
+                 SELECT pg_advisory_xact_lock(k) FROM (
+                     SELECT DISTINCT hashtext('skillgate.events:' || t) AS k
+                     FROM UNNEST($1::text[]) t ORDER BY 1) keys) locked) >= 0
              RETURNING seq, topic, id, body),
          d AS (
              INSERT INTO sg_deliveries (topic, queue, event_id, body, position)

@@ -137,6 +137,10 @@ contract!(
     a_skill_handler_gets_each_event_and_a_failing_one_is_retried_then_dead,
     event_skills_work_through_the_pipeline,
     the_event_middleware_routes_topics_to_skills,
+    follow_resumes_after_an_id_with_no_gap_and_no_duplicate,
+    follow_sees_events_another_process_emits,
+    follow_from_an_id_that_left_the_buffer_starts_at_the_oldest_and_says_so,
+    follow_keeps_buffer_order_while_two_writers_emit_at_once,
 );
 
 fn ns(deliveries: &[skillgate::events::Delivery]) -> Vec<u64> {
@@ -619,4 +623,112 @@ async fn the_event_middleware_routes_topics_to_skills(b: &Backend) {
         ]
     );
     bus.shutdown();
+}
+
+/// The `n` of the next followed event (a hang guard around the wait).
+async fn next_n(follow: &mut skillgate::events::tail::Follow) -> u64 {
+    let event = tokio::time::timeout(GUARD, follow.next())
+        .await
+        .expect("an event arrives")
+        .expect("following goes on");
+    event
+        .data
+        .as_ref()
+        .and_then(|d| d["n"].as_u64())
+        .expect("n")
+}
+
+async fn follow_resumes_after_an_id_with_no_gap_and_no_duplicate(b: &Backend) {
+    let bus = b.bus(Limits::default(), LONG).await;
+    let mut ids = Vec::new();
+    for n in 1..=3 {
+        let e = event("feed", n);
+        ids.push(e.id.clone());
+        bus.emit(&e).await.unwrap();
+    }
+    // Resume after the first: 2 and 3 from the buffer, then live ones, each once.
+    let mut follow = bus.follow("feed", Some(&ids[0])).await.unwrap();
+    assert!(!follow.resumed_with_gap);
+    let emitter = bus.clone();
+    let live = tokio::spawn(async move {
+        for n in 4..=6 {
+            emitter.emit(&event("feed", n)).await.unwrap();
+        }
+    });
+    let mut got = Vec::new();
+    for _ in 0..5 {
+        got.push(next_n(&mut follow).await);
+    }
+    live.await.unwrap();
+    assert_eq!(got, [2, 3, 4, 5, 6]);
+    // Nothing more: no duplicate arrives.
+    let extra = tokio::time::timeout(Duration::from_millis(600), follow.next()).await;
+    assert!(extra.is_err(), "no duplicate: {extra:?}");
+    // Without a resume point only new events come.
+    let mut fresh = bus.follow("feed", None).await.unwrap();
+    bus.emit(&event("feed", 7)).await.unwrap();
+    assert_eq!(next_n(&mut fresh).await, 7);
+}
+
+async fn follow_sees_events_another_process_emits(b: &Backend) {
+    if matches!(b, Backend::Memory(_)) {
+        return; // one process's memory
+    }
+    let reader = b.bus(Limits::default(), LONG).await;
+    let writer = b.bus(Limits::default(), LONG).await;
+    let mut follow = reader.follow("shared", None).await.unwrap();
+    writer.emit(&event("shared", 1)).await.unwrap();
+    writer.emit(&event("shared", 2)).await.unwrap();
+    assert_eq!(next_n(&mut follow).await, 1);
+    assert_eq!(next_n(&mut follow).await, 2);
+}
+
+async fn follow_from_an_id_that_left_the_buffer_starts_at_the_oldest_and_says_so(b: &Backend) {
+    let limits = Limits {
+        buffer_events: 2,
+        ..Limits::default()
+    };
+    let bus = b.bus(limits, LONG).await;
+    let first = event("small", 1);
+    bus.emit(&first).await.unwrap();
+    for n in 2..=4 {
+        bus.emit(&event("small", n)).await.unwrap();
+    }
+    let mut follow = bus.follow("small", Some(&first.id)).await.unwrap();
+    assert!(follow.resumed_with_gap);
+    assert_eq!(next_n(&mut follow).await, 3);
+    assert_eq!(next_n(&mut follow).await, 4);
+}
+
+async fn follow_keeps_buffer_order_while_two_writers_emit_at_once(b: &Backend) {
+    let reader = b.bus(Limits::default(), LONG).await;
+    let mut follow = reader.follow("busy", None).await.unwrap();
+    let mut writers = Vec::new();
+    for w in 0..2u64 {
+        let bus = b.bus(Limits::default(), LONG).await;
+        writers.push(tokio::spawn(async move {
+            for n in 0..100 {
+                bus.emit(&event("busy", w * 1000 + n)).await.unwrap();
+            }
+        }));
+    }
+    let mut got = Vec::new();
+    for _ in 0..200 {
+        got.push(next_n(&mut follow).await);
+    }
+    for w in writers {
+        w.await.unwrap();
+    }
+    // Every event once, each writer's in its own order.
+    let mut sorted = got.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    assert_eq!(sorted.len(), 200, "each event once: {got:?}");
+    for w in 0..2u64 {
+        let mine: Vec<u64> = got.iter().copied().filter(|n| n / 1000 == w).collect();
+        assert!(
+            mine.windows(2).all(|p| p[0] < p[1]),
+            "writer {w} in order: {mine:?}"
+        );
+    }
 }
