@@ -17,6 +17,7 @@ use crate::gateway::http::routes;
 use crate::gateway::http::{HttpConfig, HttpSettings, Server};
 use crate::gateway::metrics::Metrics;
 use crate::gateway::transport::{self, Transport};
+use crate::gateway::ws::{WsConfig, WsSettings};
 use tokio_util::sync::CancellationToken;
 
 /// The HTTP flags; each is also a key of the config file's `http:` section, and flags (and
@@ -25,6 +26,8 @@ use tokio_util::sync::CancellationToken;
 pub struct ServeArgs {
     #[command(flatten)]
     pub http: HttpSettings,
+    #[command(flatten)]
+    pub websocket: WsSettings,
 }
 
 pub async fn serve(
@@ -38,6 +41,7 @@ pub async fn serve(
     let settings = args.http.clone().or(file.http.clone());
     let origin = |path: &str| file.origin(path);
     let config = HttpConfig::resolve(project, settings, &origin);
+    let websocket = WsConfig::resolve(args.websocket.clone().or(file.websocket.clone()), &origin);
     let store_kind = store.kind();
     let bus = Arc::new(Bus::new(store, bus));
     let kernel = crate::builtins::builder(project)
@@ -54,9 +58,15 @@ pub async fn serve(
         Ok(_) => ConfigErrors::default(),
         Err(errors) => errors.clone(),
     };
+    if let Err(more) = &websocket {
+        errors.extend(more.clone());
+    }
     errors.extend(route_mistakes(&index, project));
-    let config = match config {
-        Ok(config) if errors.is_empty() => config,
+    let config = match (config, websocket) {
+        (Ok(mut config), Ok(websocket)) if errors.is_empty() => {
+            config.websocket = websocket;
+            config
+        }
         _ => {
             for error in &errors.0 {
                 eprintln!("error: {error}");

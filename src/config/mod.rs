@@ -28,12 +28,13 @@ pub use errors::{ConfigError, ConfigErrors};
 pub use store::StoreSettings;
 
 use crate::gateway::http::config::HttpSettings;
+use crate::gateway::ws::WsSettings;
 
 /// The config file used when `--config` is not given, if it exists.
 pub const DEFAULT_FILE: &str = "skillgate.yaml";
 
 /// The sections a config file may have.
-pub const SECTIONS: [&str; 2] = ["http", "store"];
+pub const SECTIONS: [&str; 3] = ["http", "websocket", "store"];
 
 /// The config file as read: its sections (empty when there is no file).
 #[derive(Debug, Default)]
@@ -42,6 +43,7 @@ pub struct ConfigFile {
     pub path: Option<PathBuf>,
     text: String,
     pub http: HttpSettings,
+    pub websocket: WsSettings,
     pub store: StoreSettings,
 }
 
@@ -86,6 +88,11 @@ impl ConfigFile {
                 "http" => {
                     if let Some(http) = file.section(&key, value, &mut errors) {
                         file.http = http;
+                    }
+                }
+                "websocket" => {
+                    if let Some(websocket) = file.section(&key, value, &mut errors) {
+                        file.websocket = websocket;
                     }
                 }
                 "store" => {

@@ -37,6 +37,8 @@ pub struct Inbound {
     pub follow: bool,
     /// Abort the run after this long.
     pub timeout: Option<Duration>,
+    /// The client can send the run messages (`gateway-receive`): [`Dispatch::inbox`] takes them.
+    pub duplex: bool,
 }
 
 /// A running dispatch: read `parts` until [`ReplyPart::Done`]. Dropping it aborts the run
@@ -47,6 +49,8 @@ pub struct Dispatch {
     /// `nonlocals.rootContextId` of the run.
     pub root_id: String,
     pub reply: Arc<Reply>,
+    /// Where the transport puts the client's messages to the run (duplex transports).
+    pub inbox: Option<crate::gateway::reply::Inbox>,
     _abort: DropGuard,
 }
 
@@ -80,7 +84,13 @@ impl Gateway {
 
     /// Starts the run for `inbound` on a task of its own.
     pub fn dispatch(&self, inbound: Inbound) -> Dispatch {
-        let (reply, parts) = Reply::channel(inbound.transport);
+        let (reply, parts, inbox) = if inbound.duplex {
+            let (reply, parts, inbox) = Reply::duplex(inbound.transport);
+            (reply, parts, Some(inbox))
+        } else {
+            let (reply, parts) = Reply::channel(inbound.transport);
+            (reply, parts, None)
+        };
         let context_id = id::next_id();
         let root_id = id::format(context_id);
         let abort = self.halt.child_token();
@@ -97,6 +107,7 @@ impl Gateway {
             parts,
             root_id,
             reply,
+            inbox,
             _abort: abort.drop_guard(),
         }
     }

@@ -106,6 +106,9 @@ pub enum GatewayError {
     Timeout { message: String, run: RunRef },
     #[error("{message}")]
     Aborted { message: String, run: RunRef },
+    /// The server cannot take this now (too many connections, shutting down); try later.
+    #[error("{0}")]
+    Unavailable(String),
     /// The server failed. `cause` is for the log: callers get [`INTERNAL_DETAIL`].
     #[error("{cause}")]
     Internal { cause: String, run: Option<RunRef> },
@@ -174,6 +177,7 @@ impl GatewayError {
             GatewayError::RateLimited { .. } => "rate-limited",
             GatewayError::Timeout { .. } => "timeout",
             GatewayError::Aborted { .. } => "aborted",
+            GatewayError::Unavailable(_) => "unavailable",
             GatewayError::Internal { .. } => "internal",
         }
     }

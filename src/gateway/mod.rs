@@ -12,6 +12,7 @@
 //! - [`transport`]: the lifecycle every transport shares (start, readiness, run, drain,
 //!   report), and running them together.
 //! - [`http`]: the HTTP transport (`skillgate serve`).
+//! - [`ws`]: the WebSocket transport, `/ws` on the HTTP listener.
 
 pub mod dispatch;
 pub mod edge;
@@ -22,6 +23,7 @@ pub mod policy;
 pub mod reply;
 pub mod send;
 pub mod transport;
+pub mod ws;
 
 pub use dispatch::{Dispatch, Gateway, Inbound};
 pub use error::GatewayError;

@@ -45,7 +45,15 @@ pub struct Reply {
     body_started: AtomicBool,
     /// The head declared the body's length and the body was sent whole.
     body_complete: AtomicBool,
+    /// What the client sends the run (`gateway-receive`), on transports that carry it.
+    inbox: Option<tokio::sync::Mutex<mpsc::Receiver<Value>>>,
 }
+
+/// The sending side of a run's inbox: the transport puts the client's messages in it.
+pub type Inbox = mpsc::Sender<Value>;
+
+/// Client messages a run has not read yet, before the transport refuses more.
+const INBOX_CAPACITY: usize = 16;
 
 /// Where the raw response handle lives on a gateway run's context.
 pub const RESPONSE_PATH: &str = "nonlocals.request.res";
@@ -58,6 +66,21 @@ pub type ReplyParts = mpsc::Receiver<ReplyPart>;
 
 impl Reply {
     pub fn channel(transport: &'static str) -> (Arc<Reply>, ReplyParts) {
+        let (reply, parts) = Reply::build(transport, None);
+        (reply, parts)
+    }
+
+    /// A reply channel, and an inbox the transport fills with what the client sends the run.
+    pub fn duplex(transport: &'static str) -> (Arc<Reply>, ReplyParts, Inbox) {
+        let (inbox, received) = mpsc::channel(INBOX_CAPACITY);
+        let (reply, parts) = Reply::build(transport, Some(received));
+        (reply, parts, inbox)
+    }
+
+    fn build(
+        transport: &'static str,
+        inbox: Option<mpsc::Receiver<Value>>,
+    ) -> (Arc<Reply>, ReplyParts) {
         let (tx, rx) = mpsc::channel(CAPACITY);
         let reply = Reply {
             transport,
@@ -65,8 +88,29 @@ impl Reply {
             head_sent: AtomicBool::new(false),
             body_started: AtomicBool::new(false),
             body_complete: AtomicBool::new(false),
+            inbox: inbox.map(tokio::sync::Mutex::new),
         };
         (Arc::new(reply), rx)
+    }
+
+    /// The client's next message to the run, waiting up to `timeout` (`None` when none came).
+    /// Fails on a transport that carries no messages to a run (a plain HTTP request).
+    pub async fn receive(&self, timeout: std::time::Duration) -> Result<Option<Value>> {
+        let Some(inbox) = &self.inbox else {
+            return Err(SkillError::failed(format!(
+                "`gateway-receive` needs a transport the client can keep talking on (WebSocket); this run came over {}",
+                self.transport
+            )));
+        };
+        let mut inbox = inbox.lock().await;
+        match tokio::time::timeout(timeout, inbox.recv()).await {
+            Ok(Some(message)) => Ok(Some(message)),
+            Ok(None) => Err(SkillError::failed(format!(
+                "the {} client is gone: nothing more will arrive",
+                self.transport
+            ))),
+            Err(_) => Ok(None),
+        }
     }
 
     /// The transport this reply goes back over (`http`, `websocket`, `slack`, ...).

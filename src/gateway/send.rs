@@ -10,7 +10,7 @@ use crate::middleware::native;
 use crate::skills::tool::Tool;
 
 pub fn tools() -> Vec<Tool> {
-    vec![gateway_send(), web_send()]
+    vec![gateway_send(), gateway_receive(), web_send()]
 }
 
 fn reply_of(ctx: &Context, tool: &str) -> Result<std::sync::Arc<Reply>> {
@@ -41,6 +41,39 @@ metadata:
             Ok(Some(
                 json!({ "sent": true, "transport": reply.transport() }),
             ))
+        },
+    )
+}
+
+/// How long `gateway-receive` waits when the caller does not say.
+const RECEIVE_DEFAULT_MS: u64 = 30_000;
+
+fn gateway_receive() -> Tool {
+    native(
+        r#"
+name: gateway-receive
+description: "Wait for the next message the client sends this run over the transport that started it (a WebSocket `message` frame). Returns `{received: true, message}`, or `{received: false}` when none came in time."
+metadata:
+  tags: [gateway]
+  params:
+    type: object
+    properties:
+      timeout: { type: integer, minimum: 0, maximum: 3600000, description: "Milliseconds to wait (default 30000)." }
+"#,
+        |ctx, args| async move {
+            let reply = reply_of(&ctx, "gateway-receive")?;
+            let wait = args
+                .get("timeout")
+                .and_then(Value::as_u64)
+                .unwrap_or(RECEIVE_DEFAULT_MS);
+            let received = tokio::select! {
+                got = reply.receive(std::time::Duration::from_millis(wait)) => got?,
+                () = ctx.cancelled() => return Err(ctx.abort_error().unwrap_or_else(|| SkillError::new(ErrorKind::Aborted, "aborted"))),
+            };
+            Ok(Some(match received {
+                Some(message) => json!({ "received": true, "message": message }),
+                None => json!({ "received": false }),
+            }))
         },
     )
 }

@@ -224,6 +224,14 @@ fn serve_help_groups_its_options_under_headings() {
     for (heading, options) in [
         ("\nHTTP:\n", ["--bind", "--api-keys", "--max-connections"]),
         (
+            "\nWebSocket:\n",
+            [
+                "--ws-auth-timeout",
+                "--ws-send-queue",
+                "--ws-max-connections",
+            ],
+        ),
+        (
             "\nEvent store:\n",
             ["--store", "--visibility", "--handler-timeout"],
         ),

@@ -47,3 +47,5 @@ mod serve_cli;
 mod server;
 mod smoke;
 mod transport;
+mod websocket;
+mod ws_client;

@@ -198,6 +198,11 @@ pub async fn authenticate(State(state): State<AppState>, mut req: Request, next:
             .and_then(|v| v.to_str().ok())
             .and_then(bearer_token);
         let Some(presented) = presented else {
+            // A browser cannot put a header on a WebSocket: the socket authenticates with its
+            // first frame instead (see `gateway::ws`).
+            if state.ws.is_some() && req.uri().path() == crate::gateway::ws::PATH {
+                return next.run(req).await;
+            }
             return GatewayError::Unauthorized { presented: false }.into_response();
         };
         match keys.verify(presented) {

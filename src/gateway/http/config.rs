@@ -12,6 +12,7 @@ use serde::Deserialize;
 use crate::config::errors::ConfigErrors;
 use crate::config::values::{KeyList, List, Seconds};
 use crate::gateway::http::auth::{ApiKey, KeyRing};
+use crate::gateway::ws::WsConfig;
 
 /// The resolved settings `skillgate serve` runs with.
 #[derive(Debug, Clone)]
@@ -48,13 +49,21 @@ pub struct HttpConfig {
     pub announce: bool,
     /// `public/` to serve statically, if it exists.
     pub public_dir: Option<PathBuf>,
+    /// The WebSocket endpoint `/ws` on this listener.
+    pub websocket: WsConfig,
 }
 
 pub const DEFAULT_BIND: &str = "127.0.0.1:8080";
 /// Enough for a busy instance, and below the 1024 descriptors many systems allow a process by
 /// default once the store, skills and logs have theirs (see `descriptors`).
 pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
-pub const DEFAULT_PUBLIC: [&str; 4] = ["/healthz", "/readyz", "/openapi.yaml", "/docs"];
+pub const DEFAULT_PUBLIC: [&str; 5] = [
+    "/healthz",
+    "/readyz",
+    "/openapi.yaml",
+    "/asyncapi.yaml",
+    "/docs",
+];
 
 impl Default for HttpConfig {
     fn default() -> Self {
@@ -75,6 +84,7 @@ impl Default for HttpConfig {
             expose_hidden: Vec::new(),
             announce: false,
             public_dir: None,
+            websocket: WsConfig::default(),
         }
     }
 }
@@ -95,7 +105,7 @@ pub struct HttpSettings {
     #[arg(long, env = "SKILLGATE_API_KEYS", hide_env_values = true)]
     pub api_keys: Option<KeyList>,
     /// Paths reachable without a key, comma-separated globs
-    /// [default: /healthz,/readyz,/openapi.yaml,/docs].
+    /// [default: /healthz,/readyz,/openapi.yaml,/asyncapi.yaml,/docs].
     #[arg(long, env = "SKILLGATE_PUBLIC")]
     pub public: Option<List>,
     /// Requests per second per API key (or client address); 0 turns the limit off [default: 50].

@@ -60,6 +60,7 @@ pub async fn invoke(
         request_id: request_id.clone(),
         reply_to: Value::Null,
         follow: stream,
+        duplex: false,
         timeout: Some(state.config.timeout),
     };
     let dispatch = state.gateway.dispatch(inbound);

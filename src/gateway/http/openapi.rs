@@ -11,7 +11,7 @@ pub const DOCUMENT: &str = include_str!("../../../openapi.yaml");
 
 /// Problem types the gateway answers with: slug, status, meaning. Each is a variant of
 /// `GatewayError`; a test in `problem` keeps the two the same.
-pub const PROBLEMS: [(&str, u16, &str); 16] = [
+pub const PROBLEMS: [(&str, u16, &str); 17] = [
     ("bad-request", 400, "The request could not be read."),
     (
         "malformed-json",
@@ -78,6 +78,11 @@ pub const PROBLEMS: [(&str, u16, &str); 16] = [
         "aborted",
         503,
         "The run was aborted (the server is shutting down).",
+    ),
+    (
+        "unavailable",
+        503,
+        "The server cannot take this now: all WebSocket connections are in use, or it is shutting down. Try again later.",
     ),
     (
         "timeout",

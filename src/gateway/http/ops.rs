@@ -77,6 +77,14 @@ pub async fn openapi_yaml() -> Response {
         .into_response()
 }
 
+/// The AsyncAPI document of the WebSocket protocol.
+pub async fn asyncapi_yaml() -> Response {
+    ([(header::CONTENT_TYPE, "application/yaml")], ASYNCAPI).into_response()
+}
+
+/// The checked-in `asyncapi.yaml`, served as is.
+pub const ASYNCAPI: &str = include_str!("../../../asyncapi.yaml");
+
 /// The docs page, rendered from the OpenAPI document.
 pub async fn docs() -> Response {
     Html(openapi::docs_page()).into_response()

@@ -36,7 +36,9 @@ fn status(err: &GatewayError) -> StatusCode {
         GatewayError::InvalidArgs { .. } => StatusCode::UNPROCESSABLE_ENTITY,
         GatewayError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
         GatewayError::Internal { .. } => StatusCode::INTERNAL_SERVER_ERROR,
-        GatewayError::Aborted { .. } => StatusCode::SERVICE_UNAVAILABLE,
+        GatewayError::Aborted { .. } | GatewayError::Unavailable(_) => {
+            StatusCode::SERVICE_UNAVAILABLE
+        }
         GatewayError::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
     }
 }
@@ -174,6 +176,7 @@ mod tests {
                 message: "stopped".into(),
                 run: run(),
             },
+            GatewayError::Unavailable("full".into()),
             GatewayError::Internal {
                 cause: "boom".into(),
                 run: Some(run()),

@@ -292,6 +292,7 @@ async fn handle(
         request_id: request_id.clone(),
         reply_to: Value::Null,
         follow: false,
+        duplex: false,
         timeout: Some(state.config.timeout),
     };
     let dispatch = state.gateway.dispatch(inbound);

@@ -127,6 +127,16 @@ impl Server {
         };
         readiness.set(NAME, State::Stopping);
         stop.cancel();
+        // Sockets stop taking work and close once their invocations answered.
+        let ws = state.ws.clone();
+        if let Some(hub) = &ws {
+            hub.begin_close();
+        }
+        let sockets = async {
+            if let Some(hub) = &ws {
+                hub.drained().await;
+            }
+        };
         let kernel = &state.gateway.kernel;
         // Alone, the server announces the shutdown and closes the bus; among other transports,
         // `serve` does both once.
@@ -134,13 +144,20 @@ impl Server {
         if let Some(reason) = &reason {
             crate::shutdown::announce_reason(kernel, reason).await;
         }
-        let report = match tokio::time::timeout(grace, &mut serving).await {
+        let mut served = false;
+        let drained = async {
+            let _ = (&mut serving).await;
+            served = true;
+            sockets.await;
+        };
+        let report = match tokio::time::timeout(grace, drained).await {
             Ok(_) => ShutdownReport {
                 drained: true,
                 abandoned: 0,
             },
             Err(_) => {
-                let abandoned = state.gateway.metrics.in_flight_now();
+                let abandoned = state.gateway.metrics.in_flight_now()
+                    + ws.as_ref().map_or(0, |hub| hub.in_flight());
                 tracing::warn!(
                     grace_ms = grace.as_millis() as u64,
                     abandoned,
@@ -149,9 +166,10 @@ impl Server {
                 // Aborted runs answer 503 (or an SSE `error` event); connections that still
                 // do not finish are dropped.
                 state.gateway.halt();
-                if tokio::time::timeout(Duration::from_secs(1), &mut serving)
-                    .await
-                    .is_err()
+                if !served
+                    && tokio::time::timeout(Duration::from_secs(1), &mut serving)
+                        .await
+                        .is_err()
                 {
                     serving.abort();
                 }
@@ -206,7 +224,11 @@ fn build_router(state: &AppState, web_routes: &[routes::WebRoute]) -> Result<Rou
         .route("/readyz", get(ops::readyz))
         .route("/metrics", get(ops::metrics))
         .route("/openapi.yaml", get(ops::openapi_yaml))
+        .route("/asyncapi.yaml", get(ops::asyncapi_yaml))
         .route("/docs", get(ops::docs));
+    if state.ws.is_some() {
+        router = router.route(crate::gateway::ws::PATH, get(crate::gateway::ws::upgrade));
+    }
     router = routes::mount(router, web_routes);
     router = match &config.public_dir {
         Some(dir) => {

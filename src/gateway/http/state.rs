@@ -8,6 +8,7 @@ use crate::gateway::http::config::HttpConfig;
 use crate::gateway::http::hosts::AllowedHosts;
 use crate::gateway::http::startup::StartError;
 use crate::gateway::policy::Policy;
+use crate::gateway::ws::Hub;
 
 /// Cheap to clone (one reference count): axum clones the state for every layer and extractor
 /// of every request.
@@ -21,6 +22,8 @@ pub struct Shared {
     pub hosts: AllowedHosts,
     /// Which skills callers may reach (`expose-hidden`; keys carry their own scope).
     pub policy: Policy,
+    /// The sockets of `/ws`, when it is served.
+    pub ws: Option<Arc<Hub>>,
 }
 
 impl std::ops::Deref for AppState {
@@ -36,12 +39,17 @@ impl AppState {
         let public = PublicPaths::new(&config.public)?;
         let hosts = AllowedHosts::new(&config.allowed_hosts)?;
         let policy = Policy::new(&config.expose_hidden)?;
+        let ws = config
+            .websocket
+            .enabled
+            .then(|| Arc::new(Hub::new(config.websocket.clone())));
         Ok(AppState(Arc::new(Shared {
             gateway,
             config,
             public,
             hosts,
             policy,
+            ws,
         })))
     }
 }

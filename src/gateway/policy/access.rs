@@ -70,6 +70,11 @@ impl Scope {
         glob_set("skill pattern", name_globs(patterns)).map(|set| Scope(Some(set)))
     }
 
+    /// True when every skill is in scope (no list).
+    pub fn is_all(&self) -> bool {
+        self.0.is_none()
+    }
+
     pub fn allows(&self, skill: &str) -> bool {
         self.0.as_ref().is_none_or(|set| set.is_match(skill))
     }

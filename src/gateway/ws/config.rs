@@ -1,0 +1,176 @@
+//! Settings of the WebSocket endpoint: [`WsSettings`] as given (flags, `SKILLGATE_WS_*`
+//! variables and the `websocket:` section of the config file share it) and [`WsConfig`], what
+//! the endpoint runs with.
+
+use std::time::Duration;
+
+use clap::Args;
+use serde::Deserialize;
+
+use crate::config::errors::ConfigErrors;
+use crate::config::values::{List, Seconds};
+
+/// The resolved settings of `/ws`.
+#[derive(Debug, Clone)]
+pub struct WsConfig {
+    /// Serve `/ws` at all.
+    pub enabled: bool,
+    /// How long a socket may stay without a valid key (when keys are configured and the
+    /// upgrade request carried none) before it is closed.
+    pub auth_timeout: Duration,
+    /// How long a socket may send nothing (no frame, no ping) before it is closed.
+    pub idle_timeout: Duration,
+    /// Largest message a client may send, in bytes; a larger one closes the socket with 1009.
+    pub max_message: usize,
+    /// Frames that may wait for a client that reads slowly; past that it is closed with 1013.
+    pub send_queue: usize,
+    /// Sockets open at once; more are refused with 503.
+    pub max_connections: usize,
+    /// Browser origins allowed besides the server's own (and the HTTP CORS origins); `*` is any.
+    pub allowed_origins: Vec<String>,
+}
+
+impl Default for WsConfig {
+    fn default() -> Self {
+        WsConfig {
+            enabled: true,
+            auth_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
+            max_message: 1024 * 1024,
+            send_queue: 1024,
+            max_connections: 1024,
+            allowed_origins: Vec::new(),
+        }
+    }
+}
+
+/// The WebSocket settings as given. Unset means "the next source decides" (flags and
+/// variables, then the file, then the defaults of [`WsConfig`]).
+#[derive(Debug, Clone, Default, Args, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[command(next_help_heading = "WebSocket")]
+pub struct WsSettings {
+    /// Serve the WebSocket endpoint `/ws` [default: true].
+    #[arg(id = "ws_enabled", long = "ws", env = "SKILLGATE_WS")]
+    pub enabled: Option<bool>,
+    /// Seconds a socket may take to authenticate (an `auth` message) when its upgrade request
+    /// carried no key [default: 10].
+    #[arg(
+        id = "ws_auth_timeout",
+        long = "ws-auth-timeout",
+        env = "SKILLGATE_WS_AUTH_TIMEOUT"
+    )]
+    pub auth_timeout: Option<Seconds>,
+    /// Seconds a socket may send nothing (clients send `ping`) before it is closed [default: 60].
+    #[arg(
+        id = "ws_idle_timeout",
+        long = "ws-idle-timeout",
+        env = "SKILLGATE_WS_IDLE_TIMEOUT"
+    )]
+    pub idle_timeout: Option<Seconds>,
+    /// Largest message a client may send, in bytes; larger closes the socket with 1009
+    /// [default: 1048576].
+    #[arg(
+        id = "ws_max_message",
+        long = "ws-max-message",
+        env = "SKILLGATE_WS_MAX_MESSAGE"
+    )]
+    pub max_message: Option<usize>,
+    /// Frames that may wait for a slow client before it is closed with 1013 [default: 1024].
+    #[arg(
+        id = "ws_send_queue",
+        long = "ws-send-queue",
+        env = "SKILLGATE_WS_SEND_QUEUE"
+    )]
+    pub send_queue: Option<usize>,
+    /// WebSocket connections open at once; more are refused with 503 [default: 1024].
+    #[arg(
+        id = "ws_max_connections",
+        long = "ws-max-connections",
+        env = "SKILLGATE_WS_MAX_CONNECTIONS"
+    )]
+    pub max_connections: Option<usize>,
+    /// Browser origins allowed to open a socket besides the server's own and the CORS
+    /// origins, comma-separated, or `*` [default: none].
+    #[arg(
+        id = "ws_allowed_origins",
+        long = "ws-allowed-origins",
+        env = "SKILLGATE_WS_ALLOWED_ORIGINS"
+    )]
+    pub allowed_origins: Option<List>,
+}
+
+impl WsSettings {
+    /// These settings, with what `file` sets where these leave a gap.
+    pub fn or(self, file: WsSettings) -> WsSettings {
+        WsSettings {
+            enabled: self.enabled.or(file.enabled),
+            auth_timeout: self.auth_timeout.or(file.auth_timeout),
+            idle_timeout: self.idle_timeout.or(file.idle_timeout),
+            max_message: self.max_message.or(file.max_message),
+            send_queue: self.send_queue.or(file.send_queue),
+            max_connections: self.max_connections.or(file.max_connections),
+            allowed_origins: self.allowed_origins.or(file.allowed_origins),
+        }
+    }
+}
+
+impl WsConfig {
+    /// The settings over the defaults, checked; mistakes are reported under `websocket.x`.
+    pub fn resolve(
+        settings: WsSettings,
+        origin: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<WsConfig, ConfigErrors> {
+        let mut errors = ConfigErrors::default();
+        let mut bad = |path: &str, message: &str| errors.push(origin(path), path, message);
+        let mut config = WsConfig::default();
+        config.enabled = settings.enabled.unwrap_or(config.enabled);
+        for (path, value, slot) in [
+            (
+                "websocket.auth-timeout",
+                settings.auth_timeout,
+                &mut config.auth_timeout,
+            ),
+            (
+                "websocket.idle-timeout",
+                settings.idle_timeout,
+                &mut config.idle_timeout,
+            ),
+        ] {
+            if let Some(Seconds(t)) = value {
+                if t.is_zero() {
+                    bad(path, "must be above 0 seconds");
+                }
+                *slot = t;
+            }
+        }
+        for (path, value, slot) in [
+            (
+                "websocket.max-message",
+                settings.max_message,
+                &mut config.max_message,
+            ),
+            (
+                "websocket.send-queue",
+                settings.send_queue,
+                &mut config.send_queue,
+            ),
+            (
+                "websocket.max-connections",
+                settings.max_connections,
+                &mut config.max_connections,
+            ),
+        ] {
+            if let Some(n) = value {
+                if n == 0 {
+                    bad(path, "must be at least 1");
+                }
+                *slot = n;
+            }
+        }
+        if let Some(List(origins)) = settings.allowed_origins {
+            config.allowed_origins = origins;
+        }
+        errors.or_ok(config)
+    }
+}

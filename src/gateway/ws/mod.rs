@@ -1,0 +1,123 @@
+//! The WebSocket transport, `GET /ws` on the HTTP listener: a JSON protocol (see
+//! `asyncapi.yaml`, served at `/asyncapi.yaml`) to invoke skills with their logs, messages and
+//! events streamed, cancel them, talk to them (`gateway-receive`), and subscribe to topics with
+//! resume from the durable buffer or as a consumer group with ack and nack.
+//!
+//! - [`config`]: the `websocket:` settings.
+//! - [`protocol`]: the frames.
+//! - [`connection`]: one socket's life.
+//! - [`subscription`]: topic subscriptions of a socket.
+//! - [`outbox`]: the bounded send queue and the close codes.
+//! - [`hub`]: every socket of the server, the cap, and the shutdown.
+
+pub mod config;
+pub mod connection;
+pub mod hub;
+pub mod outbox;
+pub mod protocol;
+pub mod subscription;
+
+use std::net::SocketAddr;
+
+use axum::Extension;
+use axum::extract::ws::WebSocketUpgrade;
+use axum::extract::ws::rejection::WebSocketUpgradeRejection;
+use axum::extract::{ConnectInfo, State};
+use axum::http::{HeaderMap, header};
+use axum::response::{IntoResponse, Response};
+
+use crate::gateway::GatewayError;
+use crate::gateway::http::auth::Caller;
+use crate::gateway::http::invoke::headers_json;
+use crate::gateway::http::state::AppState;
+
+pub use config::{WsConfig, WsSettings};
+pub use hub::Hub;
+
+/// The path of the endpoint.
+pub const PATH: &str = "/ws";
+
+/// `GET /ws`: checks the origin and the connection cap, then upgrades.
+pub async fn upgrade(
+    State(state): State<AppState>,
+    caller: Option<Extension<Caller>>,
+    ConnectInfo(remote): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+) -> Response {
+    let Some(hub) = state.ws.clone() else {
+        return GatewayError::NotFound(crate::gateway::error::Missing::Path(PATH.into()))
+            .into_response();
+    };
+    if let Some(why) = refused_origin(&headers, &state) {
+        return GatewayError::CrossSite(why).into_response();
+    }
+    let upgrade = match upgrade {
+        Ok(upgrade) => upgrade,
+        Err(rejection) => {
+            return GatewayError::BadRequest(format!(
+                "`{PATH}` speaks WebSocket: {}",
+                rejection.body_text()
+            ))
+            .into_response();
+        }
+    };
+    if hub.is_closing() {
+        return GatewayError::Unavailable("the server is shutting down".into()).into_response();
+    }
+    let Some(slot) = hub.slot() else {
+        return GatewayError::Unavailable(format!(
+            "all {} WebSocket connections are in use; try again later",
+            hub.config.max_connections
+        ))
+        .into_response();
+    };
+    let peer = connection::Peer {
+        remote,
+        headers: headers_json(&headers),
+        caller: caller.map(|Extension(c)| c),
+    };
+    let max = hub.config.max_message;
+    upgrade
+        .max_message_size(max)
+        .max_frame_size(max)
+        .on_upgrade(move |socket| {
+            let served = hub.track(connection::serve(socket, state, hub.clone(), peer));
+            async move {
+                served.await;
+                drop(slot);
+            }
+        })
+}
+
+/// Why a browser page may not open a socket here: a page's `Origin` must be the server's own,
+/// a CORS origin, or one of `websocket.allowed-origins` (a socket is not subject to CORS, so
+/// without this any site could use a visitor's network position). Clients that are not
+/// browsers send no `Origin`.
+fn refused_origin(headers: &HeaderMap, state: &AppState) -> Option<String> {
+    let origin = headers.get(header::ORIGIN)?.to_str().unwrap_or_default();
+    let allowed = |list: &[String]| {
+        list.iter()
+            .any(|o| o == "*" || o.eq_ignore_ascii_case(origin))
+    };
+    let ws = state
+        .ws
+        .as_ref()
+        .map(|h| h.config.allowed_origins.as_slice())
+        .unwrap_or_default();
+    if allowed(ws) || allowed(&state.config.cors_origins) {
+        return None;
+    }
+    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
+    let same = origin
+        .split_once("://")
+        .map(|(_, authority)| authority)
+        .zip(host)
+        .is_some_and(|(authority, host)| authority.eq_ignore_ascii_case(host));
+    if same {
+        return None;
+    }
+    Some(format!(
+        "a page on `{origin}` may not open a WebSocket here; allow it with `websocket.allowed-origins`"
+    ))
+}

@@ -1,0 +1,1 @@
+//! `/ws` over a real socket.
