@@ -134,7 +134,6 @@ pub async fn serve(socket: WebSocket, state: AppState, hub: Arc<Hub>, peer: Peer
     for (_, run) in conn.runs.drain() {
         run.cancel.cancel();
     }
-    conn.subscriptions.stop_all();
     conn.subscriptions.release_held().await;
     let _ = tokio::time::timeout(Duration::from_secs(5), writer).await;
 }

@@ -36,6 +36,8 @@ pub struct Subscriptions {
     outbox: Arc<Outbox>,
     /// Topic → what stops its forwarder.
     active: HashMap<String, CancellationToken>,
+    /// The forwarders, to wait for before held events are handed back.
+    tasks: Vec<tokio::task::JoinHandle<()>>,
     held: Arc<Mutex<HashMap<String, Held>>>,
 }
 
@@ -45,6 +47,7 @@ impl Subscriptions {
             bus: kernel.bus().clone(),
             outbox,
             active: HashMap::new(),
+            tasks: Vec::new(),
             held: Arc::default(),
         }
     }
@@ -64,15 +67,15 @@ impl Subscriptions {
         self.active.insert(topic.clone(), stop.clone());
         let bus = self.bus.clone();
         let outbox = self.outbox.clone();
-        match group {
-            None => {
-                tokio::spawn(follow(bus, outbox, topic, from, stop));
-            }
+        let task = match group {
+            None => tokio::spawn(follow(bus, outbox, topic, from, stop)),
             Some(group) => {
                 let held = self.held.clone();
-                tokio::spawn(consume(bus, outbox, held, topic, group, stop));
+                tokio::spawn(consume(bus, outbox, held, topic, group, stop))
             }
-        }
+        };
+        self.tasks.retain(|t| !t.is_finished());
+        self.tasks.push(task);
     }
 
     pub fn unsubscribe(&mut self, topic: &str) {
@@ -114,8 +117,13 @@ impl Subscriptions {
         }
     }
 
-    /// Returns every held event to the front of its queue, for the next member.
-    pub async fn release_held(&self) {
+    /// Stops every subscription, waits for their forwarders, and returns every held event to
+    /// the front of its queue, for the next member.
+    pub async fn release_held(&mut self) {
+        self.stop_all();
+        for task in self.tasks.drain(..) {
+            let _ = task.await;
+        }
         let held: Vec<(String, Held)> = self.held.lock().drain().collect();
         for (id, held) in held {
             let _ = self.bus.ack(&held.topic, &held.group, &[id], true).await;
@@ -194,6 +202,12 @@ async fn consume(
             got = bus.wait(&topic, &group, CLAIM_WAIT, max, false) => got,
         };
         let deliveries = match got {
+            // Stopped while claiming: what was claimed goes back at once.
+            Ok(deliveries) if stop.is_cancelled() => {
+                let ids: Vec<String> = deliveries.into_iter().map(|d| d.event.id).collect();
+                let _ = bus.ack(&topic, &group, &ids, true).await;
+                return;
+            }
             Ok(deliveries) => deliveries,
             Err(err) => {
                 tracing::warn!(topic, group, error = %err, "claiming for a WebSocket group failed");
