@@ -39,6 +39,7 @@ mod hooks;
 mod http_auth;
 mod http_invoke;
 mod http_ops;
+mod http_topics;
 mod layers;
 mod orchestration;
 mod sandbox;

@@ -172,6 +172,8 @@ pub async fn problem(response: reqwest::Response, status: u16) -> Value {
 pub struct Sse {
     pub event: String,
     pub data: Value,
+    /// The `id:` field, when the event has one.
+    pub id: Option<String>,
 }
 
 /// Reads server-sent events off a streaming response, one at a time.
@@ -199,7 +201,11 @@ impl SseReader {
                 let block: String = self.buffer.drain(..end + 2).collect();
                 let mut event = String::from("message");
                 let mut data = String::new();
+                let mut id = None;
                 for line in block.lines() {
+                    if let Some(v) = line.strip_prefix("id:") {
+                        id = Some(v.trim().to_string());
+                    }
                     if let Some(v) = line.strip_prefix("event:") {
                         event = v.trim().to_string();
                     } else if let Some(v) = line.strip_prefix("data:") {
@@ -210,7 +216,7 @@ impl SseReader {
                     continue;
                 }
                 let data = serde_json::from_str(&data).expect("SSE data is JSON");
-                return Some(Sse { event, data });
+                return Some(Sse { event, data, id });
             }
             match self.stream.next().await {
                 Some(Ok(bytes)) => self.buffer.push_str(&String::from_utf8_lossy(&bytes)),

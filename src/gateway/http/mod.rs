@@ -1,11 +1,11 @@
 //! The HTTP transport: `POST /invoke/{skill}` (JSON or SSE), `GET /skills[/{name}]`, custom
-//! `web.routes`, `public/` files, `/healthz`, `/readyz`, `/metrics`, `/openapi.yaml` and
-//! `/docs`, behind API keys, a per-key rate limit, a body limit, timeouts and CORS.
+//! `web.routes`, `GET /events/{topic}` (a topic as SSE), `public/` files, `/healthz`, `/readyz`,
+//! `/metrics`, `/openapi.yaml`, `/asyncapi.yaml` and `/docs`, behind API keys, a per-key rate limit, a body limit, timeouts and CORS.
 //!
 //! One module a concern: [`config`] (flags, environment, file), [`server`] (router, layers,
 //! shutdown), [`listen`] (accept loop, connection cap, idle connections), [`activity`] (what is
 //! in flight), [`body`] (the body deadline), [`descriptors`] (the cap's file descriptor
-//! budget), [`invoke`], [`routes`], [`skills`], [`ops`], [`public`] (`public/` files),
+//! budget), [`invoke`], [`topics`], [`routes`], [`skills`], [`ops`], [`public`] (`public/` files),
 //! [`auth`], [`hosts`] (the `Host` allow-list), [`origin`] (cross-site browsers), [`request_id`],
 //! [`problem`] (how a `GatewayError` is answered: RFC 9457 problem documents), [`startup`] (why
 //! the server could not start), [`openapi`] (the document and the docs page). Which skills a
@@ -30,6 +30,7 @@ pub mod server;
 pub mod skills;
 pub mod startup;
 pub mod state;
+pub mod topics;
 
 pub use config::{HttpConfig, HttpSettings};
 pub use server::{Server, ShutdownReport};

@@ -26,7 +26,9 @@ use crate::gateway::http::config::HttpConfig;
 use crate::gateway::http::public::PublicDir;
 use crate::gateway::http::startup::StartError;
 use crate::gateway::http::state::AppState;
-use crate::gateway::http::{descriptors, hosts, invoke, listen, ops, request_id, routes, skills};
+use crate::gateway::http::{
+    descriptors, hosts, invoke, listen, ops, request_id, routes, skills, topics,
+};
 use crate::gateway::transport::{Report, State, Transport};
 use crate::gateway::{Gateway, GatewayError};
 
@@ -127,6 +129,7 @@ impl Server {
         };
         readiness.set(NAME, State::Stopping);
         stop.cancel();
+        state.stopping.cancel();
         // Sockets stop taking work and close once their invocations answered.
         let ws = state.ws.clone();
         if let Some(hub) = &ws {
@@ -225,6 +228,7 @@ fn build_router(state: &AppState, web_routes: &[routes::WebRoute]) -> Result<Rou
         .route("/metrics", get(ops::metrics))
         .route("/openapi.yaml", get(ops::openapi_yaml))
         .route("/asyncapi.yaml", get(ops::asyncapi_yaml))
+        .route("/events/{topic}", get(topics::follow))
         .route("/docs", get(ops::docs));
     if state.ws.is_some() {
         router = router.route(crate::gateway::ws::PATH, get(crate::gateway::ws::upgrade));

@@ -24,6 +24,8 @@ pub struct Shared {
     pub policy: Policy,
     /// The sockets of `/ws`, when it is served.
     pub ws: Option<Arc<Hub>>,
+    /// Cancelled when the server stops: streams that never end by themselves (topics) end.
+    pub stopping: tokio_util::sync::CancellationToken,
 }
 
 impl std::ops::Deref for AppState {
@@ -50,6 +52,7 @@ impl AppState {
             hosts,
             policy,
             ws,
+            stopping: Default::default(),
         })))
     }
 }
