@@ -18,7 +18,7 @@ pub(crate) struct Store {
 }
 
 impl Store {
-    fn sqlite() -> Store {
+    pub(crate) fn sqlite() -> Store {
         Store {
             url: None,
             admin: None,

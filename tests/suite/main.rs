@@ -42,6 +42,8 @@ mod http_ops;
 mod http_topics;
 mod layers;
 mod orchestration;
+mod process;
+mod replicas;
 mod sandbox;
 mod security;
 mod serve_cli;

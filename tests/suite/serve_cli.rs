@@ -1,74 +1,13 @@
 //! `skillgate serve` as a process: the default SQLite store, config from file and environment
 //! with clear errors, SIGTERM shutdown, JSON logs, and spans exported to an OTLP collector.
 
-use std::io::{BufRead, BufReader};
-use std::path::Path;
-use std::process::{Child, Stdio};
 use std::sync::Arc;
-use std::sync::mpsc;
-use std::time::Duration;
 
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 
-use crate::common::{Project, hello_project, sigterm, skillgate, skillgate_command, stderr};
-
-/// A running `skillgate serve` and its stderr lines.
-struct Served {
-    child: Child,
-    addr: String,
-    /// The line that says where it listens, with what.
-    started: String,
-    stderr: mpsc::Receiver<String>,
-}
-
-fn serve(project: &Path, args: &[&str], env: &[(&str, &str)]) -> Served {
-    let mut command = skillgate_command(project);
-    command
-        .arg("serve")
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    for (k, v) in env {
-        command.env(k, v);
-    }
-    let mut child = command.spawn().expect("start skillgate serve");
-    let (tx, rx) = mpsc::channel();
-    let stderr = child.stderr.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
-    let (addr, started) = loop {
-        let line = rx
-            .recv_timeout(Duration::from_secs(30))
-            .expect("serve prints where it listens");
-        if let Some(rest) = line.split("listening on http://").nth(1) {
-            break (rest.split_whitespace().next().unwrap().to_string(), line);
-        }
-    };
-    Served {
-        child,
-        addr,
-        started,
-        stderr: rx,
-    }
-}
-
-impl Served {
-    fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.addr)
-    }
-
-    /// SIGTERM, then the exit code and the rest of stderr.
-    fn stop(mut self) -> (Option<i32>, Vec<String>) {
-        sigterm(&self.child);
-        let code = self.child.wait().expect("wait").code();
-        let rest: Vec<String> = self.stderr.try_iter().collect();
-        (code, rest)
-    }
-}
+use crate::common::{Project, hello_project, skillgate, stderr};
+use crate::process::serve;
 
 #[tokio::test]
 async fn serve_runs_on_the_embedded_sqlite_store_and_stops_cleanly_on_sigterm() {

@@ -1,0 +1,81 @@
+//! `skillgate serve` as a child process: started on a free port, its stderr read line by line,
+//! stopped with SIGTERM or killed with SIGKILL.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use crate::common::{sigterm, skillgate_command};
+
+/// A running `skillgate serve` and its stderr lines.
+pub struct Served {
+    pub child: Child,
+    pub addr: String,
+    /// The line that says where it listens, with what.
+    pub started: String,
+    pub stderr: mpsc::Receiver<String>,
+}
+
+pub fn serve(project: &Path, args: &[&str], env: &[(&str, &str)]) -> Served {
+    let mut command = skillgate_command(project);
+    command
+        .arg("serve")
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    let mut child = command.spawn().expect("start skillgate serve");
+    let (tx, rx) = mpsc::channel();
+    let stderr = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let (addr, started) = loop {
+        let line = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("serve prints where it listens");
+        if let Some(rest) = line.split("listening on http://").nth(1) {
+            break (rest.split_whitespace().next().unwrap().to_string(), line);
+        }
+    };
+    Served {
+        child,
+        addr,
+        started,
+        stderr: rx,
+    }
+}
+
+impl Served {
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// SIGTERM, then the exit code and the rest of stderr.
+    pub fn stop(mut self) -> (Option<i32>, Vec<String>) {
+        sigterm(&self.child);
+        let code = self.child.wait().expect("wait").code();
+        let rest: Vec<String> = self.stderr.try_iter().collect();
+        (code, rest)
+    }
+
+    /// SIGKILL: the process gets no chance to clean up.
+    pub fn kill(mut self) {
+        self.child.kill().expect("kill");
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

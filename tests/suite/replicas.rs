@@ -1,0 +1,140 @@
+//! `skillgate serve` processes on one store: a WebSocket subscriber resumes with no gap and no
+//! duplicate after its server was killed with SIGKILL and restarted (SQLite and Postgres), and
+//! an event emitted through one replica reaches a subscriber on another (Postgres).
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::common::Project;
+use crate::events_cli::Store;
+use crate::process::{Served, serve};
+use crate::ws_client::WsClient;
+
+fn start(project: &Project, store: &Store) -> Served {
+    let mut args = vec!["--bind", "127.0.0.1:0"];
+    if let Some(url) = &store.url {
+        args.extend(["--store", url.as_str()]);
+    }
+    serve(project.path(), &args, &[])
+}
+
+async fn connect(served: &Served) -> WsClient {
+    let addr = served.addr.parse().expect("an address");
+    WsClient::connect(addr, None).await.0
+}
+
+/// Emits `n` on `topic` through the `event-emit` skill, over `client`.
+async fn emit(client: &mut WsClient, topic: &str, n: u64) {
+    let id = format!("emit-{n}");
+    client
+        .send(json!({ "type": "invoke", "id": id, "skill": "event-emit", "args": { "topic": topic, "data": { "n": n } } }))
+        .await;
+    let answer = client.answer(&id).await.pop().unwrap();
+    assert_eq!(answer["type"], "result", "{answer}");
+}
+
+/// The next subscription event: its `n` and durable id (other frames are skipped).
+async fn next_event(client: &mut WsClient) -> (u64, String) {
+    loop {
+        let frame = client.recv().await;
+        if frame["type"] == "event" && frame.get("topic").is_some() {
+            return (
+                frame["event"]["data"]["n"].as_u64().unwrap(),
+                frame["eventId"].as_str().unwrap().to_string(),
+            );
+        }
+    }
+}
+
+async fn subscribe(client: &mut WsClient, topic: &str, from: Option<&str>) {
+    let mut frame = json!({ "type": "subscribe", "topic": topic });
+    if let Some(from) = from {
+        frame["from"] = Value::from(from);
+    }
+    client.send(frame).await;
+    let subscribed = client.until(|f| f["type"] == "subscribed").await;
+    assert_eq!(subscribed.last().unwrap()["gap"], false);
+}
+
+async fn resume_after_sigkill(store: &Store) {
+    let project = Project::new();
+    let topic = "orders";
+    let first = start(&project, store);
+    let mut subscriber = connect(&first).await;
+    subscribe(&mut subscriber, topic, None).await;
+    let mut publisher = connect(&first).await;
+    for n in 1..=3 {
+        emit(&mut publisher, topic, n).await;
+    }
+    let mut last = String::new();
+    for n in 1..=3 {
+        let (got, id) = next_event(&mut subscriber).await;
+        assert_eq!(got, n);
+        last = id;
+    }
+    first.kill();
+    let second = start(&project, store);
+    // Emitted while the subscriber was away.
+    let mut publisher = connect(&second).await;
+    for n in 4..=5 {
+        emit(&mut publisher, topic, n).await;
+    }
+    let mut subscriber = connect(&second).await;
+    subscribe(&mut subscriber, topic, Some(&last)).await;
+    emit(&mut publisher, topic, 6).await;
+    for n in 4..=6 {
+        assert_eq!(next_event(&mut subscriber).await.0, n);
+    }
+    let extra = tokio::time::timeout(Duration::from_millis(500), subscriber.next()).await;
+    assert!(extra.is_err(), "no duplicate: {extra:?}");
+    let (code, _) = second.stop();
+    assert_eq!(code, Some(0));
+}
+
+/// Runs `test` on a runtime of its own (the Postgres store is made and dropped outside it).
+fn run(test: impl std::future::Future<Output = ()>) {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+        .block_on(test);
+}
+
+fn postgres() -> Option<Store> {
+    Store::all().into_iter().find(|s| s.url.is_some())
+}
+
+#[test]
+fn a_subscriber_resumes_after_its_server_was_killed_on_sqlite() {
+    run(resume_after_sigkill(&Store::sqlite()));
+}
+
+#[test]
+fn a_subscriber_resumes_after_its_server_was_killed_on_postgres() {
+    if let Some(store) = postgres() {
+        run(resume_after_sigkill(&store));
+    }
+}
+
+#[test]
+fn an_event_emitted_on_one_replica_reaches_a_subscriber_on_another() {
+    let Some(store) = postgres() else {
+        return;
+    };
+    run(async {
+        let project = Project::new();
+        let a = start(&project, &store);
+        let b = start(&project, &store);
+        let mut subscriber = connect(&b).await;
+        subscribe(&mut subscriber, "fanout", None).await;
+        let mut publisher = connect(&a).await;
+        for n in 1..=3 {
+            emit(&mut publisher, "fanout", n).await;
+        }
+        for n in 1..=3 {
+            assert_eq!(next_event(&mut subscriber).await.0, n);
+        }
+    });
+}
