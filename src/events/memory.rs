@@ -8,7 +8,7 @@ use parking_lot::Mutex;
 use tokio::sync::broadcast;
 
 use crate::context::id::now_ms;
-use crate::events::store::{Delivery, EventStore, Limits, StoreResult};
+use crate::events::store::{Delivery, EventStore, KeyClaim, Limits, StoreResult};
 use crate::events::{Event, dead_letter};
 
 pub struct MemoryStore {
@@ -22,6 +22,8 @@ struct Inner {
     seq: i64,
     buffers: HashMap<String, VecDeque<(i64, Event)>>,
     queues: HashMap<(String, String), Queue>,
+    /// key -> (fingerprint, expires_ms, response).
+    claims: HashMap<String, (String, u64, Option<String>)>,
 }
 
 #[derive(Default)]
@@ -304,6 +306,42 @@ impl EventStore for MemoryStore {
     }
 
     async fn ping(&self) -> StoreResult<()> {
+        Ok(())
+    }
+
+    async fn claim_key(
+        &self,
+        key: &str,
+        fingerprint: &str,
+        ttl: Duration,
+    ) -> StoreResult<KeyClaim> {
+        let now = now_ms();
+        let mut inner = self.inner.lock();
+        inner.claims.retain(|_, (_, expires, _)| *expires > now);
+        if let Some((fingerprint, _, response)) = inner.claims.get(key) {
+            return Ok(KeyClaim::Held {
+                fingerprint: fingerprint.clone(),
+                response: response.clone(),
+            });
+        }
+        let expires = now + ttl.as_millis() as u64;
+        inner
+            .claims
+            .insert(key.to_string(), (fingerprint.to_string(), expires, None));
+        Ok(KeyClaim::Won)
+    }
+
+    async fn settle_key(&self, key: &str, response: &str, ttl: Duration) -> StoreResult<()> {
+        let expires = now_ms() + ttl.as_millis() as u64;
+        if let Some(claim) = self.inner.lock().claims.get_mut(key) {
+            claim.1 = expires;
+            claim.2 = Some(response.to_string());
+        }
+        Ok(())
+    }
+
+    async fn release_key(&self, key: &str) -> StoreResult<()> {
+        self.inner.lock().claims.remove(key);
         Ok(())
     }
 

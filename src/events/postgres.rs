@@ -18,10 +18,15 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::context::id::now_ms;
 use crate::events::batch::Batcher;
-use crate::events::store::{Delivery, EventStore, Limits, StoreError, StoreResult, WAKE_ALL};
+use crate::events::store::{
+    Delivery, EventStore, KeyClaim, Limits, StoreError, StoreResult, WAKE_ALL,
+};
 use crate::events::{DEAD_QUEUE, Event, dead_letter};
 
 const TRIM_EVERY: u64 = 64;
+
+/// Claims between two sweeps of expired ones.
+const CLAIM_SWEEP_EVERY: u64 = 256;
 
 pub struct PostgresStore {
     pool: PgPool,
@@ -31,6 +36,8 @@ pub struct PostgresStore {
     channel: String,
     wake: broadcast::Sender<String>,
     emits: AtomicU64,
+    /// Keys claimed, to sweep expired claims now and then.
+    key_claims: AtomicU64,
     sweeps: crate::events::batch::Throttle,
     _listener: DropGuard,
 }
@@ -95,6 +102,7 @@ impl PostgresStore {
             channel,
             wake,
             emits: AtomicU64::new(0),
+            key_claims: AtomicU64::new(0),
             sweeps: crate::events::batch::Throttle::default(),
             _listener: stop.drop_guard(),
         };
@@ -539,6 +547,76 @@ impl EventStore for PostgresStore {
 
     fn wakeups(&self) -> broadcast::Receiver<String> {
         self.wake.subscribe()
+    }
+
+    async fn claim_key(
+        &self,
+        key: &str,
+        fingerprint: &str,
+        ttl: Duration,
+    ) -> StoreResult<KeyClaim> {
+        let now = now_ms() as i64;
+        if self
+            .key_claims
+            .fetch_add(1, Ordering::Relaxed)
+            .is_multiple_of(CLAIM_SWEEP_EVERY)
+        {
+            sqlx::query("DELETE FROM sg_claims WHERE expires_ms <= $1")
+                .bind(now)
+                .execute(&self.pool)
+                .await?;
+        }
+        // One statement: a free key (or an expired claim) is taken; a held one is left alone.
+        for _ in 0..2 {
+            let won = sqlx::query(
+                "INSERT INTO sg_claims (key, fingerprint, expires_ms) VALUES ($1, $2, $3)
+                 ON CONFLICT (key) DO UPDATE
+                     SET fingerprint = excluded.fingerprint, expires_ms = excluded.expires_ms, response = NULL
+                     WHERE sg_claims.expires_ms <= $4
+                 RETURNING key",
+            )
+            .bind(key)
+            .bind(fingerprint)
+            .bind(now + ttl.as_millis() as i64)
+            .bind(now)
+            .fetch_optional(&self.pool)
+            .await?;
+            if won.is_some() {
+                return Ok(KeyClaim::Won);
+            }
+            let held = sqlx::query("SELECT fingerprint, response FROM sg_claims WHERE key = $1")
+                .bind(key)
+                .fetch_optional(&self.pool)
+                .await?;
+            // Released between the two statements: try again.
+            if let Some(row) = held {
+                return Ok(KeyClaim::Held {
+                    fingerprint: row.try_get("fingerprint")?,
+                    response: row.try_get("response")?,
+                });
+            }
+        }
+        Err(StoreError::Write(format!(
+            "the claim on `{key}` changed hands twice while it was read"
+        )))
+    }
+
+    async fn settle_key(&self, key: &str, response: &str, ttl: Duration) -> StoreResult<()> {
+        sqlx::query("UPDATE sg_claims SET response = $1, expires_ms = $2 WHERE key = $3")
+            .bind(response)
+            .bind(now_ms() as i64 + ttl.as_millis() as i64)
+            .bind(key)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn release_key(&self, key: &str) -> StoreResult<()> {
+        sqlx::query("DELETE FROM sg_claims WHERE key = $1")
+            .bind(key)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
     }
 
     async fn ping(&self) -> StoreResult<()> {

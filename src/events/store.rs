@@ -58,6 +58,19 @@ impl Default for Limits {
     }
 }
 
+/// What [`EventStore::claim_key`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyClaim {
+    /// The key was free: the caller holds it now, and does the work once.
+    Won,
+    /// Someone holds it: the request they claimed it for (`fingerprint`), and what they answered,
+    /// once they did.
+    Held {
+        fingerprint: String,
+        response: Option<String>,
+    },
+}
+
 /// Wildcard wakeup: every waiter re-reads (sent after a reconnect, when notifications may
 /// have been lost).
 pub const WAKE_ALL: &str = "*";
@@ -111,6 +124,18 @@ pub trait EventStore: Send + Sync + 'static {
 
     /// Appends `event` to one queue only (used to requeue dead letters).
     async fn enqueue(&self, topic: &str, queue: &str, event: &Event) -> StoreResult<()>;
+
+    /// Claims `key` for `ttl` if nobody holds it (an expired claim is free again): one caller
+    /// wins across every process on the store. `fingerprint` tells the request it was claimed
+    /// for from another one with the same key.
+    async fn claim_key(&self, key: &str, fingerprint: &str, ttl: Duration)
+    -> StoreResult<KeyClaim>;
+
+    /// Records what the holder of `key` answered and keeps the claim for `ttl` from now.
+    async fn settle_key(&self, key: &str, response: &str, ttl: Duration) -> StoreResult<()>;
+
+    /// Gives a claim up (the work was not done: the next caller may claim it).
+    async fn release_key(&self, key: &str) -> StoreResult<()>;
 
     /// Live wakeups: the topic of every new or returned entry (`WAKE_ALL` after a reconnect).
     fn wakeups(&self) -> broadcast::Receiver<String>;

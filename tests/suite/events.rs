@@ -141,6 +141,9 @@ contract!(
     follow_sees_events_another_process_emits,
     follow_from_an_id_that_left_the_buffer_starts_at_the_oldest_and_says_so,
     follow_keeps_buffer_order_while_two_writers_emit_at_once,
+    a_key_is_claimed_once_and_replays_what_its_holder_answered,
+    an_expired_claim_is_free_again,
+    of_many_processes_claiming_one_key_at_once_one_wins,
 );
 
 fn ns(deliveries: &[skillgate::events::Delivery]) -> Vec<u64> {
@@ -731,4 +734,74 @@ async fn follow_keeps_buffer_order_while_two_writers_emit_at_once(b: &Backend) {
             "writer {w} in order: {mine:?}"
         );
     }
+}
+
+async fn a_key_is_claimed_once_and_replays_what_its_holder_answered(b: &Backend) {
+    use skillgate::events::KeyClaim;
+    let day = Duration::from_secs(86_400);
+    let store = b.open(Limits::default()).await;
+    assert_eq!(
+        store.claim_key("k1", "fp-a", day).await.unwrap(),
+        KeyClaim::Won
+    );
+    let held = KeyClaim::Held {
+        fingerprint: "fp-a".into(),
+        response: None,
+    };
+    assert_eq!(store.claim_key("k1", "fp-b", day).await.unwrap(), held);
+    store.settle_key("k1", "answer", day).await.unwrap();
+    // Another process on the same data sees the claim and the answer.
+    let other = b.open(Limits::default()).await;
+    assert_eq!(
+        other.claim_key("k1", "fp-a", day).await.unwrap(),
+        KeyClaim::Held {
+            fingerprint: "fp-a".into(),
+            response: Some("answer".into()),
+        }
+    );
+    store.release_key("k1").await.unwrap();
+    assert_eq!(
+        other.claim_key("k1", "fp-c", day).await.unwrap(),
+        KeyClaim::Won
+    );
+}
+
+async fn an_expired_claim_is_free_again(b: &Backend) {
+    use skillgate::events::KeyClaim;
+    let store = b.open(Limits::default()).await;
+    let short = Duration::from_millis(5);
+    assert_eq!(
+        store.claim_key("k2", "a", short).await.unwrap(),
+        KeyClaim::Won
+    );
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    assert_eq!(
+        store.claim_key("k2", "b", short).await.unwrap(),
+        KeyClaim::Won
+    );
+}
+
+async fn of_many_processes_claiming_one_key_at_once_one_wins(b: &Backend) {
+    use skillgate::events::KeyClaim;
+    let mut stores = Vec::new();
+    for _ in 0..4 {
+        stores.push(b.open(Limits::default()).await);
+    }
+    let mut claims = Vec::new();
+    for (i, store) in stores.iter().cycle().take(16).enumerate() {
+        let store = store.clone();
+        claims.push(tokio::spawn(async move {
+            store
+                .claim_key("contested", &format!("fp{i}"), Duration::from_secs(60))
+                .await
+                .unwrap()
+        }));
+    }
+    let mut won = 0;
+    for claim in claims {
+        if claim.await.unwrap() == KeyClaim::Won {
+            won += 1;
+        }
+    }
+    assert_eq!(won, 1);
 }
