@@ -106,6 +106,13 @@ pub enum GatewayError {
     Timeout { message: String, run: RunRef },
     #[error("{message}")]
     Aborted { message: String, run: RunRef },
+    /// An `Idempotency-Key` was sent again with another request.
+    #[error("{0}")]
+    KeyReused(String),
+    /// The first request with this `Idempotency-Key` has not answered yet (here or on another
+    /// replica), or its answer cannot be replayed.
+    #[error("{0}")]
+    InProgress(String),
     /// The server cannot take this now (too many connections, shutting down); try later.
     #[error("{0}")]
     Unavailable(String),
@@ -178,6 +185,8 @@ impl GatewayError {
             GatewayError::Timeout { .. } => "timeout",
             GatewayError::Aborted { .. } => "aborted",
             GatewayError::Unavailable(_) => "unavailable",
+            GatewayError::KeyReused(_) => "idempotency-key-reused",
+            GatewayError::InProgress(_) => "in-progress",
             GatewayError::Internal { .. } => "internal",
         }
     }

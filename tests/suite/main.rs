@@ -37,6 +37,7 @@ mod events;
 mod events_cli;
 mod hooks;
 mod http_auth;
+mod http_idempotency;
 mod http_invoke;
 mod http_ops;
 mod http_topics;

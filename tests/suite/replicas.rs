@@ -138,3 +138,31 @@ fn an_event_emitted_on_one_replica_reaches_a_subscriber_on_another() {
         }
     });
 }
+
+#[test]
+fn the_same_idempotency_key_on_two_replicas_runs_once() {
+    let Some(store) = postgres() else {
+        return;
+    };
+    run(async {
+        let project = Project::new();
+        let a = start(&project, &store);
+        let b = start(&project, &store);
+        let client = reqwest::Client::new();
+        let body = json!({ "topic": "paid", "data": { "order": 7 } });
+        let send = |url: String| {
+            client
+                .post(url)
+                .header("idempotency-key", "order-7")
+                .json(&body)
+                .send()
+        };
+        let first = send(a.url("/invoke/event-emit")).await.unwrap();
+        assert_eq!(first.status(), 200);
+        let first: Value = first.json().await.unwrap();
+        let second = send(b.url("/invoke/event-emit")).await.unwrap();
+        assert_eq!(second.headers()["idempotent-replayed"], "true");
+        // The same envelope: the event was emitted once, by A.
+        assert_eq!(second.json::<Value>().await.unwrap(), first);
+    });
+}

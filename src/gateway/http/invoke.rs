@@ -20,6 +20,7 @@ use serde_json::{Map, Value, json};
 use crate::gateway::error::RunRef;
 use crate::gateway::http::auth::Caller;
 use crate::gateway::http::body;
+use crate::gateway::http::idempotency::{self, Begin};
 use crate::gateway::http::problem::Problem;
 use crate::gateway::http::request_id::RequestId;
 use crate::gateway::http::state::AppState;
@@ -48,6 +49,12 @@ pub async fn invoke(
     json_content_type(&headers, &body)?;
     let args = parse_args(&body)?;
     let stream = wants_stream(&headers);
+    let claim =
+        match idempotency::begin(&state, caller.as_ref(), &skill, &headers, &body, stream).await? {
+            Begin::None => None,
+            Begin::Claimed(claim) => Some(claim),
+            Begin::Replay(response) => return Ok(response),
+        };
     let inbound = Inbound {
         transport: "http",
         skill: ToolRef::Name(Arc::from(tool.name.as_str())),
@@ -67,14 +74,19 @@ pub async fn invoke(
     if stream {
         return Ok(sse(dispatch, skill, request_id).into_response());
     }
-    Ok(respond(dispatch, &skill, &request_id, |result, messages| {
+    let reply = dispatch.reply.clone();
+    let response = respond(dispatch, &skill, &request_id, |result, messages| {
         let mut body = json!({ "result": result });
         if !messages.is_empty() {
             body["messages"] = Value::Array(messages);
         }
         Json(body).into_response()
     })
-    .await)
+    .await;
+    Ok(match claim {
+        Some(claim) => claim.settle(&state, response, reply.is_raw()).await,
+        None => response,
+    })
 }
 
 /// True when the client asked for `text/event-stream`.

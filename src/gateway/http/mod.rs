@@ -17,6 +17,7 @@ pub mod body;
 pub mod config;
 mod descriptors;
 pub mod hosts;
+pub mod idempotency;
 pub mod invoke;
 mod listen;
 pub mod openapi;

@@ -11,7 +11,7 @@ pub const DOCUMENT: &str = include_str!("../../../openapi.yaml");
 
 /// Problem types the gateway answers with: slug, status, meaning. Each is a variant of
 /// `GatewayError`; a test in `problem` keeps the two the same.
-pub const PROBLEMS: [(&str, u16, &str); 17] = [
+pub const PROBLEMS: [(&str, u16, &str); 19] = [
     ("bad-request", 400, "The request could not be read."),
     (
         "malformed-json",
@@ -63,6 +63,16 @@ pub const PROBLEMS: [(&str, u16, &str); 17] = [
         "invalid-args",
         422,
         "The args fail the skill's params schema, or use `$`-prefixed keys (invoke options are not for callers); `errors` lists each failing field path or refused key.",
+    ),
+    (
+        "in-progress",
+        409,
+        "A request with this `Idempotency-Key` has not answered yet (here or on another replica), or its answer was a response the skill wrote itself with `web-send`, which is not replayed.",
+    ),
+    (
+        "idempotency-key-reused",
+        422,
+        "This `Idempotency-Key` was used for a request with another skill or body.",
     ),
     (
         "rate-limited",

@@ -33,6 +33,8 @@ fn status(err: &GatewayError) -> StatusCode {
         GatewayError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
         GatewayError::UnsupportedMediaType { .. } => StatusCode::UNSUPPORTED_MEDIA_TYPE,
         GatewayError::Misdirected { .. } => StatusCode::MISDIRECTED_REQUEST,
+        GatewayError::KeyReused(_) => StatusCode::UNPROCESSABLE_ENTITY,
+        GatewayError::InProgress(_) => StatusCode::CONFLICT,
         GatewayError::InvalidArgs { .. } => StatusCode::UNPROCESSABLE_ENTITY,
         GatewayError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
         GatewayError::Internal { .. } => StatusCode::INTERNAL_SERVER_ERROR,
@@ -177,6 +179,8 @@ mod tests {
                 run: run(),
             },
             GatewayError::Unavailable("full".into()),
+            GatewayError::KeyReused("again".into()),
+            GatewayError::InProgress("running".into()),
             GatewayError::Internal {
                 cause: "boom".into(),
                 run: Some(run()),

@@ -27,7 +27,7 @@ use crate::gateway::http::public::PublicDir;
 use crate::gateway::http::startup::StartError;
 use crate::gateway::http::state::AppState;
 use crate::gateway::http::{
-    descriptors, hosts, invoke, listen, ops, request_id, routes, skills, topics,
+    descriptors, hosts, idempotency, invoke, listen, ops, request_id, routes, skills, topics,
 };
 use crate::gateway::transport::{Report, State, Transport};
 use crate::gateway::{Gateway, GatewayError};
@@ -315,9 +315,11 @@ fn cors(origins: &[String]) -> Result<CorsLayer, StartError> {
             header::CONTENT_TYPE,
             header::ACCEPT,
             header::HeaderName::from_static(request_id::HEADER),
+            header::HeaderName::from_static(idempotency::HEADER),
         ])
         .expose_headers([
             header::HeaderName::from_static(request_id::HEADER),
+            header::HeaderName::from_static(idempotency::REPLAYED),
             header::RETRY_AFTER,
         ]);
     if origins.iter().any(|o| o == "*") {
