@@ -106,6 +106,9 @@ pub enum GatewayError {
     Timeout { message: String, run: RunRef },
     #[error("{message}")]
     Aborted { message: String, run: RunRef },
+    /// A webhook delivery whose signature does not hold (missing, malformed, stale, wrong).
+    #[error("the delivery is not signed as this webhook expects: {0}")]
+    BadSignature(String),
     /// An `Idempotency-Key` was sent again with another request.
     #[error("{0}")]
     KeyReused(String),
@@ -186,6 +189,7 @@ impl GatewayError {
             GatewayError::Aborted { .. } => "aborted",
             GatewayError::Unavailable(_) => "unavailable",
             GatewayError::KeyReused(_) => "idempotency-key-reused",
+            GatewayError::BadSignature(_) => "bad-signature",
             GatewayError::InProgress(_) => "in-progress",
             GatewayError::Internal { .. } => "internal",
         }

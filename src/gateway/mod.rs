@@ -13,6 +13,7 @@
 //!   report), and running them together.
 //! - [`http`]: the HTTP transport (`skillgate serve`).
 //! - [`ws`]: the WebSocket transport, `/ws` on the HTTP listener.
+//! - [`webhook`]: signed webhooks, queued and run from the event store.
 
 pub mod dispatch;
 pub mod edge;
@@ -23,6 +24,7 @@ pub mod policy;
 pub mod reply;
 pub mod send;
 pub mod transport;
+pub mod webhook;
 pub mod ws;
 
 pub use dispatch::{Dispatch, Gateway, Inbound};

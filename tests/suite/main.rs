@@ -51,5 +51,6 @@ mod serve_cli;
 mod server;
 mod smoke;
 mod transport;
+mod webhook;
 mod websocket;
 mod ws_client;

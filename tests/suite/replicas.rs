@@ -166,3 +166,79 @@ fn the_same_idempotency_key_on_two_replicas_runs_once() {
         assert_eq!(second.json::<Value>().await.unwrap(), first);
     });
 }
+
+#[test]
+fn the_same_webhook_delivery_sent_to_two_replicas_runs_once() {
+    use base64::Engine;
+    use hmac::Mac;
+    let Some(store) = postgres() else {
+        return;
+    };
+    run(async {
+        let project = Project::new();
+        project
+            .write(
+                "main.skill.md",
+                "---\nname: main\ndescription: Hooks.\nmetadata:\n  role: main\n  webhook:\n    routes:\n      - { path: /hooks/pay, secret: \"${env.SG_REPLICA_WEBHOOK_SECRET}\", ref: paid }\n---\nmain\n",
+            )
+            .skill(
+                "paid.skill.js",
+                "export default async function (ctx, args) {\n  await ctx.manager.invoke('event-emit', { topic: 'paid', data: { delivery: args.id } });\n  return 'ok';\n}\n",
+            );
+        let secret = "replica-secret";
+        let env = [("SG_REPLICA_WEBHOOK_SECRET", secret)];
+        let mut args = vec!["--bind", "127.0.0.1:0"];
+        args.extend(["--store", store.url.as_deref().unwrap()]);
+        let a = serve(project.path(), &args, &env);
+        let b = serve(project.path(), &args, &env);
+        // Watch what the runs emit, from the start.
+        let mut watcher = connect(&a).await;
+        subscribe(&mut watcher, "paid", None).await;
+        let body = r#"{"order":7}"#;
+        let ts = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes()).unwrap();
+        mac.update(format!("msg_pay_7.{ts}.{body}").as_bytes());
+        let signature = format!(
+            "v1,{}",
+            base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes())
+        );
+        let client = reqwest::Client::new();
+        let mut statuses = Vec::new();
+        for served in [&a, &b] {
+            let response = client
+                .post(served.url("/hooks/pay"))
+                .header("webhook-id", "msg_pay_7")
+                .header("webhook-timestamp", ts.to_string())
+                .header("webhook-signature", &signature)
+                .body(body)
+                .send()
+                .await
+                .unwrap();
+            statuses.push(response.status().as_u16());
+        }
+        assert_eq!(statuses, [202, 200], "queued once, acknowledged once");
+        let (delivery, _) = next_payment(&mut watcher).await;
+        assert_eq!(delivery, "msg_pay_7");
+        let extra = tokio::time::timeout(Duration::from_secs(2), next_payment(&mut watcher)).await;
+        assert!(extra.is_err(), "the skill ran once: {extra:?}");
+    });
+}
+
+/// The next `paid` event: the delivery it was for, and its event id.
+async fn next_payment(client: &mut WsClient) -> (String, String) {
+    loop {
+        let frame = client.recv().await;
+        if frame["type"] == "event" && frame["topic"] == "paid" {
+            return (
+                frame["event"]["data"]["delivery"]
+                    .as_str()
+                    .unwrap()
+                    .to_string(),
+                frame["eventId"].as_str().unwrap().to_string(),
+            );
+        }
+    }
+}

@@ -11,7 +11,7 @@ pub const DOCUMENT: &str = include_str!("../../../openapi.yaml");
 
 /// Problem types the gateway answers with: slug, status, meaning. Each is a variant of
 /// `GatewayError`; a test in `problem` keeps the two the same.
-pub const PROBLEMS: [(&str, u16, &str); 19] = [
+pub const PROBLEMS: [(&str, u16, &str); 20] = [
     ("bad-request", 400, "The request could not be read."),
     (
         "malformed-json",
@@ -63,6 +63,11 @@ pub const PROBLEMS: [(&str, u16, &str); 19] = [
         "invalid-args",
         422,
         "The args fail the skill's params schema, or use `$`-prefixed keys (invoke options are not for callers); `errors` lists each failing field path or refused key.",
+    ),
+    (
+        "bad-signature",
+        401,
+        "A webhook delivery without a valid signature for its route (missing or malformed headers, a timestamp more than the tolerance away, or a signature that does not match). Nothing was queued.",
     ),
     (
         "in-progress",

@@ -25,7 +25,9 @@ pub struct Problem {
 fn status(err: &GatewayError) -> StatusCode {
     match err {
         GatewayError::BadRequest(_) | GatewayError::MalformedJson { .. } => StatusCode::BAD_REQUEST,
-        GatewayError::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
+        GatewayError::Unauthorized { .. } | GatewayError::BadSignature(_) => {
+            StatusCode::UNAUTHORIZED
+        }
         GatewayError::CrossSite(_) | GatewayError::Denied { .. } => StatusCode::FORBIDDEN,
         GatewayError::NotFound(_) => StatusCode::NOT_FOUND,
         GatewayError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
@@ -180,6 +182,7 @@ mod tests {
             },
             GatewayError::Unavailable("full".into()),
             GatewayError::KeyReused("again".into()),
+            GatewayError::BadSignature("stale".into()),
             GatewayError::InProgress("running".into()),
             GatewayError::Internal {
                 cause: "boom".into(),

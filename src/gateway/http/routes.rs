@@ -78,15 +78,25 @@ pub enum RouteError {
 }
 
 /// Paths the gateway serves itself.
-const RESERVED: [&str; 7] = [
+pub const RESERVED: [&str; 10] = [
     "/invoke",
     "/skills",
     "/healthz",
     "/readyz",
     "/metrics",
     "/openapi.yaml",
+    "/asyncapi.yaml",
     "/docs",
+    "/ws",
+    "/events",
 ];
+
+/// True when `path` is one the gateway serves itself.
+pub fn is_reserved(path: &str) -> bool {
+    RESERVED
+        .iter()
+        .any(|r| path == *r || path.starts_with(&format!("{r}/")))
+}
 
 /// Every route the skills declare, checked: known methods, free paths, existing skills. The
 /// first mistake is the error; [`check`] lists them all.
@@ -147,10 +157,7 @@ fn collect_all(index: &SearchIndex, project: &std::path::Path) -> (Vec<WebRoute>
     }
     let mut seen: HashMap<(String, String), String> = HashMap::new();
     for route in &routes {
-        if RESERVED
-            .iter()
-            .any(|r| route.path == *r || route.path.starts_with(&format!("{r}/")))
-        {
+        if is_reserved(&route.path) {
             errors.push(RouteError::Reserved {
                 at: route.declared_in.clone(),
                 pattern: route.pattern.clone(),

@@ -30,6 +30,7 @@ use crate::gateway::http::{
     descriptors, hosts, idempotency, invoke, listen, ops, request_id, routes, skills, topics,
 };
 use crate::gateway::transport::{Report, State, Transport};
+use crate::gateway::webhook::{self, WebhookRoute};
 use crate::gateway::{Gateway, GatewayError};
 
 /// A bound HTTP server, not yet serving.
@@ -37,6 +38,7 @@ pub struct Server {
     listener: TcpListener,
     router: Router,
     state: AppState,
+    webhooks: Vec<Arc<WebhookRoute>>,
 }
 
 /// How a shutdown went.
@@ -58,9 +60,26 @@ impl Server {
     ) -> Result<Server, StartError> {
         let index = gateway.kernel.registry().current();
         let web_routes = routes::collect(&index, project)?;
+        let taken =
+            |path: &str| routes::is_reserved(path) || web_routes.iter().any(|r| r.path == path);
+        let (webhooks, mistakes) = webhook::routes::collect(&index, project, &taken);
+        if !mistakes.is_empty() {
+            return Err(StartError::Webhook(mistakes));
+        }
+        let webhooks: Vec<Arc<WebhookRoute>> = webhooks.into_iter().map(Arc::new).collect();
+        for route in &webhooks {
+            webhook::worker::prepare(&gateway, route)
+                .await
+                .map_err(StartError::WebhookQueue)?;
+        }
+        let mut config = config;
+        // A webhook is authenticated by its signature, not by an API key.
+        config
+            .public
+            .extend(webhooks.iter().map(|r| r.path.clone()));
         let bind = config.bind;
         let state = AppState::new(gateway, config)?;
-        let router = build_router(&state, &web_routes)?;
+        let router = build_router(&state, &web_routes, &webhooks)?;
         let listener = TcpListener::bind(bind)
             .await
             .map_err(|source| StartError::Listen { addr: bind, source })?;
@@ -69,6 +88,7 @@ impl Server {
             listener,
             router,
             state,
+            webhooks,
         })
     }
 
@@ -97,7 +117,17 @@ impl Server {
             listener,
             router,
             state,
+            webhooks,
         } = self;
+        for route in webhooks {
+            webhook::worker::spawn(
+                state.gateway.clone(),
+                route,
+                state.config.timeout,
+                state.stopping.clone(),
+                &state.background,
+            );
+        }
         let stop = CancellationToken::new();
         let config = &state.config;
         let max_connections = descriptors::fit(config.max_connections);
@@ -135,10 +165,12 @@ impl Server {
         if let Some(hub) = &ws {
             hub.begin_close();
         }
+        state.background.close();
         let sockets = async {
             if let Some(hub) = &ws {
                 hub.drained().await;
             }
+            state.background.wait().await;
         };
         let kernel = &state.gateway.kernel;
         // Alone, the server announces the shutdown and closes the bus; among other transports,
@@ -217,7 +249,11 @@ impl Transport for Server {
     }
 }
 
-fn build_router(state: &AppState, web_routes: &[routes::WebRoute]) -> Result<Router, StartError> {
+fn build_router(
+    state: &AppState,
+    web_routes: &[routes::WebRoute],
+    webhooks: &[Arc<WebhookRoute>],
+) -> Result<Router, StartError> {
     let config = &state.config;
     let mut router: Router<AppState> = Router::new()
         .route("/invoke/{skill}", post(invoke::invoke))
@@ -234,6 +270,7 @@ fn build_router(state: &AppState, web_routes: &[routes::WebRoute]) -> Result<Rou
         router = router.route(crate::gateway::ws::PATH, get(crate::gateway::ws::upgrade));
     }
     router = routes::mount(router, web_routes);
+    router = webhook::intake::mount(router, webhooks);
     router = match &config.public_dir {
         Some(dir) => {
             let public = PublicDir::new(dir)?;

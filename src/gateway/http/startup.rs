@@ -26,6 +26,12 @@ pub enum StartError {
     RateLimit,
     #[error("CORS origin `{0}` is not a valid header value")]
     CorsOrigin(String),
+    /// A webhook route the server refuses (every mistake, one a line).
+    #[error("{}", .0.join("\n"))]
+    Webhook(Vec<String>),
+    /// The queue of a webhook route could not be made.
+    #[error("webhook queue: {0}")]
+    WebhookQueue(String),
     #[error("cannot listen on {addr}: {source}")]
     Listen {
         addr: SocketAddr,
@@ -39,9 +45,9 @@ impl StartError {
     pub fn for_transport(self) -> crate::gateway::transport::StartError {
         use crate::gateway::transport::StartError as Transport;
         match self {
-            StartError::Listen { .. } | StartError::PublicDir { .. } => {
-                Transport::runtime("http", self.to_string())
-            }
+            StartError::Listen { .. }
+            | StartError::PublicDir { .. }
+            | StartError::WebhookQueue(_) => Transport::runtime("http", self.to_string()),
             _ => Transport::config("http", self.to_string()),
         }
     }

@@ -26,6 +26,8 @@ pub struct Shared {
     pub ws: Option<Arc<Hub>>,
     /// Cancelled when the server stops: streams that never end by themselves (topics) end.
     pub stopping: tokio_util::sync::CancellationToken,
+    /// Webhook workers and their runs, drained at shutdown.
+    pub background: tokio_util::task::TaskTracker,
 }
 
 impl std::ops::Deref for AppState {
@@ -53,6 +55,7 @@ impl AppState {
             policy,
             ws,
             stopping: Default::default(),
+            background: Default::default(),
         })))
     }
 }

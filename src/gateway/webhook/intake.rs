@@ -1,0 +1,142 @@
+//! Receiving a delivery: verify its signature, drop a duplicate (the same delivery id, on any
+//! replica, within the dedupe window), queue it durably, then answer 202 with its id. The skill
+//! runs from the queue (see `worker`), so a slow or failing skill never makes the sender retry.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::extract::rejection::BytesRejection;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Json, Response};
+use axum::routing::post;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+use crate::context::id::now_ms;
+use crate::events::{Event, KernelBus, KeyClaim};
+use crate::gateway::GatewayError;
+use crate::gateway::http::body;
+use crate::gateway::http::invoke::headers_json;
+use crate::gateway::http::state::AppState;
+use crate::gateway::webhook::routes::WebhookRoute;
+use crate::gateway::webhook::verify::verify;
+
+/// How long a delivery id is remembered: longer than senders retry (Stripe: three days).
+pub const DEDUPE_WINDOW: Duration = Duration::from_secs(3 * 24 * 3600);
+
+/// Adds a `POST` route for each webhook.
+pub fn mount(mut router: Router<AppState>, routes: &[Arc<WebhookRoute>]) -> Router<AppState> {
+    for route in routes {
+        let path = route.path.clone();
+        let route = route.clone();
+        router = router.route(
+            &path,
+            post(
+                move |State(state): State<AppState>,
+                      headers: HeaderMap,
+                      body: Result<Bytes, BytesRejection>| {
+                    intake(state, route.clone(), headers, body)
+                },
+            ),
+        );
+    }
+    router
+}
+
+pub async fn intake(
+    state: AppState,
+    route: Arc<WebhookRoute>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    match receive(&state, &route, &headers, body).await {
+        Ok(response) => response,
+        Err(err) => err.into_response(),
+    }
+}
+
+async fn receive(
+    state: &AppState,
+    route: &WebhookRoute,
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, GatewayError> {
+    let body = body.map_err(|rejection| body::rejected(&rejection, state.config.body_limit))?;
+    let now = now_ms() / 1000;
+    let verified = verify(
+        &route.scheme,
+        &route.secret,
+        headers,
+        &body,
+        now,
+        route.tolerance,
+    )
+    .map_err(|err| {
+        tracing::info!(path = route.path, error = %err, "refused a webhook delivery");
+        GatewayError::BadSignature(err.to_string())
+    })?;
+    let store = state.gateway.kernel.bus().store().clone();
+    let key = format!("webhook:{}:{}", route.path, verified.id);
+    let fingerprint = hex(&Sha256::digest(&body));
+    let internal = |cause: String| GatewayError::Internal { cause, run: None };
+    match store
+        .claim_key(&key, &fingerprint, DEDUPE_WINDOW)
+        .await
+        .map_err(|e| internal(e.to_string()))?
+    {
+        KeyClaim::Won => {}
+        KeyClaim::Held {
+            response: Some(_), ..
+        } => {
+            return Ok((
+                StatusCode::OK,
+                Json(json!({ "deliveryId": verified.id, "duplicate": true })),
+            )
+                .into_response());
+        }
+        KeyClaim::Held { response: None, .. } => {
+            return Err(GatewayError::InProgress(format!(
+                "delivery `{}` is being queued by another request; try again shortly",
+                verified.id
+            )));
+        }
+    }
+    let mut event = Event::new(&route.topic, "delivery");
+    event.source = Some("webhook".into());
+    event.data = Some(json!({
+        "deliveryId": verified.id,
+        "path": route.path,
+        "scheme": route.scheme.name(),
+        "headers": headers_json(headers),
+        "body": parse_body(&body),
+        "receivedAt": now_ms(),
+    }));
+    if let Err(err) = state.gateway.kernel.bus().emit(&event).await {
+        // Not queued: the sender's retry may claim it again.
+        let _ = store.release_key(&key).await;
+        return Err(internal(format!(
+            "queueing a webhook delivery failed: {err}"
+        )));
+    }
+    let answer = json!({ "deliveryId": verified.id });
+    if let Err(err) = store
+        .settle_key(&key, &answer.to_string(), DEDUPE_WINDOW)
+        .await
+    {
+        tracing::warn!(error = %err, "marking a webhook delivery queued failed");
+    }
+    Ok((StatusCode::ACCEPTED, Json(answer)).into_response())
+}
+
+/// The body as JSON when it is JSON, else as text.
+fn parse_body(body: &[u8]) -> Value {
+    serde_json::from_slice(body)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(body).into_owned()))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}

@@ -1,0 +1,157 @@
+//! Running queued deliveries: one worker per route claims deliveries from its queue and runs
+//! the route's skill through the shared dispatch (`gateway-message` announced,
+//! `nonlocals.request` filled), a few at once. A run that succeeds acks its delivery; one that
+//! fails leaves it to come back after the visibility timeout, until the delivery limit moves it
+//! to `<topic>.dead`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Map, Value, json};
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::context::id;
+use crate::events::{Delivery, KernelBus};
+use crate::gateway::webhook::routes::WebhookRoute;
+use crate::gateway::{Gateway, Inbound, ReplyPart};
+use crate::kernel::ToolRef;
+
+/// The queue of a route's topic that its worker claims from.
+pub const QUEUE: &str = "run";
+/// Deliveries of one route running at once.
+const CONCURRENCY: usize = 8;
+/// How long one claim waits before it looks again.
+const CLAIM_WAIT: Duration = Duration::from_secs(5);
+
+/// Makes the route's queue, before any delivery is taken (a delivery queued on a topic with
+/// no queue would only be in its buffer).
+pub async fn prepare(gateway: &Gateway, route: &WebhookRoute) -> Result<(), String> {
+    gateway
+        .kernel
+        .bus()
+        .subscribe_queue(&route.topic, QUEUE, false)
+        .await
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+/// Starts the route's worker on `tracker` until `stop`; its runs are tracked there too.
+pub fn spawn(
+    gateway: Gateway,
+    route: Arc<WebhookRoute>,
+    timeout: Duration,
+    stop: CancellationToken,
+    tracker: &TaskTracker,
+) {
+    let runs = tracker.clone();
+    tracker.spawn(work(gateway, route, timeout, stop, runs));
+}
+
+async fn work(
+    gateway: Gateway,
+    route: Arc<WebhookRoute>,
+    timeout: Duration,
+    stop: CancellationToken,
+    runs: TaskTracker,
+) {
+    let bus = gateway.kernel.bus().clone();
+    let slots = Arc::new(Semaphore::new(CONCURRENCY));
+    loop {
+        let slot = tokio::select! {
+            () = stop.cancelled() => return,
+            slot = slots.clone().acquire_owned() => match slot { Ok(s) => s, Err(_) => return },
+        };
+        let got = tokio::select! {
+            () = stop.cancelled() => return,
+            got = bus.wait(&route.topic, QUEUE, CLAIM_WAIT, 1, false) => got,
+        };
+        match got {
+            Ok(deliveries) => {
+                for delivery in deliveries {
+                    let (gateway, route) = (gateway.clone(), route.clone());
+                    let slot = slots.clone().try_acquire_owned().ok();
+                    runs.spawn(async move {
+                        run(&gateway, &route, delivery, timeout).await;
+                        drop(slot);
+                    });
+                }
+            }
+            Err(err) => {
+                tracing::warn!(topic = route.topic, error = %err, "claiming webhook deliveries failed; retrying");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+        drop(slot);
+    }
+}
+
+/// Runs one delivery; acks it when the skill succeeded.
+async fn run(gateway: &Gateway, route: &WebhookRoute, delivery: Delivery, timeout: Duration) {
+    let event = delivery.event;
+    let data = event.data.clone().unwrap_or(Value::Null);
+    let delivery_id = data["deliveryId"].as_str().unwrap_or_default().to_string();
+    let args = json!({
+        "id": delivery_id,
+        "path": route.path,
+        "scheme": route.scheme.name(),
+        "headers": data["headers"],
+        "body": data["body"],
+        "attempt": delivery.attempts,
+    });
+    let mut request = Map::new();
+    request.insert("transport".into(), json!("webhook"));
+    request.insert("method".into(), json!("POST"));
+    request.insert("path".into(), json!(route.path));
+    request.insert("headers".into(), data["headers"].clone());
+    request.insert("deliveryId".into(), json!(delivery_id));
+    let request_id = id::format(id::next_id());
+    let inbound = Inbound {
+        transport: "webhook",
+        skill: ToolRef::Name(Arc::from(route.skill.as_str())),
+        announce: Some(json!({
+            "path": route.path,
+            "deliveryId": delivery_id,
+            "scheme": route.scheme.name(),
+            "attempt": delivery.attempts,
+        })),
+        args,
+        request,
+        request_id: request_id.clone(),
+        reply_to: json!({ "path": route.path, "deliveryId": delivery_id }),
+        follow: false,
+        timeout: Some(timeout),
+        duplex: false,
+    };
+    let mut dispatch = gateway.dispatch(inbound);
+    let outcome = loop {
+        match dispatch.parts.recv().await {
+            Some(ReplyPart::Done(outcome)) => break Some(outcome),
+            Some(_) => {}
+            None => break None,
+        }
+    };
+    match outcome {
+        Some(Ok(_)) => {
+            let ids = [event.id.clone()];
+            if let Err(err) = gateway
+                .kernel
+                .bus()
+                .ack(&route.topic, QUEUE, &ids, false)
+                .await
+            {
+                tracing::warn!(delivery_id, error = %err, "acking a webhook delivery failed; it may run again");
+            }
+        }
+        Some(Err(err)) => tracing::warn!(
+            path = route.path,
+            delivery_id,
+            request_id,
+            attempt = delivery.attempts,
+            error = %err,
+            "a webhook delivery failed; it comes back after the visibility timeout"
+        ),
+        None => tracing::warn!(delivery_id, "a webhook run ended without an outcome"),
+    }
+}
