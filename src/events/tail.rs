@@ -27,10 +27,25 @@ const POLL: Duration = Duration::from_millis(250);
 /// Events read from the buffer at once.
 const PAGE: usize = 500;
 
+/// An event read off a topic's buffer, with its envelope serialized once for every follower.
+#[derive(Debug)]
+pub struct Tailed {
+    pub event: Event,
+    /// `event` as JSON text.
+    pub json: String,
+}
+
+impl Tailed {
+    fn new(event: Event) -> Tailed {
+        let json = event.to_body();
+        Tailed { event, json }
+    }
+}
+
 /// What a tail broadcasts.
 #[derive(Debug, Clone)]
 enum Item {
-    Event(Arc<Event>),
+    Event(Arc<Tailed>),
     /// The tail lost its place: events fell out of the buffer before it read them.
     Gap,
 }
@@ -54,7 +69,7 @@ impl Drop for Tail {
 /// One follower of a topic: [`Follow::next`] gives its events in order.
 pub struct Follow {
     /// Buffered events after the resume point, not yet handed out.
-    history: std::collections::VecDeque<Arc<Event>>,
+    history: std::collections::VecDeque<Arc<Tailed>>,
     /// Ids that were in the buffer when following started: handed out from history or before
     /// the resume point, skipped when the tail broadcasts them.
     seen: HashSet<String>,
@@ -105,7 +120,11 @@ impl Bus {
             },
         };
         let seen = all.iter().map(|e| e.id.clone()).collect();
-        let history = all.into_iter().skip(start).map(Arc::new).collect();
+        let history = all
+            .into_iter()
+            .skip(start)
+            .map(|e| Arc::new(Tailed::new(e)))
+            .collect();
         Ok(Follow {
             seen,
             history,
@@ -179,7 +198,7 @@ async fn read(
             let full = page.len() == PAGE;
             for event in page {
                 last = Some(event.id.clone());
-                let _ = tx.send(Item::Event(Arc::new(event)));
+                let _ = tx.send(Item::Event(Arc::new(Tailed::new(event))));
             }
             if !full {
                 break;
@@ -200,14 +219,14 @@ async fn read(
 
 impl Follow {
     /// The next event, waiting for one.
-    pub async fn next(&mut self) -> std::result::Result<Arc<Event>, FollowError> {
+    pub async fn next(&mut self) -> std::result::Result<Arc<Tailed>, FollowError> {
         if let Some(event) = self.history.pop_front() {
             return Ok(event);
         }
         loop {
             match self.rx.recv().await {
                 Ok(Item::Event(event)) => {
-                    if !self.seen.is_empty() && self.seen.remove(&event.id) {
+                    if !self.seen.is_empty() && self.seen.remove(&event.event.id) {
                         continue;
                     }
                     // Past the overlap with the history: nothing more to skip.

@@ -635,6 +635,7 @@ async fn next_n(follow: &mut skillgate::events::tail::Follow) -> u64 {
         .expect("an event arrives")
         .expect("following goes on");
     event
+        .event
         .data
         .as_ref()
         .and_then(|d| d["n"].as_u64())

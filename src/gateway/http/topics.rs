@@ -59,10 +59,10 @@ pub async fn follow(
                 next = follow.next() => next,
             };
             let event = match next {
-                Ok(event) => SseEvent::default()
+                Ok(tailed) => SseEvent::default()
                     .event("event")
-                    .id(event.id.clone())
-                    .data(event.to_json().to_string()),
+                    .id(tailed.event.id.clone())
+                    .data(&tailed.json),
                 Err(FollowError::Gap) => SseEvent::default().event("gap").data("{}"),
                 // Too slow, or the bus is closing: the client reconnects with its last id.
                 Err(FollowError::Lagged(_) | FollowError::Closed) => return None,

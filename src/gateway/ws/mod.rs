@@ -36,6 +36,10 @@ pub use hub::Hub;
 
 /// The path of the endpoint.
 pub const PATH: &str = "/ws";
+/// Bytes read from a socket at once.
+const READ_BUFFER: usize = 4 * 1024;
+/// Bytes of frames gathered before they are written (a batch is flushed anyway).
+const WRITE_BUFFER: usize = 16 * 1024;
 
 /// `GET /ws`: checks the origin and the connection cap, then upgrades.
 pub async fn upgrade(
@@ -79,6 +83,10 @@ pub async fn upgrade(
     };
     let max = hub.config.max_message;
     upgrade
+        // Buffers grow with the messages a socket carries; an idle one keeps them small (the
+        // default read buffer is 128 KiB a socket, allocated up front).
+        .read_buffer_size(READ_BUFFER)
+        .write_buffer_size(WRITE_BUFFER)
         .max_message_size(max)
         .max_frame_size(max)
         .on_upgrade(move |socket| {

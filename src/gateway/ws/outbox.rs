@@ -48,7 +48,12 @@ impl Outbox {
 
     /// Queues a frame; a full queue closes the socket (the client fell behind).
     pub fn push(&self, frame: Value) {
-        match self.tx.try_send(Message::Text(frame.to_string().into())) {
+        self.push_text(frame.to_string());
+    }
+
+    /// Queues a frame already serialized.
+    pub fn push_text(&self, frame: String) {
+        match self.tx.try_send(Message::Text(frame.into())) {
             Ok(()) => {}
             Err(TrySendError::Full(_)) => self.close(
                 code::TRY_AGAIN_LATER,

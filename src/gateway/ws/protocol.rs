@@ -220,6 +220,18 @@ pub mod out {
         json!({ "type": "event", "topic": topic, "group": group, "eventId": event.id, "event": event })
     }
 
+    /// [`topic_event`] for a plain subscription, from the envelope's JSON serialized once for
+    /// every follower.
+    pub fn followed_event(topic: &str, tailed: &crate::events::tail::Tailed) -> String {
+        let quoted = |s: &str| Value::String(s.to_string()).to_string();
+        format!(
+            r#"{{"type":"event","topic":{},"group":null,"eventId":{},"event":{}}}"#,
+            quoted(topic),
+            quoted(&tailed.event.id),
+            tailed.json
+        )
+    }
+
     pub fn subscribed(topic: &str, group: Option<&str>, resumed_with_gap: bool) -> Value {
         json!({ "type": "subscribed", "topic": topic, "group": group, "gap": resumed_with_gap })
     }

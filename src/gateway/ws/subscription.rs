@@ -159,7 +159,7 @@ async fn follow(
             next = follow.next() => next,
         };
         match next {
-            Ok(event) => outbox.push(out::topic_event(&topic, None, &event)),
+            Ok(tailed) => outbox.push_text(out::followed_event(&topic, &tailed)),
             Err(FollowError::Gap) => outbox.push(out::gap(&topic)),
             Err(FollowError::Lagged(n)) => {
                 outbox.close(
