@@ -11,11 +11,18 @@ use tokio::sync::Notify;
 use crate::common::{Project, native};
 use crate::server::{TestServer, config, problem};
 
-/// `count` answers how many times it ran; `held` answers once released.
+/// `count` answers how many times it ran; `held` says when it started and answers
+/// once released.
 async fn start() -> (TestServer, Arc<AtomicU64>, Arc<Notify>) {
+    let (server, runs, release, _) = start_with_signal().await;
+    (server, runs, release)
+}
+
+async fn start_with_signal() -> (TestServer, Arc<AtomicU64>, Arc<Notify>, Arc<Notify>) {
     let runs = Arc::new(AtomicU64::new(0));
     let release = Arc::new(Notify::new());
-    let (counted, released) = (runs.clone(), release.clone());
+    let started = Arc::new(Notify::new());
+    let (counted, released, starting) = (runs.clone(), release.clone(), started.clone());
     let project = Project::new();
     project.skill(
         "strict.skill.md",
@@ -32,8 +39,9 @@ async fn start() -> (TestServer, Arc<AtomicU64>, Arc<Notify>) {
         .native(native(
             "name: held\ndescription: Waits.\n",
             move |_ctx: Context, _| {
-                let released = released.clone();
+                let (released, starting) = (released.clone(), starting.clone());
                 async move {
+                    starting.notify_one();
                     released.notified().await;
                     Ok(Some(json!("released")))
                 }
@@ -41,7 +49,7 @@ async fn start() -> (TestServer, Arc<AtomicU64>, Arc<Notify>) {
         ))
     })
     .await;
-    (server, runs, release)
+    (server, runs, release, started)
 }
 
 async fn post(server: &TestServer, skill: &str, key: &str, body: Value) -> reqwest::Response {
@@ -94,7 +102,7 @@ async fn the_same_key_with_another_body_or_skill_is_422() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_whose_first_request_still_runs_is_409_and_then_replays() {
-    let (server, _, release) = start().await;
+    let (server, _, release, started) = start_with_signal().await;
     let url = server.url("/invoke/held");
     let client = server.client.clone();
     let first = tokio::spawn(async move {
@@ -106,17 +114,11 @@ async fn a_key_whose_first_request_still_runs_is_409_and_then_replays() {
             .await
             .unwrap()
     });
-    // The first request holds the key once it runs; until then a second one may win the key.
-    let mut busy = None;
-    for _ in 0..100 {
-        let response = post(&server, "held", "slow", json!({})).await;
-        if response.status() == 409 {
-            busy = Some(response);
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
-    let body = problem(busy.expect("409 while the first runs"), 409).await;
+    // Once the first request's run started, it holds the key.
+    tokio::time::timeout(std::time::Duration::from_secs(20), started.notified())
+        .await
+        .expect("the first run started");
+    let body = problem(post(&server, "held", "slow", json!({})).await, 409).await;
     assert_eq!(body["type"], "/docs#problem-in-progress");
     release.notify_one();
     let first = first.await.unwrap();

@@ -117,15 +117,20 @@ pub fn check(index: &SearchIndex, project: &std::path::Path) -> Vec<RouteError> 
     collect_all(index, project).1
 }
 
+/// The project's main skill: the one with `role: main` in the project folder itself, whose
+/// cascade declares the gateway's routes.
+pub fn main_skill<'a>(index: &'a SearchIndex, project: &std::path::Path) -> Option<&'a Tool> {
+    let project = std::path::absolute(project).ok();
+    index.tools().find(|t| {
+        t.is_main
+            && matches!(&t.source, crate::skills::Source::File(p) if p.parent() == project.as_deref())
+    })
+}
+
 fn collect_all(index: &SearchIndex, project: &std::path::Path) -> (Vec<WebRoute>, Vec<RouteError>) {
     let mut routes = Vec::new();
     let mut errors = Vec::new();
-    let project = std::path::absolute(project).ok();
-    let main = index.tools().find(|t| {
-        t.is_main
-            && matches!(&t.source, crate::skills::Source::File(p) if p.parent() == project.as_deref())
-    });
-    if let Some(main) = main {
+    if let Some(main) = main_skill(index, project) {
         match cascade::merged_for(index, main) {
             Err(e) => errors.push(RouteError::Metadata(e)),
             Ok(merged) => {

@@ -44,12 +44,7 @@ pub fn collect(
 ) -> (Vec<WebhookRoute>, Vec<String>) {
     let mut routes = Vec::new();
     let mut errors = Vec::new();
-    let project = std::path::absolute(project).ok();
-    let main = index.tools().find(|t| {
-        t.is_main
-            && matches!(&t.source, crate::skills::Source::File(p) if p.parent() == project.as_deref())
-    });
-    let Some(main) = main else {
+    let Some(main) = crate::gateway::http::routes::main_skill(index, project) else {
         return (routes, errors);
     };
     let merged = match cascade::merged_for(index, main) {
