@@ -119,7 +119,7 @@ pub fn check(index: &SearchIndex, project: &std::path::Path) -> Vec<RouteError> 
 
 /// The project's main skill: the one with `role: main` in the project folder itself, whose
 /// cascade declares the gateway's routes.
-pub fn main_skill<'a>(index: &'a SearchIndex, project: &std::path::Path) -> Option<&'a Tool> {
+pub fn main_skill<'a>(index: &'a SearchIndex, project: &std::path::Path) -> Option<&'a Arc<Tool>> {
     let project = std::path::absolute(project).ok();
     index.tools().find(|t| {
         t.is_main
