@@ -316,12 +316,13 @@ fn a_failing_skill_is_retried_from_the_queue_then_dead_lettered_while_the_sender
 }
 
 #[test]
-fn webhook_routes_with_a_literal_secret_an_unset_variable_or_a_missing_skill_do_not_start() {
+fn webhook_routes_with_a_literal_secret_an_unset_variable_a_missing_skill_or_a_pattern_path_do_not_start()
+ {
     runtime().block_on(async {
         let project = Project::new();
         project.write(
             "main.skill.md",
-            "---\nname: main\ndescription: Hooks.\nmetadata:\n  role: main\n  webhook:\n    routes:\n      - { path: /a, secret: plain-text, ref: main }\n      - { path: /b, secret: \"${env.SG_SURELY_UNSET_SECRET}\", ref: main }\n      - { path: /c, secret: \"${env.PATH}\", ref: mian }\n---\nmain\n",
+            "---\nname: main\ndescription: Hooks.\nmetadata:\n  role: main\n  webhook:\n    routes:\n      - { path: /a, secret: plain-text, ref: main }\n      - { path: /b, secret: \"${env.SG_SURELY_UNSET_SECRET}\", ref: main }\n      - { path: /c, secret: \"${env.PATH}\", ref: mian }\n      - { path: \"/d[x]\", secret: \"${env.PATH}\", ref: main }\n---\nmain\n",
         );
         let kernel = project.builder().build();
         let gateway = skillgate::gateway::Gateway::new(
@@ -336,6 +337,7 @@ fn webhook_routes_with_a_literal_secret_an_unset_variable_or_a_missing_skill_do_
         assert!(err.contains("routes[0].secret: write it as a reference"), "{err}");
         assert!(err.contains("routes[1].secret: the environment variable `SG_SURELY_UNSET_SECRET`"), "{err}");
         assert!(err.contains("routes[2].ref: no skill named `mian` (did you mean `main`?)"), "{err}");
+        assert!(err.contains("routes[3].path: `/d[x]` must be a plain path"), "{err}");
         assert!(!err.contains("plain-text"), "the secret is not printed: {err}");
     });
 }

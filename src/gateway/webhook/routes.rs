@@ -106,7 +106,9 @@ fn parse(
     };
     let get = |k: &str| map.get(k).and_then(Value::as_str);
     let path = match get("path") {
-        Some(p) if p.starts_with('/') && !p.contains(['{', '}', ':', '*']) => p.to_string(),
+        Some(p) if p.starts_with('/') && !p.contains(['{', '}', ':', '*', '?', '[', ']']) => {
+            p.to_string()
+        }
         Some(p) => {
             errors.push(format!(
                 "{at}.path: `{p}` must be a plain path starting with `/`"
