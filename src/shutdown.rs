@@ -29,27 +29,54 @@ impl Signal {
     }
 }
 
-/// Resolves at the first SIGINT or SIGTERM.
-pub async fn signal() -> Signal {
+/// SIGINT and SIGTERM, caught from the moment this returns (so a signal sent right after the
+/// start line is printed stops the server cleanly instead of killing it).
+pub fn listen() -> Signals {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
-        let mut term = match signal(SignalKind::terminate()) {
-            Ok(term) => term,
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-                return Signal::Interrupt;
-            }
-        };
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => Signal::Interrupt,
-            _ = term.recv() => Signal::Terminate,
+        Signals {
+            interrupt: signal(SignalKind::interrupt()).ok(),
+            terminate: signal(SignalKind::terminate()).ok(),
         }
     }
     #[cfg(not(unix))]
     {
-        let _ = tokio::signal::ctrl_c().await;
-        Signal::Interrupt
+        Signals {}
+    }
+}
+
+/// The signals [`listen`] caught.
+pub struct Signals {
+    #[cfg(unix)]
+    interrupt: Option<tokio::signal::unix::Signal>,
+    #[cfg(unix)]
+    terminate: Option<tokio::signal::unix::Signal>,
+}
+
+impl Signals {
+    /// The first signal caught.
+    pub async fn recv(self) -> Signal {
+        #[cfg(unix)]
+        {
+            async fn next(signal: Option<tokio::signal::unix::Signal>) {
+                match signal {
+                    Some(mut signal) => {
+                        signal.recv().await;
+                    }
+                    None => std::future::pending().await,
+                }
+            }
+            tokio::select! {
+                () = next(self.interrupt) => Signal::Interrupt,
+                () = next(self.terminate) => Signal::Terminate,
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+            Signal::Interrupt
+        }
     }
 }
 

@@ -82,6 +82,8 @@ pub async fn run(
     let interactive = std::io::stdin().is_terminal() && std::io::stdout().is_terminal();
     let args = Value::Object(parsed.args);
     let name = tool.name.clone();
+    // Caught before the run starts: a signal during its first steps still stops it cleanly.
+    let signals = crate::shutdown::listen();
     let run = async {
         if interactive {
             kernel
@@ -95,7 +97,7 @@ pub async fn run(
     };
     let outcome = tokio::select! {
         outcome = run => outcome,
-        signal = crate::shutdown::signal() => {
+        signal = signals.recv() => {
             crate::shutdown::announce(&kernel, signal).await;
             return ExitCode::from(signal.exit_code());
         }

@@ -88,6 +88,8 @@ pub async fn serve(
             return ExitCode::from(if err.config { USAGE } else { FAILED });
         }
     };
+    // Caught before the start line: whoever reads it may signal at once.
+    let signals = crate::shutdown::listen();
     let addr = server.local_addr();
     eprintln!(
         "skillgate: listening on http://{addr} ({skills} skills, {store_kind} event store {store_label}, {})",
@@ -109,7 +111,7 @@ pub async fn serve(
         let stop = stop.clone();
         let kernel = kernel.clone();
         tokio::spawn(async move {
-            let signal = crate::shutdown::signal().await;
+            let signal = signals.recv().await;
             eprintln!(
                 "skillgate: {}: stopping; in-flight work gets up to {:.1} s",
                 signal.name(),
