@@ -87,7 +87,7 @@ impl Event {
     /// A new event with a fresh id and the current time.
     pub fn new(topic: &str, kind: &str) -> Event {
         Event {
-            id: format!("{:08x}", next_id() >> 32),
+            id: format!("{:016x}", next_id()),
             topic: topic.to_string(),
             kind: kind.to_string(),
             source: None,

@@ -96,11 +96,31 @@ pub enum FollowError {
     Closed,
 }
 
+/// Where a follower starts.
+enum Start<'a> {
+    /// After the newest buffered event.
+    New,
+    /// At the oldest buffered event.
+    Oldest,
+    /// After this event.
+    After(&'a str),
+}
+
 impl Bus {
     /// Follows `topic`: every buffered event after the event `from` (none: only new events),
     /// then every new one. A `from` that is no longer in the buffer starts at the oldest
     /// buffered event and sets [`Follow::resumed_with_gap`].
     pub async fn follow(&self, topic: &str, from: Option<&str>) -> Result<Follow> {
+        self.follow_at(topic, from.map_or(Start::New, Start::After))
+            .await
+    }
+
+    /// Follows `topic` from the oldest event in its buffer.
+    pub async fn follow_buffer(&self, topic: &str) -> Result<Follow> {
+        self.follow_at(topic, Start::Oldest).await
+    }
+
+    async fn follow_at(&self, topic: &str, from: Start<'_>) -> Result<Follow> {
         check_name("topic", topic)?;
         let tail = self.tail(topic).await?;
         let rx = tail.tx.subscribe();
@@ -113,8 +133,9 @@ impl Bus {
             .await
             .map_err(store_error)?;
         let (start, resumed_with_gap) = match from {
-            None => (all.len(), false),
-            Some(id) => match all.iter().position(|e| e.id == id) {
+            Start::New => (all.len(), false),
+            Start::Oldest => (0, false),
+            Start::After(id) => match all.iter().position(|e| e.id == id) {
                 Some(at) => (at + 1, false),
                 None => (0, true),
             },

@@ -116,6 +116,10 @@ pub enum GatewayError {
     /// replica), or its answer cannot be replayed.
     #[error("{0}")]
     InProgress(String),
+    /// What the request asks for was kept for a while and is gone (a streamed run whose frames
+    /// left the buffer).
+    #[error("{0}")]
+    Gone(String),
     /// The server cannot take this now (too many connections, shutting down); try later.
     #[error("{0}")]
     Unavailable(String),
@@ -191,6 +195,7 @@ impl GatewayError {
             GatewayError::KeyReused(_) => "idempotency-key-reused",
             GatewayError::BadSignature(_) => "bad-signature",
             GatewayError::InProgress(_) => "in-progress",
+            GatewayError::Gone(_) => "stream-expired",
             GatewayError::Internal { .. } => "internal",
         }
     }

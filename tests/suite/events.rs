@@ -171,7 +171,7 @@ async fn emit_then_wait_delivers_the_full_envelope(b: &Backend) {
     assert_eq!(got.len(), 1);
     let e = &got[0].event;
     assert_eq!(e, &sent);
-    assert_eq!(e.id.len(), 8);
+    assert_eq!(e.id.len(), 16);
     assert!(e.id.bytes().all(|c| c.is_ascii_hexdigit()));
     let json = e.to_json();
     for key in [
@@ -805,4 +805,14 @@ async fn of_many_processes_claiming_one_key_at_once_one_wins(b: &Backend) {
         }
     }
     assert_eq!(won, 1);
+}
+
+/// Ids are 64-bit: among 300k events no two share one (with 32-bit ids about ten would).
+#[test]
+fn event_ids_do_not_repeat_among_many_events() {
+    let mut seen = std::collections::HashSet::new();
+    for _ in 0..300_000 {
+        let id = skillgate::events::Event::new("t", "k").id;
+        assert!(seen.insert(id.clone()), "event id `{id}` was given twice");
+    }
 }

@@ -136,19 +136,3 @@ async fn a_refused_request_is_replayed_as_refused() {
     let again = problem(again, 422).await;
     assert_eq!(again, first);
 }
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_key_is_for_json_answers_not_streams() {
-    let (server, _, _) = start().await;
-    let response = server
-        .client
-        .post(server.url("/invoke/count"))
-        .header("idempotency-key", "s")
-        .header("accept", "text/event-stream")
-        .json(&json!({}))
-        .send()
-        .await
-        .unwrap();
-    let body = problem(response, 400).await;
-    assert!(body["detail"].as_str().unwrap().contains("Idempotency-Key"));
-}

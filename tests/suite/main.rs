@@ -40,6 +40,7 @@ mod http_auth;
 mod http_idempotency;
 mod http_invoke;
 mod http_ops;
+mod http_resume;
 mod http_topics;
 mod layers;
 mod orchestration;

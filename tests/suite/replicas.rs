@@ -242,3 +242,58 @@ async fn next_payment(client: &mut WsClient) -> (String, String) {
         }
     }
 }
+
+#[test]
+fn a_streamed_run_started_on_one_replica_resumes_on_another() {
+    use crate::server::SseReader;
+    let Some(store) = postgres() else {
+        return;
+    };
+    run(async {
+        let project = Project::new();
+        project.skill(
+            "parts.skill.js",
+            "export default async function (ctx) {\n  for (const i of [0, 1, 2]) {\n    await ctx.manager.invoke('gateway-send', { message: 'part ' + i });\n  }\n  return 'done';\n}\n",
+        );
+        let a = start(&project, &store);
+        let b = start(&project, &store);
+        let client = reqwest::Client::new();
+        let open = |url: String, last: Option<String>| {
+            let mut request = client
+                .post(url)
+                .header("accept", "text/event-stream")
+                .header("idempotency-key", "report-9")
+                .json(&json!({}));
+            if let Some(last) = last {
+                request = request.header("last-event-id", last);
+            }
+            request.send()
+        };
+        let mut first = SseReader::new(open(a.url("/invoke/parts"), None).await.unwrap());
+        let seen = loop {
+            let frame = first.next().await.expect("a frame");
+            if frame.event == "message" {
+                break frame;
+            }
+        };
+        assert_eq!(seen.data, "part 0");
+        drop(first);
+        let response = open(b.url("/invoke/parts"), seen.id.clone()).await.unwrap();
+        assert_eq!(response.status(), 200);
+        let mut rest = SseReader::new(response);
+        let mut frames = Vec::new();
+        while let Some(frame) = rest.next().await {
+            frames.push((frame.event, frame.data));
+        }
+        let messages: Vec<_> = frames
+            .iter()
+            .filter(|(event, _)| event == "message")
+            .map(|(_, data)| data.clone())
+            .collect();
+        assert_eq!(messages, [json!("part 1"), json!("part 2")]);
+        assert_eq!(
+            frames.last().unwrap(),
+            &("result".to_string(), json!({ "result": "done" }))
+        );
+    });
+}

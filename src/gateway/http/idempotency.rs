@@ -1,7 +1,9 @@
 //! `Idempotency-Key` on `POST /invoke/{skill}`: the first request with a key runs; the same key
 //! with the same skill and body gets the first answer again (status and body) for a day, on any
 //! replica, through the store's once-only claims; the same key with another request is refused.
+//! A streamed request with a key is resumable (see `resume`).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
@@ -10,12 +12,14 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use crate::events::{KernelBus, KeyClaim};
+use crate::events::{EventStore, KernelBus, KeyClaim};
 use crate::gateway::GatewayError;
 use crate::gateway::http::auth::Caller;
 use crate::gateway::http::state::AppState;
 
 pub const HEADER: &str = "idempotency-key";
+/// Where a reconnecting SSE client says what it saw last.
+pub const LAST_EVENT_ID: &str = "last-event-id";
 /// Set on an answer that is a replay.
 pub const REPLAYED: &str = "idempotent-replayed";
 /// How long an answer is replayed.
@@ -31,6 +35,9 @@ pub enum Begin {
     Claimed(Claim),
     /// The first request's answer.
     Replay(Response),
+    /// A streamed run with this key was started: follow its recorded frames on `topic` (`over`
+    /// once the run has ended).
+    Resume { topic: String, over: bool },
 }
 
 /// A key this request holds.
@@ -38,7 +45,8 @@ pub struct Claim {
     key: String,
 }
 
-/// Looks the request's key up (`stream` requests cannot use one).
+/// Looks the request's key up. A streamed request (`stream`) with a key is recorded so that
+/// it can be resumed ([`Begin::Resume`]); `Last-Event-ID` without a key is refused.
 pub async fn begin(
     state: &AppState,
     caller: Option<&Caller>,
@@ -48,6 +56,11 @@ pub async fn begin(
     stream: bool,
 ) -> Result<Begin, GatewayError> {
     let Some(value) = headers.get(HEADER) else {
+        if stream && headers.contains_key(LAST_EVENT_ID) {
+            return Err(GatewayError::BadRequest(
+                "`Last-Event-ID` resumes a streamed run started with an `Idempotency-Key`: send the same key (and body) again".into(),
+            ));
+        }
         return Ok(Begin::None);
     };
     let given = value
@@ -59,11 +72,6 @@ pub async fn begin(
                 "`Idempotency-Key` must be 1 to 255 visible ASCII characters".into(),
             )
         })?;
-    if stream {
-        return Err(GatewayError::BadRequest(
-            "`Idempotency-Key` applies to JSON answers; a streamed run is not replayed (send it without `Accept: text/event-stream`)".into(),
-        ));
-    }
     // Keys are the caller's own: two API keys may choose the same one.
     let owner = match caller {
         Some(Caller::Key(key)) => key.name.as_str(),
@@ -74,6 +82,12 @@ pub async fn begin(
     digest.update(skill.as_bytes());
     digest.update([0]);
     digest.update(body);
+    // A streamed run and a JSON answer are different requests.
+    digest.update(if stream {
+        &b"\0stream"[..]
+    } else {
+        &b"\0json"[..]
+    });
     let fingerprint = hex(&digest.finalize());
     // While the first run goes on, its claim lasts as long as it may run.
     let running = state.config.timeout + state.config.grace + Duration::from_secs(60);
@@ -89,9 +103,13 @@ pub async fn begin(
         KeyClaim::Won => Ok(Begin::Claimed(Claim { key })),
         KeyClaim::Held { fingerprint: f, .. } if f != fingerprint => {
             Err(GatewayError::KeyReused(format!(
-                "the `Idempotency-Key` `{given}` was used for another request (another skill or body)"
+                "the `Idempotency-Key` `{given}` was used for another request (another skill or body, or streamed where this one is not)"
             )))
         }
+        KeyClaim::Held { response, .. } if stream => Ok(Begin::Resume {
+            topic: stream_topic(&key),
+            over: response.is_some(),
+        }),
         KeyClaim::Held { response: None, .. } => Err(GatewayError::InProgress(format!(
             "a request with the `Idempotency-Key` `{given}` has not answered yet; try again shortly"
         ))),
@@ -102,7 +120,35 @@ pub async fn begin(
     }
 }
 
+/// The reserved topic a streamed run holding `key` records its frames on.
+fn stream_topic(key: &str) -> String {
+    format!(
+        "gateway-stream.{}",
+        &hex(&Sha256::digest(key.as_bytes()))[..32]
+    )
+}
+
 impl Claim {
+    /// Where this streamed run records its frames.
+    pub fn stream_topic(&self) -> String {
+        stream_topic(&self.key)
+    }
+
+    /// Marks the streamed run as over: later requests with the key follow its recorded frames.
+    pub async fn settle_stream(self, store: &Arc<dyn EventStore>) {
+        let kept = json!({ "stream": true }).to_string();
+        if let Err(err) = store.settle_key(&self.key, &kept, KEEP).await {
+            tracing::warn!(error = %err, "marking a streamed run as over failed");
+        }
+    }
+
+    /// Frees the key: the run could not be recorded, and the client may try again.
+    pub async fn release(self, store: &Arc<dyn EventStore>) {
+        if let Err(err) = store.release_key(&self.key).await {
+            tracing::warn!(error = %err, "releasing an idempotency key failed");
+        }
+    }
+
     /// Keeps `response` for replays and returns it. A response the skill wrote itself
     /// (`raw`) is not kept: the key stays claimed, and a replay says so.
     pub async fn settle(self, state: &AppState, response: Response, raw: bool) -> Response {

@@ -1,7 +1,8 @@
 //! `POST /invoke/{skill}`: JSON args in, `{"result": ...}` out; with `Accept:
 //! text/event-stream` the run's chunks, messages, log events and bus events stream as SSE and a
 //! final `result` (or `error`) event closes the stream. A skill that takes the response over
-//! with `web-send` answers with its own status, headers and streamed body.
+//! with `web-send` answers with its own status, headers and streamed body. A stream sent with an
+//! `Idempotency-Key` is recorded and resumable (`resume`).
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -23,6 +24,7 @@ use crate::gateway::http::body;
 use crate::gateway::http::idempotency::{self, Begin};
 use crate::gateway::http::problem::Problem;
 use crate::gateway::http::request_id::RequestId;
+use crate::gateway::http::resume;
 use crate::gateway::http::state::AppState;
 use crate::gateway::reply::chunk_bytes;
 use crate::gateway::{Dispatch, GatewayError, Inbound, ReplyPart};
@@ -54,6 +56,9 @@ pub async fn invoke(
             Begin::None => None,
             Begin::Claimed(claim) => Some(claim),
             Begin::Replay(response) => return Ok(response),
+            Begin::Resume { topic, over } => {
+                return resume::follow(&state, &topic, over, &headers).await;
+            }
         };
     let inbound = Inbound {
         transport: "http",
@@ -72,7 +77,10 @@ pub async fn invoke(
     };
     let dispatch = state.gateway.dispatch(inbound);
     if stream {
-        return Ok(sse(dispatch, skill, request_id).into_response());
+        return match claim {
+            Some(claim) => resume::record(&state, dispatch, claim, skill, request_id).await,
+            None => Ok(sse(dispatch, skill, request_id).into_response()),
+        };
     }
     let reply = dispatch.reply.clone();
     let response = respond(dispatch, &skill, &request_id, |result, messages| {
@@ -282,6 +290,28 @@ fn raw(
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
 }
 
+/// A run's part as an SSE frame: its event name, its data, and whether it is the last one
+/// (`None` for parts a stream does not carry).
+pub fn frame(
+    part: ReplyPart,
+    skill: &str,
+    request_id: &str,
+) -> Option<(&'static str, Value, bool)> {
+    Some(match part {
+        ReplyPart::Chunk(chunk) => ("chunk", chunk, false),
+        ReplyPart::Message(message) => ("message", message, false),
+        ReplyPart::Log(log) => ("log", (*log).clone(), false),
+        ReplyPart::Event(event) => ("event", event, false),
+        ReplyPart::Head { .. } => return None,
+        ReplyPart::Done(Ok(result)) => ("result", json!({ "result": output(result) }), true),
+        ReplyPart::Done(Err(err)) => (
+            "error",
+            Problem::of(&GatewayError::from_run(&err, skill, request_id)).to_json(),
+            true,
+        ),
+    })
+}
+
 /// The SSE stream of a run.
 fn sse(
     dispatch: Dispatch,
@@ -295,20 +325,8 @@ fn sse(
             let (mut dispatch, seq) = state?;
             loop {
                 let part = dispatch.parts.recv().await?;
-                let (name, data, last) = match part {
-                    ReplyPart::Chunk(chunk) => ("chunk", chunk, false),
-                    ReplyPart::Message(message) => ("message", message, false),
-                    ReplyPart::Log(log) => ("log", (*log).clone(), false),
-                    ReplyPart::Event(event) => ("event", event, false),
-                    ReplyPart::Head { .. } => continue,
-                    ReplyPart::Done(Ok(result)) => {
-                        ("result", json!({ "result": output(result) }), true)
-                    }
-                    ReplyPart::Done(Err(err)) => (
-                        "error",
-                        Problem::of(&GatewayError::from_run(&err, &skill, &request_id)).to_json(),
-                        true,
-                    ),
+                let Some((name, data, last)) = frame(part, &skill, &request_id) else {
+                    continue;
                 };
                 let event = SseEvent::default()
                     .event(name)

@@ -5,7 +5,7 @@
 //! One module a concern: [`config`] (flags, environment, file), [`server`] (router, layers,
 //! shutdown), [`listen`] (accept loop, connection cap, idle connections), [`activity`] (what is
 //! in flight), [`body`] (the body deadline), [`descriptors`] (the cap's file descriptor
-//! budget), [`invoke`], [`topics`], [`routes`], [`skills`], [`ops`], [`public`] (`public/` files),
+//! budget), [`invoke`], [`resume`] (resumable streamed runs), [`topics`], [`routes`], [`skills`], [`ops`], [`public`] (`public/` files),
 //! [`auth`], [`hosts`] (the `Host` allow-list), [`origin`] (cross-site browsers), [`request_id`],
 //! [`problem`] (how a `GatewayError` is answered: RFC 9457 problem documents), [`startup`] (why
 //! the server could not start), [`openapi`] (the document and the docs page). Which skills a
@@ -26,6 +26,7 @@ mod origin;
 pub mod problem;
 mod public;
 pub mod request_id;
+mod resume;
 pub mod routes;
 pub mod server;
 pub mod skills;

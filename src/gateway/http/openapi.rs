@@ -11,7 +11,7 @@ pub const DOCUMENT: &str = include_str!("../../../openapi.yaml");
 
 /// Problem types the gateway answers with: slug, status, meaning. Each is a variant of
 /// `GatewayError`; a test in `problem` keeps the two the same.
-pub const PROBLEMS: [(&str, u16, &str); 20] = [
+pub const PROBLEMS: [(&str, u16, &str); 21] = [
     ("bad-request", 400, "The request could not be read."),
     (
         "malformed-json",
@@ -73,6 +73,11 @@ pub const PROBLEMS: [(&str, u16, &str); 20] = [
         "in-progress",
         409,
         "A request with this `Idempotency-Key` has not answered yet (here or on another replica), or its answer was a response the skill wrote itself with `web-send`, which is not replayed.",
+    ),
+    (
+        "stream-expired",
+        410,
+        "The streamed run this `Idempotency-Key` started is over and its frames have left the event buffer; it cannot be resumed or replayed.",
     ),
     (
         "idempotency-key-reused",

@@ -37,6 +37,7 @@ fn status(err: &GatewayError) -> StatusCode {
         GatewayError::Misdirected { .. } => StatusCode::MISDIRECTED_REQUEST,
         GatewayError::KeyReused(_) => StatusCode::UNPROCESSABLE_ENTITY,
         GatewayError::InProgress(_) => StatusCode::CONFLICT,
+        GatewayError::Gone(_) => StatusCode::GONE,
         GatewayError::InvalidArgs { .. } => StatusCode::UNPROCESSABLE_ENTITY,
         GatewayError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
         GatewayError::Internal { .. } => StatusCode::INTERNAL_SERVER_ERROR,
@@ -184,6 +185,7 @@ mod tests {
             GatewayError::KeyReused("again".into()),
             GatewayError::BadSignature("stale".into()),
             GatewayError::InProgress("running".into()),
+            GatewayError::Gone("expired".into()),
             GatewayError::Internal {
                 cause: "boom".into(),
                 run: Some(run()),
