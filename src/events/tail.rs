@@ -7,8 +7,9 @@
 //! thousand followers cost one read per wakeup, not a thousand. A follower subscribes to its
 //! tail before reading its history, and skips the live events its history already held.
 
+use std::any::Any;
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -33,12 +34,33 @@ pub struct Tailed {
     pub event: Event,
     /// `event` as JSON text.
     pub json: String,
+    /// What the first follower made of the event for its transport ([`Tailed::rendered`]).
+    rendered: OnceLock<Box<dyn Any + Send + Sync>>,
 }
 
 impl Tailed {
     fn new(event: Event) -> Tailed {
         let json = event.to_body();
-        Tailed { event, json }
+        Tailed {
+            event,
+            json,
+            rendered: OnceLock::new(),
+        }
+    }
+
+    /// The event rendered by `render`, once for all the followers that share this event (a
+    /// transport's frame, built for the first socket and cloned for the others). A follower
+    /// asking for another type than the first gets its own rendering.
+    pub fn rendered<T: Any + Clone + Send + Sync>(&self, render: impl FnOnce(&Tailed) -> T) -> T {
+        if let Some(kept) = self.rendered.get() {
+            return match kept.downcast_ref::<T>() {
+                Some(value) => value.clone(),
+                None => render(self),
+            };
+        }
+        let value = render(self);
+        let _ = self.rendered.set(Box::new(value.clone()));
+        value
     }
 }
 

@@ -141,12 +141,13 @@ fn parse(
         "standard" => Scheme::Standard,
         "github" => Scheme::Github,
         "stripe" => Scheme::Stripe,
+        "slack" => Scheme::Slack,
         "hmac" => Scheme::Hmac {
             header: get("header").unwrap_or("x-signature").to_ascii_lowercase(),
         },
         other => {
             errors.push(format!(
-                "{at}.scheme: `{other}` is not one of standard, github, stripe, hmac"
+                "{at}.scheme: `{other}` is not one of standard, github, stripe, slack, hmac"
             ));
             Scheme::Standard
         }

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use axum::extract::ws::{CloseFrame, Message, WebSocket};
+use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket};
 use futures::stream::SplitSink;
 use futures::{SinkExt, StreamExt};
 use parking_lot::Mutex;
@@ -53,7 +53,12 @@ impl Outbox {
 
     /// Queues a frame already serialized.
     pub fn push_text(&self, frame: String) {
-        match self.tx.try_send(Message::Text(frame.into())) {
+        self.push_frame(frame.into());
+    }
+
+    /// Queues a frame already serialized (and maybe shared with other sockets).
+    pub fn push_frame(&self, frame: Utf8Bytes) {
+        match self.tx.try_send(Message::Text(frame)) {
             Ok(()) => {}
             Err(TrySendError::Full(_)) => self.close(
                 code::TRY_AGAIN_LATER,

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::extract::ws::Utf8Bytes;
 use parking_lot::Mutex;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
@@ -159,7 +160,9 @@ async fn follow(
             next = follow.next() => next,
         };
         match next {
-            Ok(tailed) => outbox.push_text(out::followed_event(&topic, &tailed)),
+            Ok(tailed) => outbox.push_frame(
+                tailed.rendered(|tailed| Utf8Bytes::from(out::followed_event(&topic, tailed))),
+            ),
             Err(FollowError::Gap) => outbox.push(out::gap(&topic)),
             Err(FollowError::Lagged(n)) => {
                 outbox.close(
