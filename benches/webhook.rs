@@ -88,6 +88,7 @@ async fn run(name: &str, store: Arc<dyn EventStore>, secs: u64, conns: u64) {
         let (url, secret) = (url.clone(), secret.clone());
         let (accepted, latencies, next_id) = (accepted.clone(), latencies.clone(), next_id.clone());
         clients.push(tokio::spawn(async move {
+            skillgate::tls::install();
             let client = reqwest::Client::new();
             let mut mine = Vec::new();
             while Instant::now() < end {

@@ -41,6 +41,7 @@ pub mod sandbox;
 pub mod shutdown;
 pub mod skills;
 pub mod telemetry;
+pub mod tls;
 
 pub use context::Context;
 pub use error::{ErrorKind, Result, SkillError};

@@ -57,6 +57,8 @@ pub fn init(format: LogFormat, default_filter: &str) -> Telemetry {
     };
     let mut errors = Vec::new();
     let provider = if otlp_requested() {
+        // The exporter's HTTP client needs the process's TLS provider.
+        crate::tls::install();
         match opentelemetry_otlp::SpanExporter::builder().build() {
             Ok(exporter) => {
                 let service =

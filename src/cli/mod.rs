@@ -11,6 +11,7 @@ mod redact;
 pub mod run;
 pub mod serve;
 pub mod skills;
+pub mod slack;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -88,6 +89,9 @@ pub enum Command {
     /// Look into the event store: tail, replay, dead letters.
     #[command(subcommand)]
     Events(events::EventsCommand),
+    /// Check the Slack settings and bot token: `skillgate slack check`.
+    #[command(subcommand)]
+    Slack(slack::SlackCommand),
     /// Create or update the event store's tables.
     Migrate,
 }
@@ -166,6 +170,7 @@ pub async fn main(cli: Cli) -> ExitCode {
             .await
         }
         Command::Keys(cmd) => keys::run(cmd),
+        Command::Slack(cmd) => slack::run(&cli.project, &file, cmd).await,
         Command::Skills(cmd) => skills::run(&cli.project, cmd),
         Command::Events(cmd) => match open_store(&cli, &store).await {
             Some(opened) => events::run(opened, cmd).await,

@@ -65,6 +65,7 @@ pub async fn serve(
     let config = match (config, websocket) {
         (Ok(mut config), Ok(websocket)) if errors.is_empty() => {
             config.websocket = websocket;
+            config.slack = file.slack.clone();
             config
         }
         _ => {

@@ -28,13 +28,14 @@ pub use errors::{ConfigError, ConfigErrors};
 pub use store::StoreSettings;
 
 use crate::gateway::http::config::HttpSettings;
+use crate::gateway::slack::SlackSettings;
 use crate::gateway::ws::WsSettings;
 
 /// The config file used when `--config` is not given, if it exists.
 pub const DEFAULT_FILE: &str = "skillgate.yaml";
 
 /// The sections a config file may have.
-pub const SECTIONS: [&str; 3] = ["http", "websocket", "store"];
+pub const SECTIONS: [&str; 4] = ["http", "websocket", "slack", "store"];
 
 /// The config file as read: its sections (empty when there is no file).
 #[derive(Debug, Default)]
@@ -44,6 +45,7 @@ pub struct ConfigFile {
     text: String,
     pub http: HttpSettings,
     pub websocket: WsSettings,
+    pub slack: SlackSettings,
     pub store: StoreSettings,
 }
 
@@ -72,6 +74,21 @@ impl ConfigFile {
             ..ConfigFile::default()
         };
         let mut root = file.parse(&shown)?;
+        // Tokens must come from the environment, not be written in the file.
+        if let Some(slack) = root.get("slack") {
+            for key in ["bot-token", "signing-secret", "app-token"] {
+                if let Some(raw) = slack.get(key).and_then(|v| v.as_str())
+                    && !raw.contains("${env.")
+                {
+                    let path = format!("slack.{key}");
+                    errors.push(
+                        file.origin(&path),
+                        path,
+                        "a secret is written in the file; use a reference such as `${env.SLACK_BOT_TOKEN}`",
+                    );
+                }
+            }
+        }
         let mut missing = Vec::new();
         for (key, value) in root.iter_mut() {
             env::resolve(value, key, &mut missing);
@@ -93,6 +110,11 @@ impl ConfigFile {
                 "websocket" => {
                     if let Some(websocket) = file.section(&key, value, &mut errors) {
                         file.websocket = websocket;
+                    }
+                }
+                "slack" => {
+                    if let Some(slack) = file.section(&key, value, &mut errors) {
+                        file.slack = slack;
                     }
                 }
                 "store" => {

@@ -39,6 +39,9 @@ pub struct Inbound {
     pub timeout: Option<Duration>,
     /// The client can send the run messages (`gateway-receive`): [`Dispatch::inbox`] takes them.
     pub duplex: bool,
+    /// The conversation this message belongs to (`nonlocals.gateway.sessionId`): a chat thread,
+    /// a mail thread; follow-ups in it share it.
+    pub session: Option<String>,
 }
 
 /// A running dispatch: read `parts` until [`ReplyPart::Done`]. Dropping it aborts the run
@@ -155,6 +158,7 @@ impl Run {
             reply_to,
             announce,
             timeout,
+            session,
             ..
         } = inbound;
         // Args are data: refused before the message is announced or anything runs.
@@ -174,10 +178,11 @@ impl Run {
         seed.signal = Some(self.abort.clone());
         seed.nonlocals
             .insert("request".into(), Value::Object(request));
-        seed.nonlocals.insert(
-            "gateway".into(),
-            json!({ "name": transport, "transport": transport, "replyTo": reply_to, "requestId": request_id }),
-        );
+        let mut gateway = json!({ "name": transport, "transport": transport, "replyTo": reply_to, "requestId": request_id });
+        if let Some(session) = session {
+            gateway["sessionId"] = Value::String(session);
+        }
+        seed.nonlocals.insert("gateway".into(), gateway);
         seed.extensions
             .push((RESPONSE_PATH.to_string(), self.reply.clone()));
         let run = kernel.invoke(skill, args, options);

@@ -23,6 +23,7 @@ pub mod metrics;
 pub mod policy;
 pub mod reply;
 pub mod send;
+pub mod slack;
 pub mod transport;
 pub mod webhook;
 pub mod ws;

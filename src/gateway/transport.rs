@@ -76,6 +76,8 @@ pub enum State {
     Stopping,
     /// Not able to serve; the reason is for the log, not for `/readyz`.
     Down,
+    /// The remote service refused the credentials (a revoked or wrong token): no retry helps.
+    Unauthorized,
 }
 
 impl Readiness {
@@ -100,6 +102,7 @@ impl Readiness {
                     State::Ready => "ready",
                     State::Stopping => "stopping",
                     State::Down => "down",
+                    State::Unauthorized => "unauthorized",
                 };
                 ((*name).to_string(), json!(word))
             })

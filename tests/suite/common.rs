@@ -258,3 +258,9 @@ pub fn sigterm(child: &Child) {
         .expect("kill");
     assert!(status.success());
 }
+
+/// An HTTP client (with the process's TLS provider installed, as skillgate's own clients do).
+pub fn http_client() -> reqwest::Client {
+    skillgate::tls::install();
+    reqwest::Client::new()
+}

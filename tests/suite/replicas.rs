@@ -148,7 +148,7 @@ fn the_same_idempotency_key_on_two_replicas_runs_once() {
         let project = Project::new();
         let a = start(&project, &store);
         let b = start(&project, &store);
-        let client = reqwest::Client::new();
+        let client = crate::common::http_client();
         let body = json!({ "topic": "paid", "data": { "order": 7 } });
         let send = |url: String| {
             client
@@ -205,7 +205,7 @@ fn the_same_webhook_delivery_sent_to_two_replicas_runs_once() {
             "v1,{}",
             base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes())
         );
-        let client = reqwest::Client::new();
+        let client = crate::common::http_client();
         let mut statuses = Vec::new();
         for served in [&a, &b] {
             let response = client
@@ -257,7 +257,7 @@ fn a_streamed_run_started_on_one_replica_resumes_on_another() {
         );
         let a = start(&project, &store);
         let b = start(&project, &store);
-        let client = reqwest::Client::new();
+        let client = crate::common::http_client();
         let open = |url: String, last: Option<String>| {
             let mut request = client
                 .post(url)

@@ -13,7 +13,7 @@ use crate::process::serve;
 async fn serve_runs_on_the_embedded_sqlite_store_and_stops_cleanly_on_sigterm() {
     let project = hello_project();
     let served = serve(project.path(), &["--bind", "127.0.0.1:0"], &[]);
-    let body: Value = reqwest::Client::new()
+    let body: Value = crate::common::http_client()
         .post(served.url("/invoke/hello"))
         .json(&json!({ "name": "Ada" }))
         .send()
@@ -23,7 +23,9 @@ async fn serve_runs_on_the_embedded_sqlite_store_and_stops_cleanly_on_sigterm() 
         .await
         .unwrap();
     assert_eq!(body["result"], "Hello, Ada!\n");
-    let ready: Value = reqwest::get(served.url("/readyz"))
+    let ready: Value = crate::common::http_client()
+        .get(served.url("/readyz"))
+        .send()
         .await
         .unwrap()
         .json()
@@ -73,7 +75,7 @@ async fn environment_settings_override_the_config_file() {
             ("SKILLGATE_STORE", "memory"),
         ],
     );
-    let client = reqwest::Client::new();
+    let client = crate::common::http_client();
     let refused = client
         .post(served.url("/invoke/hello"))
         .send()
@@ -103,7 +105,7 @@ async fn json_logs_carry_the_cause_of_a_500_with_its_request_id() {
         &["--bind", "127.0.0.1:0", "--log-format", "json"],
         &[("SKILLGATE_STORE", "memory")],
     );
-    let response = reqwest::Client::new()
+    let response = crate::common::http_client()
         .post(served.url("/invoke/broken"))
         .header("x-request-id", "trace-me")
         .send()
@@ -179,7 +181,7 @@ async fn spans_for_the_request_the_invocation_and_each_chain_entry_reach_the_otl
             ("OTEL_SERVICE_NAME", "skillgate-test"),
         ],
     );
-    let response = reqwest::Client::new()
+    let response = crate::common::http_client()
         .post(served.url("/invoke/hello"))
         .json(&json!({ "name": "Ada" }))
         .send()

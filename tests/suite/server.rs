@@ -90,7 +90,7 @@ impl TestServer {
         );
         TestServer {
             addr,
-            client: reqwest::Client::new(),
+            client: crate::common::http_client(),
             kernel,
             gateway,
             stop: Some(stop),

@@ -73,6 +73,7 @@ pub async fn invoke(
         reply_to: Value::Null,
         follow: stream,
         duplex: false,
+        session: None,
         timeout: Some(state.config.timeout),
     };
     let dispatch = state.gateway.dispatch(inbound);

@@ -305,6 +305,7 @@ async fn handle(
         reply_to: Value::Null,
         follow: false,
         duplex: false,
+        session: None,
         timeout: Some(state.config.timeout),
     };
     let dispatch = state.gateway.dispatch(inbound);

@@ -77,8 +77,23 @@ impl Server {
         config
             .public
             .extend(webhooks.iter().map(|r| r.path.clone()));
+        let slack = crate::gateway::slack::setup::configure(
+            &gateway,
+            &index,
+            project,
+            config.slack.clone(),
+            &|path: &str| taken(path) || webhooks.iter().any(|w| w.path == path),
+        )
+        .await
+        .map_err(StartError::Slack)?;
+        if let Some(slack) = &slack
+            && slack.config.signing_secret.is_some()
+        {
+            // Slack signs its requests instead.
+            config.public.push(slack.config.events_path.clone());
+        }
         let bind = config.bind;
-        let state = AppState::new(gateway, config)?;
+        let state = AppState::new(gateway, config, slack)?;
         let router = build_router(&state, &web_routes, &webhooks)?;
         let listener = TcpListener::bind(bind)
             .await
@@ -119,6 +134,15 @@ impl Server {
             state,
             webhooks,
         } = self;
+        if let Some(slack) = &state.slack {
+            slack.start(
+                &state.gateway,
+                state.policy.clone(),
+                state.config.timeout,
+                state.stopping.clone(),
+                &state.background,
+            );
+        }
         for route in webhooks {
             webhook::worker::spawn(
                 state.gateway.clone(),
@@ -271,6 +295,14 @@ fn build_router(
     }
     router = routes::mount(router, web_routes);
     router = webhook::intake::mount(router, webhooks);
+    if let Some(slack) = &state.slack
+        && slack.config.signing_secret.is_some()
+    {
+        router = router.route(
+            &slack.config.events_path,
+            post(crate::gateway::slack::events::events),
+        );
+    }
     router = match &config.public_dir {
         Some(dir) => {
             let public = PublicDir::new(dir)?;

@@ -32,6 +32,9 @@ pub enum StartError {
     /// The queue of a webhook route could not be made.
     #[error("webhook queue: {0}")]
     WebhookQueue(String),
+    /// Slack settings the server refuses (every mistake, one a line).
+    #[error("{}", .0.join("\n"))]
+    Slack(Vec<String>),
     #[error("cannot listen on {addr}: {source}")]
     Listen {
         addr: SocketAddr,
@@ -48,6 +51,7 @@ impl StartError {
             StartError::Listen { .. }
             | StartError::PublicDir { .. }
             | StartError::WebhookQueue(_) => Transport::runtime("http", self.to_string()),
+            StartError::Slack(_) => Transport::config("slack", self.to_string()),
             _ => Transport::config("http", self.to_string()),
         }
     }

@@ -8,6 +8,7 @@ use crate::gateway::http::config::HttpConfig;
 use crate::gateway::http::hosts::AllowedHosts;
 use crate::gateway::http::startup::StartError;
 use crate::gateway::policy::Policy;
+use crate::gateway::slack::Slack;
 use crate::gateway::ws::Hub;
 
 /// Cheap to clone (one reference count): axum clones the state for every layer and extractor
@@ -28,6 +29,8 @@ pub struct Shared {
     pub stopping: tokio_util::sync::CancellationToken,
     /// Webhook workers and their runs, drained at shutdown.
     pub background: tokio_util::task::TaskTracker,
+    /// The Slack transport, when it is configured.
+    pub slack: Option<Arc<Slack>>,
 }
 
 impl std::ops::Deref for AppState {
@@ -39,7 +42,11 @@ impl std::ops::Deref for AppState {
 }
 
 impl AppState {
-    pub fn new(gateway: Gateway, config: HttpConfig) -> Result<AppState, StartError> {
+    pub fn new(
+        gateway: Gateway,
+        config: HttpConfig,
+        slack: Option<Arc<Slack>>,
+    ) -> Result<AppState, StartError> {
         let public = PublicPaths::new(&config.public)?;
         let hosts = AllowedHosts::new(&config.allowed_hosts)?;
         let policy = Policy::new(&config.expose_hidden)?;
@@ -56,6 +63,7 @@ impl AppState {
             ws,
             stopping: Default::default(),
             background: Default::default(),
+            slack,
         })))
     }
 }

@@ -123,6 +123,7 @@ async fn run(gateway: &Gateway, route: &WebhookRoute, delivery: Delivery, timeou
         follow: false,
         timeout: Some(timeout),
         duplex: false,
+        session: None,
     };
     let mut dispatch = gateway.dispatch(inbound);
     let outcome = loop {

@@ -285,6 +285,7 @@ impl Connection {
             follow: true,
             timeout: Some(self.state.config.timeout),
             duplex: true,
+            session: None,
         };
         let mut dispatch = self.state.gateway.dispatch(inbound);
         let cancel = CancellationToken::new();

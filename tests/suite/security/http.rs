@@ -69,10 +69,15 @@ async fn idle_sockets_filling_the_connection_cap_are_closed_and_healthz_answers_
         idle.push(TcpStream::connect(server.addr).await.unwrap());
     }
     // Waits in the backlog until an idle socket is closed, then is served.
-    let health = tokio::time::timeout(PATIENCE, reqwest::get(server.url("/healthz")))
-        .await
-        .expect("/healthz never answered")
-        .unwrap();
+    let health = tokio::time::timeout(
+        PATIENCE,
+        crate::common::http_client()
+            .get(server.url("/healthz"))
+            .send(),
+    )
+    .await
+    .expect("/healthz never answered")
+    .unwrap();
     assert_eq!(health.status(), 200);
     for socket in &mut idle {
         assert_eq!(until_closed(socket).await, "");

@@ -1,0 +1,239 @@
+//! Answering in the thread: each `gateway-send` message as a reply, a streamed run as one
+//! placeholder message updated at a bounded rate, and the result (or the error, with nothing
+//! internal in it) as the last reply, in mrkdwn, split under Slack's limit. The last reply
+//! carries message metadata (`skillgate_result`: skill, request id, status, and the result when
+//! it is small) for apps that read the thread.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+use crate::gateway::http::problem::Problem;
+use crate::gateway::slack::api::{ApiError, WebApi};
+use crate::gateway::slack::mrkdwn::{PART_LIMIT, split, to_mrkdwn};
+use crate::gateway::{Dispatch, GatewayError, ReplyPart};
+
+/// The metadata event type of a run's last reply.
+pub const RESULT_EVENT: &str = "skillgate_result";
+/// Largest result (as JSON) carried in the metadata.
+const METADATA_RESULT_LIMIT: usize = 4_000;
+
+/// Where the answer goes.
+#[derive(Debug, Clone)]
+pub struct Thread {
+    pub channel: String,
+    /// The thread's root: the message's own `ts` when it was not in a thread.
+    pub ts: String,
+}
+
+/// How a run was answered.
+#[derive(Debug)]
+pub struct Answered {
+    /// The run failed (its error was posted).
+    pub failed: bool,
+}
+
+/// Reads `dispatch` to its end and posts what it says in `thread`.
+pub async fn answer(
+    api: &WebApi,
+    thread: &Thread,
+    mut dispatch: Dispatch,
+    skill: &str,
+    request_id: &str,
+    update_interval: Duration,
+) -> Result<Answered, ApiError> {
+    let mut streamed: Option<Streamed> = None;
+    while let Some(part) = dispatch.parts.recv().await {
+        match part {
+            ReplyPart::Message(message) => {
+                post_text(api, thread, &text_of(&message), None).await?;
+            }
+            ReplyPart::Chunk(chunk) => {
+                let chunk = match chunk {
+                    Value::String(s) => s,
+                    other => other.to_string(),
+                };
+                match &mut streamed {
+                    None => {
+                        let text = format!("{chunk} …");
+                        let ts = api
+                            .post_message(
+                                &thread.channel,
+                                Some(&thread.ts),
+                                &to_mrkdwn(&text),
+                                None,
+                            )
+                            .await?;
+                        streamed = Some(Streamed {
+                            ts,
+                            text: chunk,
+                            updated: Instant::now(),
+                        });
+                    }
+                    Some(open) => {
+                        open.text.push_str(&chunk);
+                        if open.updated.elapsed() >= update_interval
+                            && open.text.chars().count() < PART_LIMIT
+                        {
+                            let text = to_mrkdwn(&format!("{} …", open.text));
+                            api.update(&thread.channel, &open.ts, &text, None).await?;
+                            open.updated = Instant::now();
+                        }
+                    }
+                }
+            }
+            ReplyPart::Head { .. } | ReplyPart::Log(_) | ReplyPart::Event(_) => {}
+            ReplyPart::Done(Ok(result)) => {
+                let value = result.map_or(Value::Null, std::sync::Arc::unwrap_or_clone);
+                let metadata = metadata(skill, request_id, "ok", Some(&value));
+                match streamed.take() {
+                    Some(open) => {
+                        // The streamed text is the answer; a result that is not that text
+                        // follows it.
+                        let rest = match &value {
+                            Value::Null => None,
+                            Value::String(s) if *s == open.text => None,
+                            other => Some(text_of(other)),
+                        };
+                        finish_stream(api, thread, &open, rest.is_none().then_some(&metadata))
+                            .await?;
+                        if let Some(rest) = rest {
+                            post_text(api, thread, &rest, Some(metadata)).await?;
+                        }
+                    }
+                    None => post_text(api, thread, &text_of(&value), Some(metadata)).await?,
+                }
+                return Ok(Answered { failed: false });
+            }
+            ReplyPart::Done(Err(err)) => {
+                if let Some(open) = streamed.take() {
+                    finish_stream(api, thread, &open, None).await?;
+                }
+                let problem = Problem::of(&GatewayError::from_run(&err, skill, request_id));
+                let slug = problem_slug(&problem);
+                post_text(
+                    api,
+                    thread,
+                    &failure_text(skill, &problem, request_id),
+                    Some(metadata(skill, request_id, &slug, None)),
+                )
+                .await?;
+                return Ok(Answered { failed: true });
+            }
+        }
+    }
+    Ok(Answered { failed: true })
+}
+
+/// Posts a refusal from before the run (no such skill, not allowed).
+pub async fn refuse(
+    api: &WebApi,
+    thread: &Thread,
+    skill: &str,
+    request_id: &str,
+    refusal: &GatewayError,
+) -> Result<(), ApiError> {
+    let problem = Problem::of(refusal);
+    let slug = problem_slug(&problem);
+    post_text(
+        api,
+        thread,
+        &failure_text(skill, &problem, request_id),
+        Some(metadata(skill, request_id, &slug, None)),
+    )
+    .await
+}
+
+struct Streamed {
+    ts: String,
+    text: String,
+    updated: Instant,
+}
+
+/// The placeholder gets the whole streamed text; what does not fit follows as replies.
+async fn finish_stream(
+    api: &WebApi,
+    thread: &Thread,
+    open: &Streamed,
+    metadata: Option<&Value>,
+) -> Result<(), ApiError> {
+    let parts = split(&to_mrkdwn(&open.text), PART_LIMIT);
+    let last = parts.len().saturating_sub(1);
+    for (i, part) in parts.iter().enumerate() {
+        let meta = (i == last).then(|| metadata.cloned()).flatten();
+        if i == 0 {
+            api.update(&thread.channel, &open.ts, part, meta).await?;
+        } else {
+            api.post_message(&thread.channel, Some(&thread.ts), part, meta)
+                .await?;
+        }
+    }
+    Ok(())
+}
+
+/// Posts markdown `text` as mrkdwn, in as many replies as it takes; `metadata` on the last.
+async fn post_text(
+    api: &WebApi,
+    thread: &Thread,
+    text: &str,
+    metadata: Option<Value>,
+) -> Result<(), ApiError> {
+    let mut parts = split(&to_mrkdwn(text), PART_LIMIT);
+    if parts.is_empty() {
+        parts.push("_(no answer)_".to_string());
+    }
+    let last = parts.len() - 1;
+    for (i, part) in parts.iter().enumerate() {
+        let meta = if i == last { metadata.clone() } else { None };
+        api.post_message(&thread.channel, Some(&thread.ts), part, meta)
+            .await?;
+    }
+    Ok(())
+}
+
+/// A value as markdown: text as is, anything else as a JSON code block.
+fn text_of(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.clone(),
+        Value::Null => String::new(),
+        other => format!(
+            "```json\n{}\n```",
+            serde_json::to_string_pretty(other).unwrap_or_default()
+        ),
+    }
+}
+
+fn problem_slug(problem: &Problem) -> String {
+    let body = problem.to_json();
+    body["type"]
+        .as_str()
+        .and_then(|t| t.strip_prefix("/docs#problem-"))
+        .unwrap_or("internal")
+        .to_string()
+}
+
+fn failure_text(skill: &str, problem: &Problem, request_id: &str) -> String {
+    let body = problem.to_json();
+    let detail = body["detail"]
+        .as_str()
+        .or(body["title"].as_str())
+        .unwrap_or("the skill failed");
+    format!(
+        ":warning: `{skill}` could not answer: {detail} ({}, request `{request_id}`)",
+        problem_slug(problem)
+    )
+}
+
+/// Slack message metadata for the last reply.
+fn metadata(skill: &str, request_id: &str, status: &str, result: Option<&Value>) -> Value {
+    let mut payload = json!({ "skill": skill, "requestId": request_id, "status": status });
+    if let Some(result) = result {
+        if result.to_string().len() <= METADATA_RESULT_LIMIT {
+            payload["result"] = result.clone();
+        } else {
+            payload["truncated"] = Value::Bool(true);
+        }
+    }
+    json!({ "event_type": RESULT_EVENT, "event_payload": payload })
+}
