@@ -50,6 +50,7 @@ mod sandbox;
 mod security;
 mod serve_cli;
 mod server;
+mod slack;
 mod slack_fake;
 mod smoke;
 mod transport;

@@ -7,7 +7,7 @@
 //! parts, refusals, and (through the kernel) the events a run leaves behind.
 
 mod http;
-mod slack;
+pub mod slack;
 mod websocket;
 
 use std::sync::Arc;
