@@ -297,3 +297,56 @@ fn a_streamed_run_started_on_one_replica_resumes_on_another() {
         );
     });
 }
+
+#[test]
+fn the_same_slack_event_sent_to_two_replicas_and_retried_is_answered_once() {
+    use crate::slack_fake::{self, FakeSlack, mention, sign};
+    let Some(store) = postgres() else {
+        return;
+    };
+    run(async {
+        let fake = FakeSlack::start().await;
+        let project = Project::new();
+        project
+            .write(
+                "main.skill.md",
+                "---\nname: main\ndescription: Slack.\nmetadata:\n  role: main\n  slack:\n    default: answer\n    post-interval: 0.001\n---\nmain\n",
+            )
+            .skill(
+                "answer.skill.md",
+                "---\nname: answer\ndescription: Answers.\n---\nanswered\n",
+            );
+        let api_url = fake.api_url();
+        let env = [
+            ("SLACK_BOT_TOKEN", slack_fake::BOT_TOKEN),
+            ("SLACK_SIGNING_SECRET", slack_fake::SIGNING_SECRET),
+            ("SLACK_API_URL", api_url.as_str()),
+        ];
+        let mut args = vec!["--bind", "127.0.0.1:0"];
+        args.extend(["--store", store.url.as_deref().unwrap()]);
+        let a = serve(project.path(), &args, &env);
+        let b = serve(project.path(), &args, &env);
+        fake.wait_calls("auth.test", 2).await;
+        let event = mention("EvRep1", "C9", "1700000030.000100", "hello");
+        let body = event.to_string();
+        let client = crate::common::http_client();
+        // Slack retries (the first answer was slow), and a balancer sends them to both.
+        for (n, served) in [&a, &b, &a, &b].into_iter().enumerate() {
+            let mut request = client
+                .post(served.url("/slack/events"))
+                .header("content-type", "application/json")
+                .body(body.clone());
+            for (name, value) in sign(&body, slack_fake::now(), slack_fake::SIGNING_SECRET) {
+                request = request.header(name, value);
+            }
+            if n > 0 {
+                request = request.header("x-slack-retry-num", n.to_string());
+            }
+            assert_eq!(request.send().await.unwrap().status(), 200);
+        }
+        let posts = fake.answer_in("C9", "1700000030.000100").await;
+        assert_eq!(posts.len(), 1);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(fake.calls("chat.postMessage").len(), 1, "one reply in all");
+    });
+}
