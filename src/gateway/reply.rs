@@ -28,6 +28,10 @@ pub enum ReplyPart {
     Chunk(Value),
     /// `gateway-send`: a message for whoever is on the other end.
     Message(Value),
+    /// `gateway-send` with `partial`: the next piece of an answer being written (a model's
+    /// tokens). Transports that can edit a message show it growing (Slack); streams carry it as
+    /// a `chunk`; a JSON answer leaves it out (the result holds the whole).
+    Partial(String),
     /// A log event of the run.
     Log(Arc<Value>),
     /// A bus event emitted by the run (agent events, `event-emit`).

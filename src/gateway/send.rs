@@ -32,12 +32,21 @@ metadata:
     type: object
     properties:
       message: { description: "Text or any JSON value." }
+      partial: { type: boolean, description: "The message is the next piece of an answer being written (text): Slack shows the pieces growing in one message, SSE streams them as `chunk` events, a JSON answer leaves them out." }
     required: [message]
 "#,
         |ctx, args| async move {
             let reply = reply_of(&ctx, "gateway-send")?;
             let message = args.get("message").cloned().unwrap_or(Value::Null);
-            reply.send(ReplyPart::Message(message)).await?;
+            let part = if args.get("partial") == Some(&Value::Bool(true)) {
+                ReplyPart::Partial(match message {
+                    Value::String(text) => text,
+                    other => other.to_string(),
+                })
+            } else {
+                ReplyPart::Message(message)
+            };
+            reply.send(part).await?;
             Ok(Some(
                 json!({ "sent": true, "transport": reply.transport() }),
             ))

@@ -288,3 +288,69 @@ async fn socket_mode_acks_after_queueing_and_reconnects_losing_and_doubling_noth
     assert_eq!(fake.calls("chat.postMessage").len(), 2);
     drop(server);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_answer_is_one_message_updated_at_a_bounded_rate() {
+    use crate::common::native;
+    let fake = FakeSlack::start().await;
+    let pieces: Vec<String> = (0..12).map(|n| format!("w{n} ")).collect();
+    let whole: String = pieces.concat();
+    let writer = native(
+        "name: writer\ndescription: Writes its answer piece by piece.\n",
+        move |ctx: skillgate::Context, _| {
+            let pieces = pieces.clone();
+            async move {
+                for piece in &pieces {
+                    ctx.invoke(
+                        "gateway-send",
+                        json!({ "message": piece, "partial": true }),
+                        Default::default(),
+                    )
+                    .await?;
+                    tokio::time::sleep(Duration::from_millis(40)).await;
+                }
+                Ok(Some(json!(pieces.concat())))
+            }
+        },
+    );
+    let mut http = config();
+    http.slack = SlackSettings {
+        routes: None,
+        default: Some("writer".into()),
+        update_interval: Some(skillgate::config::values::Seconds(Duration::from_millis(
+            150,
+        ))),
+        ..settings(&fake)
+    };
+    let server = TestServer::start_with(Project::new(), http, |b| b.native(writer)).await;
+    let event = mention("Ev30", "C4", "1700000030.000900", "write");
+    assert_eq!(post_event(&server, &event, signed(&event)).await, 200);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let updates = loop {
+        let updates = fake.calls("chat.update");
+        if updates
+            .last()
+            .is_some_and(|u| u.body["metadata"]["event_type"] == "skillgate_result")
+        {
+            break updates;
+        }
+        assert!(std::time::Instant::now() < deadline, "{updates:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    // One message: the placeholder, then updates of it, the last with the whole answer.
+    let posts = fake.calls("chat.postMessage");
+    assert_eq!(posts.len(), 1, "{posts:?}");
+    assert_eq!(posts[0].body["text"], "w0 …");
+    let ts = posts[0].body["thread_ts"].clone();
+    assert_eq!(ts, "1700000030.000900");
+    let last = updates.last().unwrap();
+    assert_eq!(last.body["text"], whole.trim_end());
+    assert_eq!(last.body["metadata"]["event_payload"]["result"], whole);
+    // Bounded: fewer updates than pieces, and never two within the interval (but the last).
+    assert!(updates.len() < 12, "{} updates", updates.len());
+    let during = &updates[..updates.len() - 1];
+    for pair in during.windows(2) {
+        let gap = pair[1].at.duration_since(pair[0].at);
+        assert!(gap >= Duration::from_millis(140), "updated {gap:?} apart");
+    }
+}

@@ -543,6 +543,7 @@ async fn the_asyncapi_document_is_served_and_names_every_frame_type() {
         "authenticated",
         "log",
         "runMessage",
+        "partial",
         "event",
         "result",
         "error",

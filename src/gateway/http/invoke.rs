@@ -192,7 +192,7 @@ pub async fn respond(
                 return raw(dispatch, 200, Vec::new(), Some(chunk), skill, request_id);
             }
             ReplyPart::Message(message) => messages.push(message),
-            ReplyPart::Log(_) | ReplyPart::Event(_) => {}
+            ReplyPart::Log(_) | ReplyPart::Event(_) | ReplyPart::Partial(_) => {}
             ReplyPart::Done(Ok(result)) => return done(output(result), messages),
             ReplyPart::Done(Err(err)) => {
                 return GatewayError::from_run(&err, skill, request_id).into_response();
@@ -300,6 +300,7 @@ pub fn frame(
 ) -> Option<(&'static str, Value, bool)> {
     Some(match part {
         ReplyPart::Chunk(chunk) => ("chunk", chunk, false),
+        ReplyPart::Partial(text) => ("chunk", Value::String(text), false),
         ReplyPart::Message(message) => ("message", message, false),
         ReplyPart::Log(log) => ("log", (*log).clone(), false),
         ReplyPart::Event(event) => ("event", event, false),

@@ -49,41 +49,36 @@ pub async fn answer(
             ReplyPart::Message(message) => {
                 post_text(api, thread, &text_of(&message), None).await?;
             }
-            ReplyPart::Chunk(chunk) => {
-                let chunk = match chunk {
-                    Value::String(s) => s,
-                    other => other.to_string(),
-                };
-                match &mut streamed {
-                    None => {
-                        let text = format!("{chunk} …");
-                        let ts = api
-                            .post_message(
-                                &thread.channel,
-                                Some(&thread.ts),
-                                &to_mrkdwn(&text),
-                                None,
-                            )
-                            .await?;
-                        streamed = Some(Streamed {
-                            ts,
-                            text: chunk,
-                            updated: Instant::now(),
-                        });
-                    }
-                    Some(open) => {
-                        open.text.push_str(&chunk);
-                        if open.updated.elapsed() >= update_interval
-                            && open.text.chars().count() < PART_LIMIT
-                        {
-                            let text = to_mrkdwn(&format!("{} …", open.text));
-                            api.update(&thread.channel, &open.ts, &text, None).await?;
-                            open.updated = Instant::now();
-                        }
+            ReplyPart::Partial(piece) => match &mut streamed {
+                None => {
+                    // The placeholder: what there is so far, marked as still being written.
+                    let text = to_mrkdwn(&format!("{} …", piece.trim_end()));
+                    let ts = api
+                        .post_message(&thread.channel, Some(&thread.ts), &text, None)
+                        .await?;
+                    streamed = Some(Streamed {
+                        ts,
+                        text: piece,
+                        updated: Instant::now(),
+                    });
+                }
+                Some(open) => {
+                    open.text.push_str(&piece);
+                    // At most one update per interval; the last state is written at the end.
+                    if open.updated.elapsed() >= update_interval
+                        && open.text.chars().count() < PART_LIMIT
+                    {
+                        let text = to_mrkdwn(&format!("{} …", open.text.trim_end()));
+                        api.update(&thread.channel, &open.ts, &text, None).await?;
+                        open.updated = Instant::now();
                     }
                 }
-            }
-            ReplyPart::Head { .. } | ReplyPart::Log(_) | ReplyPart::Event(_) => {}
+            },
+            // `web-send` is for HTTP; logs and bus events are not posted.
+            ReplyPart::Head { .. }
+            | ReplyPart::Chunk(_)
+            | ReplyPart::Log(_)
+            | ReplyPart::Event(_) => {}
             ReplyPart::Done(Ok(result)) => {
                 let value = result.map_or(Value::Null, std::sync::Arc::unwrap_or_clone);
                 let metadata = metadata(skill, request_id, "ok", Some(&value));

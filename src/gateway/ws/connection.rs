@@ -378,6 +378,7 @@ impl RunTask {
                 Some(ReplyPart::Message(message) | ReplyPart::Chunk(message)) => {
                     self.outbox.push(out::message(id, message));
                 }
+                Some(ReplyPart::Partial(text)) => self.outbox.push(out::partial(id, text)),
                 Some(ReplyPart::Log(log)) => self.outbox.push(out::log(id, &log)),
                 Some(ReplyPart::Event(event)) => self.outbox.push(out::run_event(id, event)),
                 Some(ReplyPart::Head { .. }) => {}

@@ -206,6 +206,10 @@ pub mod out {
         json!({ "type": "message", "id": id, "message": message })
     }
 
+    pub fn partial(id: &str, text: String) -> Value {
+        json!({ "type": "partial", "id": id, "text": text })
+    }
+
     pub fn log(id: &str, log: &Value) -> Value {
         json!({ "type": "log", "id": id, "log": log })
     }
