@@ -354,3 +354,59 @@ async fn a_streamed_answer_is_one_message_updated_at_a_bounded_rate() {
         assert!(gap >= Duration::from_millis(140), "updated {gap:?} apart");
     }
 }
+
+fn check(project: &Project, env: &[(&str, String)]) -> std::process::Output {
+    let mut command = crate::common::skillgate_command(project.path());
+    command.args(["slack", "check"]);
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    command.output().expect("skillgate runs")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slack_check_signs_in_and_prints_the_bot_and_its_routes() {
+    let fake = FakeSlack::start().await;
+    let project = Project::new();
+    project
+        .write(
+            "skillgate.yaml",
+            "slack:\n  routes:\n    - { ref: brief, channel: C1 }\n  default: brief\n",
+        )
+        .skill(
+            "brief.skill.md",
+            "---\nname: brief\ndescription: Briefs.\n---\nok\n",
+        );
+    let env = [
+        ("SLACK_BOT_TOKEN", slack_fake::BOT_TOKEN.to_string()),
+        ("SLACK_SIGNING_SECRET", "s".to_string()),
+        ("SLACK_API_URL", fake.api_url()),
+    ];
+    // Blocking is fine: the fake Slack answers on the runtime's other thread.
+    let out = check(&project, &env);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("bot: @skillbot (UBOT, bot BBOT) in Test Team (T1)"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("route 0: in C1 -> brief"), "{stdout}");
+    assert!(stdout.contains("default: -> brief"), "{stdout}");
+    // A token written in the file is refused, naming the key.
+    project.write(
+        "skillgate.yaml",
+        "slack:\n  bot-token: xoxb-written-out\n  default: brief\n",
+    );
+    let out = check(&project, &env);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("slack.bot-token"), "{stderr}");
+    assert!(
+        !stderr.contains("xoxb-written-out"),
+        "the secret is not echoed: {stderr}"
+    );
+}
