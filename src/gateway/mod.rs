@@ -21,6 +21,7 @@ pub mod error;
 pub mod http;
 pub mod metrics;
 pub mod policy;
+pub mod queue;
 pub mod reply;
 pub mod send;
 pub mod slack;

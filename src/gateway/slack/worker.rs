@@ -10,7 +10,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Map, Value, json};
-use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -24,8 +23,6 @@ use crate::kernel::ToolRef;
 
 /// Events answered at once.
 const CONCURRENCY: usize = 8;
-/// How long one claim waits before it looks again.
-const CLAIM_WAIT: Duration = Duration::from_secs(5);
 
 /// Makes the queue before any event is taken.
 pub async fn prepare(gateway: &Gateway) -> Result<(), String> {
@@ -47,43 +44,19 @@ pub fn spawn(
     stop: CancellationToken,
     tracker: &TaskTracker,
 ) {
-    let runs = tracker.clone();
-    tracker.spawn(async move {
-        let bus = gateway.kernel.bus().clone();
-        let slots = Arc::new(Semaphore::new(CONCURRENCY));
-        loop {
-            let slot = tokio::select! {
-                () = stop.cancelled() => return,
-                slot = slots.clone().acquire_owned() => match slot { Ok(s) => s, Err(_) => return },
-            };
-            let got = tokio::select! {
-                () = stop.cancelled() => return,
-                got = bus.wait(TOPIC, QUEUE, CLAIM_WAIT, 1, false) => got,
-            };
-            match got {
-                Ok(deliveries) => {
-                    let mut slot = Some(slot);
-                    for delivery in deliveries {
-                        let (gateway, policy, slack) =
-                            (gateway.clone(), policy.clone(), slack.clone());
-                        let held = slot.take();
-                        runs.spawn(async move {
-                            run(&gateway, &policy, &slack, delivery, timeout).await;
-                            drop(held);
-                        });
-                    }
-                }
-                Err(err) => {
-                    tracing::warn!(error = %err, "claiming Slack events failed; retrying");
-                    drop(slot);
-                    tokio::select! {
-                        () = stop.cancelled() => return,
-                        () = tokio::time::sleep(Duration::from_secs(1)) => {}
-                    }
-                }
-            }
-        }
-    });
+    let bus = gateway.kernel.bus().clone();
+    crate::gateway::queue::spawn(
+        bus,
+        TOPIC.into(),
+        QUEUE,
+        CONCURRENCY,
+        stop,
+        tracker,
+        move |delivery| {
+            let (gateway, policy, slack) = (gateway.clone(), policy.clone(), slack.clone());
+            async move { run(&gateway, &policy, &slack, delivery, timeout).await }
+        },
+    );
 }
 
 /// Answers one event, then acks it.

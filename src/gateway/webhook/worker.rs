@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Map, Value, json};
-use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -22,8 +21,6 @@ use crate::kernel::ToolRef;
 pub const QUEUE: &str = "run";
 /// Deliveries of one route running at once.
 const CONCURRENCY: usize = 8;
-/// How long one claim waits before it looks again.
-const CLAIM_WAIT: Duration = Duration::from_secs(5);
 
 /// Makes the route's queue, before any delivery is taken (a delivery queued on a topic with
 /// no queue would only be in its buffer).
@@ -45,46 +42,20 @@ pub fn spawn(
     stop: CancellationToken,
     tracker: &TaskTracker,
 ) {
-    let runs = tracker.clone();
-    tracker.spawn(work(gateway, route, timeout, stop, runs));
-}
-
-async fn work(
-    gateway: Gateway,
-    route: Arc<WebhookRoute>,
-    timeout: Duration,
-    stop: CancellationToken,
-    runs: TaskTracker,
-) {
     let bus = gateway.kernel.bus().clone();
-    let slots = Arc::new(Semaphore::new(CONCURRENCY));
-    loop {
-        let slot = tokio::select! {
-            () = stop.cancelled() => return,
-            slot = slots.clone().acquire_owned() => match slot { Ok(s) => s, Err(_) => return },
-        };
-        let got = tokio::select! {
-            () = stop.cancelled() => return,
-            got = bus.wait(&route.topic, QUEUE, CLAIM_WAIT, 1, false) => got,
-        };
-        match got {
-            Ok(deliveries) => {
-                for delivery in deliveries {
-                    let (gateway, route) = (gateway.clone(), route.clone());
-                    let slot = slots.clone().try_acquire_owned().ok();
-                    runs.spawn(async move {
-                        run(&gateway, &route, delivery, timeout).await;
-                        drop(slot);
-                    });
-                }
-            }
-            Err(err) => {
-                tracing::warn!(topic = route.topic, error = %err, "claiming webhook deliveries failed; retrying");
-                tokio::time::sleep(Duration::from_secs(1)).await;
-            }
-        }
-        drop(slot);
-    }
+    let topic = route.topic.clone();
+    crate::gateway::queue::spawn(
+        bus,
+        topic,
+        QUEUE,
+        CONCURRENCY,
+        stop,
+        tracker,
+        move |delivery| {
+            let (gateway, route) = (gateway.clone(), route.clone());
+            async move { run(&gateway, &route, delivery, timeout).await }
+        },
+    );
 }
 
 /// Runs one delivery; acks it when the skill succeeded.

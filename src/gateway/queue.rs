@@ -1,0 +1,68 @@
+//! The worker of a transport's queue: claims what the transport's intake queued (webhook
+//! deliveries, Slack events), runs up to a number of them at once on the server's task tracker
+//! (so a shutdown drains them), and stops taking new ones when told to.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::events::{Bus, Delivery};
+
+/// How long one claim waits before it looks again.
+const CLAIM_WAIT: Duration = Duration::from_secs(5);
+
+/// Runs `run` for each delivery claimed from `queue` of `topic`, `concurrency` at once, until
+/// `stop`. `run` acks (or leaves the delivery to come back).
+pub fn spawn<F, Fut>(
+    bus: Arc<Bus>,
+    topic: String,
+    queue: &'static str,
+    concurrency: usize,
+    stop: CancellationToken,
+    tracker: &TaskTracker,
+    run: F,
+) where
+    F: Fn(Delivery) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let runs = tracker.clone();
+    tracker.spawn(async move {
+        let slots = Arc::new(Semaphore::new(concurrency.max(1)));
+        loop {
+            let slot = tokio::select! {
+                () = stop.cancelled() => return,
+                slot = slots.clone().acquire_owned() => match slot { Ok(s) => s, Err(_) => return },
+            };
+            let got = tokio::select! {
+                () = stop.cancelled() => return,
+                got = bus.wait(&topic, queue, CLAIM_WAIT, 1, false) => got,
+            };
+            match got {
+                Ok(deliveries) => {
+                    let mut slot = Some(slot);
+                    for delivery in deliveries {
+                        // The slot taken for the claim goes with its delivery.
+                        let held = slot.take().or_else(|| slots.clone().try_acquire_owned().ok());
+                        let running = run(delivery);
+                        runs.spawn(async move {
+                            running.await;
+                            drop(held);
+                        });
+                    }
+                }
+                Err(err) => {
+                    tracing::warn!(topic, queue, error = %err, "claiming from a transport's queue failed; retrying");
+                    drop(slot);
+                    tokio::select! {
+                        () = stop.cancelled() => return,
+                        () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                    }
+                }
+            }
+        }
+    });
+}
