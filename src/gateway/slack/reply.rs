@@ -105,15 +105,8 @@ pub async fn answer(
                 if let Some(open) = streamed.take() {
                     finish_stream(api, thread, &open, None).await?;
                 }
-                let problem = Problem::of(&GatewayError::from_run(&err, skill, request_id));
-                let slug = problem_slug(&problem);
-                post_text(
-                    api,
-                    thread,
-                    &failure_text(skill, &problem, request_id),
-                    Some(metadata(skill, request_id, &slug, None)),
-                )
-                .await?;
+                let failure = GatewayError::from_run(&err, skill, request_id);
+                refuse(api, thread, skill, request_id, &failure).await?;
                 return Ok(Answered { failed: true });
             }
         }
@@ -121,7 +114,8 @@ pub async fn answer(
     Ok(Answered { failed: true })
 }
 
-/// Posts a refusal from before the run (no such skill, not allowed).
+/// Posts why a message got no answer: a refusal before the run (no such skill, not
+/// allowed) or the run's failure.
 pub async fn refuse(
     api: &WebApi,
     thread: &Thread,
