@@ -17,6 +17,7 @@
 
 pub mod dispatch;
 pub mod edge;
+pub mod email;
 pub mod error;
 pub mod http;
 pub mod metrics;
