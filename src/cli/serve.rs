@@ -66,6 +66,7 @@ pub async fn serve(
         (Ok(mut config), Ok(websocket)) if errors.is_empty() => {
             config.websocket = websocket;
             config.slack = file.slack.clone();
+            config.email = file.email.clone();
             config
         }
         _ => {

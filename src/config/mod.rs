@@ -27,6 +27,7 @@ use serde_json::{Map, Value};
 pub use errors::{ConfigError, ConfigErrors};
 pub use store::StoreSettings;
 
+use crate::gateway::email::EmailSettings;
 use crate::gateway::http::config::HttpSettings;
 use crate::gateway::slack::SlackSettings;
 use crate::gateway::ws::WsSettings;
@@ -35,7 +36,7 @@ use crate::gateway::ws::WsSettings;
 pub const DEFAULT_FILE: &str = "skillgate.yaml";
 
 /// The sections a config file may have.
-pub const SECTIONS: [&str; 4] = ["http", "websocket", "slack", "store"];
+pub const SECTIONS: [&str; 5] = ["http", "websocket", "slack", "email", "store"];
 
 /// The config file as read: its sections (empty when there is no file).
 #[derive(Debug, Default)]
@@ -46,6 +47,7 @@ pub struct ConfigFile {
     pub http: HttpSettings,
     pub websocket: WsSettings,
     pub slack: SlackSettings,
+    pub email: EmailSettings,
     pub store: StoreSettings,
 }
 
@@ -89,6 +91,19 @@ impl ConfigFile {
                 }
             }
         }
+        if let Some(relay) = root
+            .get("email")
+            .and_then(|e| e.get("relay"))
+            .and_then(|v| v.as_str())
+            && has_password(relay)
+            && !relay.contains("${env.")
+        {
+            errors.push(
+                file.origin("email.relay"),
+                "email.relay",
+                "a password is written in the file; use a reference such as `${env.SMTP_RELAY_URL}`",
+            );
+        }
         let mut missing = Vec::new();
         for (key, value) in root.iter_mut() {
             env::resolve(value, key, &mut missing);
@@ -115,6 +130,11 @@ impl ConfigFile {
                 "slack" => {
                     if let Some(slack) = file.section(&key, value, &mut errors) {
                         file.slack = slack;
+                    }
+                }
+                "email" => {
+                    if let Some(email) = file.section(&key, value, &mut errors) {
+                        file.email = email;
                     }
                 }
                 "store" => {

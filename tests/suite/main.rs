@@ -53,6 +53,7 @@ mod server;
 mod slack;
 mod slack_fake;
 mod smoke;
+mod smtp_sink;
 mod transport;
 mod webhook;
 mod websocket;

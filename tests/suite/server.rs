@@ -25,6 +25,7 @@ pub struct TestServer {
     stop: Option<oneshot::Sender<String>>,
     running: Option<tokio::task::JoinHandle<ShutdownReport>>,
     pub project: Project,
+    email: Option<SocketAddr>,
 }
 
 /// Settings for tests: port 0, no rate limit unless a test sets one.
@@ -84,6 +85,7 @@ impl TestServer {
             .await
             .expect("server binds");
         let addr = server.local_addr();
+        let email = server.email_addr();
         let (stop, stopped) = oneshot::channel::<String>();
         let running = tokio::spawn(
             server.run(async move { stopped.await.unwrap_or_else(|_| "test-ended".into()) }),
@@ -96,7 +98,13 @@ impl TestServer {
             stop: Some(stop),
             running: Some(running),
             project,
+            email,
         }
+    }
+
+    /// Where the email transport's SMTP listener listens, when it is configured.
+    pub fn email_addr(&self) -> Option<SocketAddr> {
+        self.email
     }
 
     pub fn url(&self, path: &str) -> String {

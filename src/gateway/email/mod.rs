@@ -1,5 +1,75 @@
-//! The email transport: mail in over SMTP, skills run, answers out over SMTP.
+//! The email transport: mail in over SMTP, skills run, answers out over SMTP through a relay.
 //!
-//! [`parse`] (reading a mail and whether it may be answered).
+//! [`config`] (settings), [`parse`] (reading a mail and whether it may be answered), [`intake`]
+//! (routes, once per Message-ID, the durable queue), [`smtp`] (the listener), [`worker`] (runs
+//! and answers), [`reply`] (the answer as a threaded mail), [`setup`] (put together at start).
 
+pub mod config;
+pub mod intake;
 pub mod parse;
+pub mod reply;
+pub mod setup;
+pub mod smtp;
+pub mod worker;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+pub use config::{EmailConfig, EmailSettings};
+
+use crate::gateway::Gateway;
+use crate::gateway::email::intake::Intake;
+use crate::gateway::email::reply::Mailer;
+use crate::gateway::policy::Policy;
+use crate::gateway::transport::State;
+
+/// The transport's name (`nonlocals.gateway.transport`, `/readyz`).
+pub const NAME: &str = "email";
+
+/// The email side of one server.
+pub struct Email {
+    pub config: Arc<EmailConfig>,
+    pub intake: Arc<Intake>,
+    pub mailer: Mailer,
+    /// Where the SMTP listener listens.
+    pub addr: SocketAddr,
+    /// Bound at start, served once the server runs.
+    listener: parking_lot::Mutex<Option<TcpListener>>,
+}
+
+impl Email {
+    /// Serves SMTP and runs the worker on `tracker` until `stop`.
+    pub fn start(
+        self: &Arc<Self>,
+        gateway: &Gateway,
+        policy: Policy,
+        timeout: Duration,
+        stop: CancellationToken,
+        tracker: &TaskTracker,
+    ) {
+        let Some(listener) = self.listener.lock().take() else {
+            return;
+        };
+        gateway.readiness.set(NAME, State::Ready);
+        tracker.spawn(smtp::serve(
+            listener,
+            self.intake.clone(),
+            self.config.clone(),
+            stop.clone(),
+            tracker.clone(),
+        ));
+        worker::spawn(
+            gateway.clone(),
+            policy,
+            self.clone(),
+            timeout,
+            stop,
+            tracker,
+        );
+    }
+}

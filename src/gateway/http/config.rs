@@ -54,6 +54,8 @@ pub struct HttpConfig {
     /// The `slack:` section of the config file; the server adds `metadata.slack` of the main
     /// skill and Slack's variables.
     pub slack: crate::gateway::slack::SlackSettings,
+    /// The `email:` section of the config file.
+    pub email: crate::gateway::email::EmailSettings,
 }
 
 pub const DEFAULT_BIND: &str = "127.0.0.1:8080";
@@ -89,6 +91,7 @@ impl Default for HttpConfig {
             public_dir: None,
             websocket: WsConfig::default(),
             slack: Default::default(),
+            email: Default::default(),
         }
     }
 }

@@ -92,8 +92,11 @@ impl Server {
             // Slack signs its requests instead.
             config.public.push(slack.config.events_path.clone());
         }
+        let email = crate::gateway::email::setup::configure(&gateway, &index, config.email.clone())
+            .await
+            .map_err(StartError::Email)?;
         let bind = config.bind;
-        let state = AppState::new(gateway, config, slack)?;
+        let state = AppState::new(gateway, config, slack, email)?;
         let router = build_router(&state, &web_routes, &webhooks)?;
         let listener = TcpListener::bind(bind)
             .await
@@ -105,6 +108,11 @@ impl Server {
             state,
             webhooks,
         })
+    }
+
+    /// Where the email transport's SMTP listener listens, when it is configured.
+    pub fn email_addr(&self) -> Option<SocketAddr> {
+        self.state.email.as_ref().map(|e| e.addr)
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -134,6 +142,15 @@ impl Server {
             state,
             webhooks,
         } = self;
+        if let Some(email) = &state.email {
+            email.start(
+                &state.gateway,
+                state.policy.clone(),
+                state.config.timeout,
+                state.stopping.clone(),
+                &state.background,
+            );
+        }
         if let Some(slack) = &state.slack {
             slack.start(
                 &state.gateway,

@@ -35,6 +35,9 @@ pub enum StartError {
     /// Slack settings the server refuses (every mistake, one a line).
     #[error("{}", .0.join("\n"))]
     Slack(Vec<String>),
+    /// Email settings the server refuses, or its SMTP port (every mistake, one a line).
+    #[error("{}", .0.join("\n"))]
+    Email(Vec<String>),
     #[error("cannot listen on {addr}: {source}")]
     Listen {
         addr: SocketAddr,
@@ -52,6 +55,7 @@ impl StartError {
             | StartError::PublicDir { .. }
             | StartError::WebhookQueue(_) => Transport::runtime("http", self.to_string()),
             StartError::Slack(_) => Transport::config("slack", self.to_string()),
+            StartError::Email(_) => Transport::config("email", self.to_string()),
             _ => Transport::config("http", self.to_string()),
         }
     }

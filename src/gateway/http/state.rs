@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use crate::gateway::Gateway;
+use crate::gateway::email::Email;
 use crate::gateway::http::auth::PublicPaths;
 use crate::gateway::http::config::HttpConfig;
 use crate::gateway::http::hosts::AllowedHosts;
@@ -31,6 +32,8 @@ pub struct Shared {
     pub background: tokio_util::task::TaskTracker,
     /// The Slack transport, when it is configured.
     pub slack: Option<Arc<Slack>>,
+    /// The email transport, when it is configured.
+    pub email: Option<Arc<Email>>,
 }
 
 impl std::ops::Deref for AppState {
@@ -46,6 +49,7 @@ impl AppState {
         gateway: Gateway,
         config: HttpConfig,
         slack: Option<Arc<Slack>>,
+        email: Option<Arc<Email>>,
     ) -> Result<AppState, StartError> {
         let public = PublicPaths::new(&config.public)?;
         let hosts = AllowedHosts::new(&config.allowed_hosts)?;
@@ -64,6 +68,7 @@ impl AppState {
             stopping: Default::default(),
             background: Default::default(),
             slack,
+            email,
         })))
     }
 }

@@ -159,6 +159,24 @@ impl Policy {
         }
     }
 
+    /// For a skill a message's route chose (chat, mail): named by the project's route, it is
+    /// served as routed, hidden or not; named in the message itself (`named`), only what
+    /// callers may see.
+    pub fn reach_message(
+        &self,
+        index: &SearchIndex,
+        skill: &str,
+        named: bool,
+    ) -> Result<Arc<Tool>, Refusal> {
+        if named {
+            return self.reach(index, skill, Scope::all());
+        }
+        index.get(skill).cloned().ok_or_else(|| Refusal::Unknown {
+            skill: skill.to_string(),
+            suggestions: Vec::new(),
+        })
+    }
+
     /// Names close to `skill` that the caller may reach (never a hidden one).
     fn suggest(&self, index: &SearchIndex, skill: &str, scope: &Scope) -> Vec<String> {
         index

@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::events::{Delivery, KernelBus};
-use crate::gateway::policy::{Policy, Refusal, Scope};
+use crate::gateway::policy::{Policy, Refusal};
 use crate::gateway::slack::Slack;
 use crate::gateway::slack::intake::{QUEUE, TOPIC};
 use crate::gateway::slack::reply::{self, Thread};
@@ -150,24 +150,16 @@ fn reach(
     data: &Value,
     skill: &str,
 ) -> Result<String, GatewayError> {
-    let index = gateway.kernel.registry().current();
-    let unknown = || Refusal::Unknown {
-        skill: skill.to_string(),
-        suggestions: Vec::new(),
-    };
     if data["refused"] == true {
-        return Err(unknown().into());
+        return Err(Refusal::Unknown {
+            skill: skill.to_string(),
+            suggestions: Vec::new(),
+        }
+        .into());
     }
-    if data["named"] == true {
-        // Named in the message: only what callers may see.
-        return policy
-            .reach(&index, skill, Scope::all())
-            .map(|tool| tool.name.clone())
-            .map_err(GatewayError::from);
-    }
-    // Named by the project's own route: served as routed.
-    match index.get(skill) {
-        Some(tool) => Ok(tool.name.clone()),
-        None => Err(unknown().into()),
-    }
+    let index = gateway.kernel.registry().current();
+    policy
+        .reach_message(&index, skill, data["named"] == true)
+        .map(|tool| tool.name.clone())
+        .map_err(GatewayError::from)
 }

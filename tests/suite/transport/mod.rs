@@ -6,6 +6,7 @@
 //! real client of that transport. The rules only see what a client sees: results, streamed
 //! parts, refusals, and (through the kernel) the events a run leaves behind.
 
+pub mod email;
 mod http;
 pub mod slack;
 mod websocket;

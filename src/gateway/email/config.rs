@@ -1,0 +1,221 @@
+//! Email settings: the `email:` section of skillgate.yaml as written ([`EmailSettings`]), with
+//! `SKILLGATE_SMTP_BIND` and `SKILLGATE_SMTP_RELAY` as defaults, resolved into the
+//! [`EmailConfig`] the transport runs with.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use globset::{Glob, GlobMatcher, GlobSet, GlobSetBuilder};
+use regex::Regex;
+use serde::Deserialize;
+
+use crate::config::values::Seconds;
+
+/// The `email` section as written.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct EmailSettings {
+    /// The address answers come from (and mail to it is ours: never answered).
+    pub from: Option<String>,
+    pub smtp: Option<SmtpSettings>,
+    /// Where answers are sent: `smtp://user:pass@host:587`, `smtps://…` (lettre's form; write
+    /// credentials as `${env.NAME}`).
+    pub relay: Option<String>,
+    /// Senders whose mail runs skills (globs such as `*@example.org`) [default: anyone].
+    pub allowed_senders: Option<Vec<String>>,
+    pub routes: Option<Vec<RouteSettings>>,
+    /// The skill for mail no route takes.
+    pub default: Option<String>,
+    /// Least time between two answers to one sender [default: 60 s].
+    pub reply_window: Option<Seconds>,
+    /// Largest mail taken, in bytes [default: 10 MiB].
+    pub max_size: Option<usize>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct SmtpSettings {
+    /// Where the SMTP listener listens (`0.0.0.0:2525`).
+    pub bind: Option<String>,
+    /// The name the listener gives in its greeting [default: the `from` domain].
+    pub hostname: Option<String>,
+}
+
+/// One route as written.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct RouteSettings {
+    #[serde(rename = "ref")]
+    pub skill: Option<String>,
+    /// A glob on the sender (`*@example.org`).
+    pub from: Option<String>,
+    /// A glob on any recipient (`reports@…`).
+    pub to: Option<String>,
+    /// A regular expression on the subject; its named groups become args.
+    pub subject: Option<String>,
+    /// The subject's first word names the skill; the body is its args (a JSON object, else
+    /// `{text}`).
+    pub command: Option<bool>,
+}
+
+#[derive(Debug, Clone)]
+pub enum Target {
+    Skill(String),
+    Command,
+}
+
+#[derive(Debug, Clone)]
+pub struct Route {
+    pub target: Target,
+    pub from: Option<GlobMatcher>,
+    pub to: Option<GlobMatcher>,
+    pub subject: Option<Regex>,
+}
+
+/// What the email transport runs with.
+#[derive(Debug, Clone)]
+pub struct EmailConfig {
+    pub from: String,
+    pub bind: SocketAddr,
+    pub hostname: String,
+    pub relay: Option<String>,
+    pub allowed: Option<GlobSet>,
+    pub routes: Vec<Route>,
+    pub default: Option<String>,
+    pub reply_window: Duration,
+    pub max_size: usize,
+}
+
+impl EmailConfig {
+    /// `None` when email is not configured (no `smtp.bind`); every mistake, under `email.<key>`.
+    pub fn resolve(
+        settings: EmailSettings,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Option<EmailConfig>, Vec<String>> {
+        let smtp = settings.smtp.clone().unwrap_or_default();
+        let Some(bind) = smtp.bind.or_else(|| env("SKILLGATE_SMTP_BIND")) else {
+            return Ok(None);
+        };
+        let mut errors = Vec::new();
+        let bind = match bind.parse::<SocketAddr>() {
+            Ok(addr) => Some(addr),
+            Err(_) => {
+                errors.push(format!(
+                    "email.smtp.bind: `{bind}` is not an address such as 0.0.0.0:2525"
+                ));
+                None
+            }
+        };
+        let from = settings.from.unwrap_or_default().to_ascii_lowercase();
+        if !from.contains('@') {
+            errors.push(
+                "email.from: the address answers come from is missing (`from: bot@example.org`)"
+                    .into(),
+            );
+        }
+        let relay = settings.relay.or_else(|| env("SKILLGATE_SMTP_RELAY"));
+        if let Some(relay) = &relay
+            && !(relay.starts_with("smtp://") || relay.starts_with("smtps://"))
+        {
+            errors.push("email.relay: must be an smtp:// or smtps:// URL".into());
+        }
+        let allowed = match settings.allowed_senders {
+            None => None,
+            Some(globs) => {
+                let mut set = GlobSetBuilder::new();
+                for g in &globs {
+                    match Glob::new(&g.to_ascii_lowercase()) {
+                        Ok(glob) => {
+                            set.add(glob);
+                        }
+                        Err(e) => errors.push(format!("email.allowed-senders: `{g}`: {e}")),
+                    }
+                }
+                set.build().ok()
+            }
+        };
+        let mut routes = Vec::new();
+        for (i, r) in settings.routes.unwrap_or_default().into_iter().enumerate() {
+            let at = format!("email.routes[{i}]");
+            let glob = |g: &Option<String>, key: &str, errors: &mut Vec<String>| {
+                g.as_ref()
+                    .and_then(|g| match Glob::new(&g.to_ascii_lowercase()) {
+                        Ok(glob) => Some(glob.compile_matcher()),
+                        Err(e) => {
+                            errors.push(format!("{at}.{key}: `{g}`: {e}"));
+                            None
+                        }
+                    })
+            };
+            let from = glob(&r.from, "from", &mut errors);
+            let to = glob(&r.to, "to", &mut errors);
+            let subject = match r.subject.as_deref().map(Regex::new) {
+                None => None,
+                Some(Ok(re)) => Some(re),
+                Some(Err(e)) => {
+                    errors.push(format!("{at}.subject: not a regular expression: {e}"));
+                    None
+                }
+            };
+            let target = match (r.skill, r.command.unwrap_or(false)) {
+                (Some(skill), false) => Target::Skill(skill),
+                (None, true) => Target::Command,
+                (Some(_), true) => {
+                    errors.push(format!(
+                        "{at}: a route has either `ref` or `command: true`, not both"
+                    ));
+                    Target::Command
+                }
+                (None, false) => {
+                    errors.push(format!("{at}.ref: missing"));
+                    Target::Command
+                }
+            };
+            routes.push(Route {
+                target,
+                from,
+                to,
+                subject,
+            });
+        }
+        if routes.is_empty() && settings.default.is_none() {
+            errors.push("email: give `routes` or `default` (the skill mail runs)".into());
+        }
+        let hostname = smtp
+            .hostname
+            .unwrap_or_else(|| from.split('@').nth(1).unwrap_or("localhost").to_string());
+        if !errors.is_empty() {
+            return Err(errors);
+        }
+        Ok(Some(EmailConfig {
+            from,
+            bind: bind.expect("checked"),
+            hostname,
+            relay,
+            allowed,
+            routes,
+            default: settings.default,
+            reply_window: settings
+                .reply_window
+                .map_or(Duration::from_secs(60), |s| s.0),
+            max_size: settings.max_size.unwrap_or(10 * 1024 * 1024),
+        }))
+    }
+
+    /// Every skill the routes name, with where.
+    pub fn named_skills(&self) -> Vec<(String, String)> {
+        let mut named: Vec<(String, String)> = self
+            .routes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| match &r.target {
+                Target::Skill(s) => Some((format!("email.routes[{i}].ref"), s.clone())),
+                Target::Command => None,
+            })
+            .collect();
+        if let Some(default) = &self.default {
+            named.push(("email.default".into(), default.clone()));
+        }
+        named
+    }
+}

@@ -1,0 +1,187 @@
+//! Taking a mail in: read it (see `parse`), drop what is not for us (a sender not allowed, a
+//! mail no route takes), claim its Message-ID once across replicas, and queue it durably on
+//! [`TOPIC`] for the worker. The SMTP listener answers 250 only after this returns `Ok`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Map, Value, json};
+use sha2::{Digest, Sha256};
+
+use crate::events::{Event, KernelBus, KeyClaim};
+use crate::gateway::Gateway;
+use crate::gateway::email::config::{EmailConfig, Target};
+use crate::gateway::email::parse::{Caps, Mail, MailError, read};
+
+/// Where accepted mail queues (reserved: only the intake emits there).
+pub const TOPIC: &str = "gateway-email";
+/// The queue the worker claims from.
+pub const QUEUE: &str = "run";
+/// How long a Message-ID is remembered.
+const DEDUPE_WINDOW: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// What happened to a mail.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Taken {
+    /// Queued under this event id.
+    Queued(String),
+    /// The same Message-ID came before.
+    Duplicate,
+    /// Accepted and dropped, why (not said to the sender).
+    Dropped(&'static str),
+}
+
+/// Why a mail was not taken.
+#[derive(Debug, thiserror::Error)]
+pub enum IntakeError {
+    /// The mail itself: the sender should not try again.
+    #[error(transparent)]
+    Mail(#[from] MailError),
+    /// The store: try again later.
+    #[error("{0}")]
+    Store(String),
+}
+
+pub struct Intake {
+    gateway: Gateway,
+    config: Arc<EmailConfig>,
+    caps: Caps,
+}
+
+impl Intake {
+    pub fn new(gateway: Gateway, config: Arc<EmailConfig>) -> Intake {
+        Intake {
+            gateway,
+            config,
+            caps: Caps::default(),
+        }
+    }
+
+    pub async fn accept(
+        &self,
+        raw: &[u8],
+        envelope_from: &str,
+        recipients: &[String],
+    ) -> Result<Taken, IntakeError> {
+        let ours = [self.config.from.clone()];
+        let mail = read(raw, envelope_from, &ours, &self.caps)?;
+        if let Some(allowed) = &self.config.allowed
+            && !allowed.is_match(&mail.from)
+        {
+            tracing::info!(from = mail.from, "mail from a sender not allowed; dropped");
+            return Ok(Taken::Dropped("sender not allowed"));
+        }
+        let Some((skill, args, named)) = route(&self.config, &mail, recipients) else {
+            tracing::info!(
+                from = mail.from,
+                subject = mail.subject,
+                "no route takes this mail; dropped"
+            );
+            return Ok(Taken::Dropped("no route"));
+        };
+        let store = self.gateway.kernel.bus().store().clone();
+        let id = match &mail.message_id {
+            Some(id) => id.clone(),
+            None => hex(&Sha256::digest(raw)),
+        };
+        let key = format!("email-message:{id}");
+        match store
+            .claim_key(&key, "-", DEDUPE_WINDOW)
+            .await
+            .map_err(|e| IntakeError::Store(e.to_string()))?
+        {
+            KeyClaim::Won => {}
+            KeyClaim::Held { .. } => return Ok(Taken::Duplicate),
+        }
+        let mut event = Event::new(TOPIC, "mail");
+        event.source = Some("email".into());
+        event.data = Some(json!({
+            "mail": mail.to_json(),
+            "noReply": mail.no_reply,
+            "skill": skill,
+            "args": args,
+            "named": named,
+            "envelopeFrom": envelope_from,
+            "recipients": recipients,
+            "receivedAt": crate::context::id::now_ms(),
+        }));
+        if let Err(err) = self.gateway.kernel.bus().emit(&event).await {
+            let _ = store.release_key(&key).await;
+            return Err(IntakeError::Store(format!("queueing a mail failed: {err}")));
+        }
+        if let Err(err) = store.settle_key(&key, "{}", DEDUPE_WINDOW).await {
+            tracing::warn!(message_id = id, error = %err, "marking a mail queued failed");
+        }
+        Ok(Taken::Queued(event.id))
+    }
+}
+
+/// The first route that takes `mail`, else the default: the skill, its args, and whether the
+/// mail named it (a command route).
+fn route(
+    config: &EmailConfig,
+    mail: &Mail,
+    recipients: &[String],
+) -> Option<(String, Value, bool)> {
+    let to: Vec<String> = recipients
+        .iter()
+        .map(|r| r.to_ascii_lowercase())
+        .chain(mail.to.iter().cloned())
+        .collect();
+    for route in &config.routes {
+        if route.from.as_ref().is_some_and(|g| !g.is_match(&mail.from)) {
+            continue;
+        }
+        if route
+            .to
+            .as_ref()
+            .is_some_and(|g| !to.iter().any(|t| g.is_match(t)))
+        {
+            continue;
+        }
+        let mut args = Map::new();
+        args.insert("subject".into(), Value::from(mail.subject.as_str()));
+        args.insert("text".into(), Value::from(mail.text.as_str()));
+        if let Some(pattern) = &route.subject {
+            let Some(found) = pattern.captures(&mail.subject) else {
+                continue;
+            };
+            for name in pattern.capture_names().flatten() {
+                if let Some(m) = found.name(name) {
+                    args.insert(name.to_string(), Value::from(m.as_str()));
+                }
+            }
+        }
+        return Some(match &route.target {
+            Target::Skill(skill) => (skill.clone(), Value::Object(args), false),
+            Target::Command => {
+                let subject = mail.subject.trim();
+                let skill = subject.split_whitespace().next().unwrap_or_default();
+                if skill.is_empty() {
+                    continue;
+                }
+                (skill.to_string(), command_args(&mail.text), true)
+            }
+        });
+    }
+    config.default.as_ref().map(|skill| {
+        (
+            skill.clone(),
+            json!({ "subject": mail.subject, "text": mail.text }),
+            false,
+        )
+    })
+}
+
+/// A command mail's args: the body as a JSON object, else `{text}`.
+fn command_args(body: &str) -> Value {
+    match serde_json::from_str::<Value>(body.trim()) {
+        Ok(Value::Object(map)) => Value::Object(map),
+        _ if body.trim().is_empty() => json!({}),
+        _ => json!({ "text": body.trim() }),
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}

@@ -1,0 +1,209 @@
+//! Running queued mail: claims it from [`TOPIC`], runs the routed skill through the shared
+//! dispatch (`nonlocals.request` with from, to, cc, subject, text, html, message id, in-reply-to
+//! and attachment metadata; `nonlocals.gateway.replyTo` the sender and the thread ids;
+//! `sessionId` the thread; `gateway-message` with from, subject and body) and answers in one
+//! mail: the `gateway-send` messages, then the result (or the failure). No answer to mail that
+//! must not get one (RFC 3834), and at most one per sender per reply window, across replicas.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Map, Value, json};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::events::{Delivery, KernelBus, KeyClaim};
+use crate::gateway::email::Email;
+use crate::gateway::email::intake::{QUEUE, TOPIC};
+use crate::gateway::email::parse::Mail;
+use crate::gateway::http::problem::Problem;
+use crate::gateway::policy::Policy;
+use crate::gateway::{Gateway, GatewayError, Inbound, ReplyPart};
+use crate::kernel::ToolRef;
+
+/// Mails answered at once.
+const CONCURRENCY: usize = 8;
+
+/// Makes the queue before any mail is taken.
+pub async fn prepare(gateway: &Gateway) -> Result<(), String> {
+    gateway
+        .kernel
+        .bus()
+        .subscribe_queue(TOPIC, QUEUE, false)
+        .await
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+/// Starts the worker on `tracker` until `stop`; its runs are tracked there too.
+pub fn spawn(
+    gateway: Gateway,
+    policy: Policy,
+    email: Arc<Email>,
+    timeout: Duration,
+    stop: CancellationToken,
+    tracker: &TaskTracker,
+) {
+    let bus = gateway.kernel.bus().clone();
+    crate::gateway::queue::spawn(
+        bus,
+        TOPIC.into(),
+        QUEUE,
+        CONCURRENCY,
+        stop,
+        tracker,
+        move |delivery| {
+            let (gateway, policy, email) = (gateway.clone(), policy.clone(), email.clone());
+            async move { run(&gateway, &policy, &email, delivery, timeout).await }
+        },
+    );
+}
+
+async fn run(
+    gateway: &Gateway,
+    policy: &Policy,
+    email: &Email,
+    delivery: Delivery,
+    timeout: Duration,
+) {
+    let bus = gateway.kernel.bus().clone();
+    let id = delivery.event.id.clone();
+    let data = delivery.event.data.clone().unwrap_or(Value::Null);
+    let mail = Mail::from_json(&data["mail"]);
+    let skill = data["skill"].as_str().unwrap_or_default().to_string();
+    let request_id = format!("mail-{id}");
+    let index = gateway.kernel.registry().current();
+    let (text, status) = match policy.reach_message(&index, &skill, data["named"] == true) {
+        Err(refusal) => failure(&GatewayError::from(refusal), &skill, &request_id),
+        Ok(tool) => {
+            let mut request = match mail.to_json() {
+                Value::Object(map) => map,
+                _ => Map::new(),
+            };
+            request.insert("envelopeFrom".into(), data["envelopeFrom"].clone());
+            request.insert("recipients".into(), data["recipients"].clone());
+            let inbound = Inbound {
+                transport: "email",
+                skill: ToolRef::Name(Arc::from(tool.name.as_str())),
+                args: data["args"].clone(),
+                request,
+                request_id: request_id.clone(),
+                reply_to: json!({
+                    "address": mail.reply_to,
+                    "messageId": mail.message_id,
+                    "references": mail.references,
+                }),
+                announce: Some(
+                    json!({ "from": mail.from, "subject": mail.subject, "body": mail.text }),
+                ),
+                follow: false,
+                duplex: false,
+                timeout: Some(timeout),
+                session: Some(format!("email:{}", mail.thread())),
+            };
+            let mut dispatch = gateway.dispatch(inbound);
+            let mut said = Vec::new();
+            let mut partial = String::new();
+            let mut outcome = None;
+            while let Some(part) = dispatch.parts.recv().await {
+                match part {
+                    ReplyPart::Message(message) => said.push(text_of(&message)),
+                    ReplyPart::Partial(piece) => partial.push_str(&piece),
+                    ReplyPart::Done(done) => {
+                        outcome = Some(done);
+                        break;
+                    }
+                    _ => {}
+                }
+            }
+            match outcome {
+                Some(Ok(result)) => {
+                    let value = result.map_or(Value::Null, Arc::unwrap_or_clone);
+                    if !partial.is_empty() && value != Value::String(partial.clone()) {
+                        said.push(partial);
+                    }
+                    said.push(text_of(&value));
+                    (said.join("\n\n"), "ok".to_string())
+                }
+                Some(Err(err)) => failure(
+                    &GatewayError::from_run(&err, &skill, &request_id),
+                    &skill,
+                    &request_id,
+                ),
+                None => failure(
+                    &GatewayError::Internal {
+                        cause: "the run ended without an answer".into(),
+                        run: None,
+                    },
+                    &skill,
+                    &request_id,
+                ),
+            }
+        }
+    };
+    if let Some(why) = data["noReply"].as_str() {
+        tracing::info!(from = mail.from, why, "no answer to this mail (RFC 3834)");
+    } else if may_answer(gateway, &mail, email.config.reply_window).await {
+        if let Err(err) = email
+            .mailer
+            .answer(&mail, &text, &status, &request_id)
+            .await
+        {
+            tracing::error!(request_id, to = mail.reply_to, error = %err, "the answer could not be sent");
+        }
+    } else {
+        tracing::info!(
+            to = mail.reply_to,
+            "an answer was sent to this sender within the reply window; no other now"
+        );
+    }
+    if let Err(err) = bus.ack(TOPIC, QUEUE, &[id], false).await {
+        tracing::warn!(request_id, error = %err, "acking a mail failed; it may be answered again");
+    }
+}
+
+/// One answer per sender per window, on any replica.
+async fn may_answer(gateway: &Gateway, mail: &Mail, window: Duration) -> bool {
+    if window.is_zero() {
+        return true;
+    }
+    let key = format!("email-answered:{}", mail.reply_to);
+    matches!(
+        gateway
+            .kernel
+            .bus()
+            .store()
+            .claim_key(&key, "-", window)
+            .await,
+        Ok(KeyClaim::Won)
+    )
+}
+
+fn failure(error: &GatewayError, skill: &str, request_id: &str) -> (String, String) {
+    let problem = Problem::of(error).to_json();
+    let slug = problem["type"]
+        .as_str()
+        .and_then(|t| t.strip_prefix("/docs#problem-"))
+        .unwrap_or("internal")
+        .to_string();
+    let detail = problem["detail"]
+        .as_str()
+        .or(problem["title"].as_str())
+        .unwrap_or("the skill failed");
+    (
+        format!("`{skill}` could not answer: {detail}\n\n({slug}, request {request_id})"),
+        slug,
+    )
+}
+
+/// A value as markdown: text as is, anything else as a JSON code block.
+fn text_of(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.clone(),
+        Value::Null => String::new(),
+        other => format!(
+            "```json\n{}\n```",
+            serde_json::to_string_pretty(other).unwrap_or_default()
+        ),
+    }
+}
