@@ -93,8 +93,12 @@ pub async fn serve(
     // Caught before the start line: whoever reads it may signal at once.
     let signals = crate::shutdown::listen();
     let addr = server.local_addr();
+    let smtp = server
+        .email_addr()
+        .map(|smtp| format!(" and smtp://{smtp}"))
+        .unwrap_or_default();
     eprintln!(
-        "skillgate: listening on http://{addr} ({skills} skills, {store_kind} event store {store_label}, {})",
+        "skillgate: listening on http://{addr}{smtp} ({skills} skills, {store_kind} event store {store_label}, {})",
         if open {
             "no API keys: every path is open".to_string()
         } else {

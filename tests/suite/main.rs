@@ -33,6 +33,7 @@ mod context;
 mod deep;
 mod directives;
 mod durability;
+mod email;
 mod events;
 mod events_cli;
 mod hooks;

@@ -1,0 +1,242 @@
+//! The email transport over real SMTP: a routed mail gets one threaded answer (Re:, In-Reply-To,
+//! References, Auto-Submitted, text and HTML); automatic and list mail get none; the same
+//! Message-ID twice runs once; mail over the size cap is 552 and unreadable mail 550 with the
+//! reason, and the listener goes on; a mail the listener said 250 to survives a SIGKILL.
+
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+use crate::common::Project;
+use crate::server::{TestServer, config};
+use crate::smtp_sink::Sink;
+use crate::transport::email::{send, settings};
+
+/// A server whose default skill answers in markdown.
+async fn start(sink: &Sink) -> TestServer {
+    let project = Project::new();
+    project.skill(
+        "brief.skill.md",
+        "---\nname: brief\ndescription: Answers.\nmetadata:\n  params:\n    type: object\n    properties:\n      subject: { type: string }\n---\n**Re** :arg[subject]\n",
+    );
+    let mut http = config();
+    let mut email = settings(sink);
+    email.routes = None;
+    email.default = Some("brief".into());
+    email.max_size = Some(64 * 1024);
+    http.email = email;
+    TestServer::start(project, http).await
+}
+
+/// A raw SMTP exchange: each command, then its answer line(s); the last answer.
+async fn smtp_session(addr: std::net::SocketAddr, data: &[u8]) -> String {
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (read, mut write) = stream.into_split();
+    let mut reader = BufReader::new(read);
+    let mut line = String::new();
+    reader.read_line(&mut line).await.unwrap();
+    assert!(line.starts_with("220"), "{line}");
+    for command in [
+        "EHLO client.test\r\n",
+        "MAIL FROM:<ada@example.org>\r\n",
+        "RCPT TO:<bot@skillgate.test>\r\n",
+        "DATA\r\n",
+    ] {
+        write.write_all(command.as_bytes()).await.unwrap();
+        loop {
+            line.clear();
+            reader.read_line(&mut line).await.unwrap();
+            if line.as_bytes().get(3) != Some(&b'-') {
+                break;
+            }
+        }
+    }
+    assert!(line.starts_with("354"), "{line}");
+    write.write_all(data).await.unwrap();
+    write.write_all(b"\r\n.\r\n").await.unwrap();
+    line.clear();
+    reader.read_line(&mut line).await.unwrap();
+    let answer = line.clone();
+    write.write_all(b"QUIT\r\n").await.unwrap();
+    answer
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mail_gets_one_threaded_answer_marked_auto_replied() {
+    let sink = Sink::start().await;
+    let server = start(&sink).await;
+    let smtp = server.email_addr().unwrap();
+    let id = send(
+        smtp,
+        "ada@example.org",
+        "Quarterly numbers",
+        "Could you send them?",
+    )
+    .await;
+    let answer = sink
+        .answer_to(&id, Duration::from_secs(20))
+        .await
+        .expect("an answer");
+    assert_eq!(answer.to, ["ada@example.org"]);
+    assert_eq!(
+        answer.header("Subject").as_deref(),
+        Some("Re: Quarterly numbers")
+    );
+    assert_eq!(
+        answer.header("References").as_deref(),
+        Some(format!("<{id}>").as_str())
+    );
+    assert_eq!(
+        answer.header("Auto-Submitted").as_deref(),
+        Some("auto-replied")
+    );
+    assert_eq!(answer.header("X-Skillgate-Status").as_deref(), Some("ok"));
+    assert_eq!(answer.text(), "**Re** Quarterly numbers\n");
+    let parsed = answer.parsed();
+    let html = parsed.body_html(0).expect("an HTML alternative");
+    assert!(html.contains("<strong>Re</strong>"), "{html}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(sink.count(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn automatic_and_list_mail_get_no_answer() {
+    let sink = Sink::start().await;
+    let server = start(&sink).await;
+    let smtp = server.email_addr().unwrap();
+    for (n, header) in [
+        "Auto-Submitted: auto-replied",
+        "List-Id: <news.example.org>",
+        "Precedence: bulk",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let raw = format!(
+            "From: ada@example.org\r\nTo: bot@skillgate.test\r\nSubject: out of office {n}\r\nMessage-ID: <auto{n}@example.org>\r\n{header}\r\n\r\nI am away."
+        );
+        assert!(smtp_session(smtp, raw.as_bytes()).await.starts_with("250"));
+    }
+    // A person's mail afterwards is answered, and it is the only answer.
+    let id = send(smtp, "ada@example.org", "hello", "hi").await;
+    sink.answer_to(&id, Duration::from_secs(20))
+        .await
+        .expect("an answer");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(sink.count(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_message_id_delivered_twice_runs_once() {
+    let sink = Sink::start().await;
+    let server = start(&sink).await;
+    let smtp = server.email_addr().unwrap();
+    let raw = b"From: ada@example.org\r\nTo: bot@skillgate.test\r\nSubject: twice\r\nMessage-ID: <twice@example.org>\r\n\r\nagain";
+    assert!(
+        smtp_session(smtp, raw)
+            .await
+            .starts_with("250 2.0.0 OK queued")
+    );
+    let again = smtp_session(smtp, raw).await;
+    assert!(
+        again.starts_with("250") && again.contains("already"),
+        "{again}"
+    );
+    sink.answer_to("twice@example.org", Duration::from_secs(20))
+        .await
+        .expect("an answer");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(sink.count(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_unreadable_and_odd_mail_get_clear_answers_and_the_listener_goes_on() {
+    let sink = Sink::start().await;
+    let server = start(&sink).await;
+    let smtp = server.email_addr().unwrap();
+    let big = format!(
+        "From: ada@example.org\r\nSubject: big\r\n\r\n{}",
+        "x".repeat(70 * 1024)
+    );
+    assert!(
+        smtp_session(smtp, big.as_bytes())
+            .await
+            .starts_with("552 5.3.4")
+    );
+    let charset = b"From: ada@example.org\r\nSubject: odd\r\nMIME-Version: 1.0\r\nContent-Type: text/plain; charset=x-martian-7\r\n\r\nzzz";
+    let answer = smtp_session(smtp, charset).await;
+    assert!(
+        answer.starts_with("550 5.6.0") && answer.contains("x-martian-7"),
+        "{answer}"
+    );
+    let mut nested = String::from("leaf\r\n");
+    let mut headers = String::new();
+    for level in (0..14).rev() {
+        nested = format!("--b{level}\r\n{headers}\r\n{nested}\r\n--b{level}--\r\n");
+        headers = format!("Content-Type: multipart/mixed; boundary=b{level}\r\n");
+    }
+    let deep = format!(
+        "From: ada@example.org\r\nSubject: deep\r\nMIME-Version: 1.0\r\n{headers}\r\n{nested}"
+    );
+    let answer = smtp_session(smtp, deep.as_bytes()).await;
+    assert!(
+        answer.starts_with("550") && answer.contains("nests"),
+        "{answer}"
+    );
+    let no_sender = b"Subject: who\r\n\r\nnobody";
+    assert!(smtp_session(smtp, no_sender).await.starts_with("550"));
+    // Still up: a good mail is answered.
+    let id = send(smtp, "ada@example.org", "still there?", "yes").await;
+    sink.answer_to(&id, Duration::from_secs(20))
+        .await
+        .expect("an answer");
+}
+
+#[test]
+fn a_mail_answered_250_survives_a_sigkill_and_runs_after_restart() {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            let sink = Sink::start().await;
+            let project = Project::new();
+            // Slow enough that the kill comes before the answer.
+            project
+                .write(
+                    "skillgate.yaml",
+                    &format!(
+                        "email:\n  from: bot@skillgate.test\n  smtp: {{ bind: \"127.0.0.1:0\" }}\n  relay: {}\n  default: slow\n  reply-window: 0\n",
+                        sink.relay()
+                    ),
+                )
+                .skill(
+                    "slow.skill.js",
+                    "export default async function (ctx, args) {\n  await ctx.manager.invoke('event-wait', { topic: 'never', timeout: 1500 }).catch(() => null);\n  return 'answered ' + args.subject;\n}\n",
+                );
+            // The embedded SQLite store in the project: the same one after the restart. A mail
+            // the killed process had claimed comes back after the visibility timeout (3 s).
+            let args = ["--bind", "127.0.0.1:0", "--visibility", "3000"];
+            let first = crate::process::serve(project.path(), &args, &[]);
+            let smtp = smtp_addr(&first);
+            let id = send(smtp, "ada@example.org", "kept", "please").await;
+            first.kill();
+            assert!(sink.answer_to(&id, Duration::from_millis(200)).await.is_none());
+            let second = crate::process::serve(project.path(), &args, &[]);
+            let _ = smtp_addr(&second);
+            let answer = sink.answer_to(&id, Duration::from_secs(30)).await.expect("answered after the restart");
+            assert_eq!(answer.text(), "answered kept");
+        });
+}
+
+/// The SMTP address a `serve` process printed.
+fn smtp_addr(served: &crate::process::Served) -> std::net::SocketAddr {
+    served
+        .started
+        .split("smtp://")
+        .nth(1)
+        .and_then(|rest| rest.split([' ', ',', ')']).next())
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("no smtp:// address in `{}`", served.started))
+}
