@@ -127,7 +127,9 @@ fn main() {
         .build()
         .unwrap();
     runtime.block_on(async {
-        println!("| store | clients | mails/s | session p50 | session p99 |\n|---|---|---|---|---|");
+        println!(
+            "| store | clients | mails/s | session p50 | session p99 |\n|---|---|---|---|---|"
+        );
         let dir = tempfile::tempdir().unwrap();
         let sqlite = SqliteStore::open(&dir.path().join("events.db"), Limits::default(), false)
             .await

@@ -37,6 +37,8 @@ pub async fn serve(
         };
         match accepted {
             Ok((stream, peer)) => {
+                // Each answer is one write; sent at once, not held back for the client's ACK.
+                let _ = stream.set_nodelay(true);
                 let (intake, config, stop) = (intake.clone(), config.clone(), stop.clone());
                 tracker.spawn(async move {
                     if let Err(err) = session(stream, &intake, &config, &stop).await {
