@@ -15,6 +15,15 @@ use crate::events::{Bus, Delivery};
 /// How long one claim waits before it looks again.
 const CLAIM_WAIT: Duration = Duration::from_secs(5);
 
+/// Makes a transport's queue on `topic` before its intake takes anything (an event queued on a
+/// topic with no queue would only be in its buffer).
+pub async fn prepare(bus: &Bus, topic: &str, queue: &str) -> Result<(), String> {
+    bus.subscribe_queue(topic, queue, false)
+        .await
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
 /// Runs `run` for each delivery claimed from `queue` of `topic`, `concurrency` at once, until
 /// `stop`. `run` acks (or leaves the delivery to come back).
 pub fn spawn<F, Fut>(

@@ -16,6 +16,19 @@ use tokio::sync::mpsc;
 use crate::error::{Result, SkillError};
 use crate::kernel::invoke::Output;
 
+/// A result or message as markdown for a chat or a mail: text as is, nothing for null, anything
+/// else as a JSON code block.
+pub fn as_markdown(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.clone(),
+        Value::Null => String::new(),
+        other => format!(
+            "```json\n{}\n```",
+            serde_json::to_string_pretty(other).unwrap_or_default()
+        ),
+    }
+}
+
 /// One thing sent back over a transport.
 #[derive(Debug)]
 pub enum ReplyPart {

@@ -18,6 +18,7 @@ use crate::gateway::email::intake::{QUEUE, TOPIC};
 use crate::gateway::email::parse::Mail;
 use crate::gateway::http::problem::Problem;
 use crate::gateway::policy::Policy;
+use crate::gateway::reply::as_markdown;
 use crate::gateway::{Gateway, GatewayError, Inbound, ReplyPart};
 use crate::kernel::ToolRef;
 
@@ -26,13 +27,7 @@ const CONCURRENCY: usize = 8;
 
 /// Makes the queue before any mail is taken.
 pub async fn prepare(gateway: &Gateway) -> Result<(), String> {
-    gateway
-        .kernel
-        .bus()
-        .subscribe_queue(TOPIC, QUEUE, false)
-        .await
-        .map(|_| ())
-        .map_err(|e| e.to_string())
+    crate::gateway::queue::prepare(gateway.kernel.bus(), TOPIC, QUEUE).await
 }
 
 /// Starts the worker on `tracker` until `stop`; its runs are tracked there too.
@@ -107,7 +102,7 @@ async fn run(
             let mut outcome = None;
             while let Some(part) = dispatch.parts.recv().await {
                 match part {
-                    ReplyPart::Message(message) => said.push(text_of(&message)),
+                    ReplyPart::Message(message) => said.push(as_markdown(&message)),
                     ReplyPart::Partial(piece) => partial.push_str(&piece),
                     ReplyPart::Done(done) => {
                         outcome = Some(done);
@@ -122,7 +117,7 @@ async fn run(
                     if !partial.is_empty() && value != Value::String(partial.clone()) {
                         said.push(partial);
                     }
-                    said.push(text_of(&value));
+                    said.push(as_markdown(&value));
                     (said.join("\n\n"), "ok".to_string())
                 }
                 Some(Err(err)) => failure(
@@ -181,11 +176,7 @@ async fn may_answer(gateway: &Gateway, mail: &Mail, window: Duration) -> bool {
 
 fn failure(error: &GatewayError, skill: &str, request_id: &str) -> (String, String) {
     let problem = Problem::of(error).to_json();
-    let slug = problem["type"]
-        .as_str()
-        .and_then(|t| t.strip_prefix("/docs#problem-"))
-        .unwrap_or("internal")
-        .to_string();
+    let slug = error.slug().to_string();
     let detail = problem["detail"]
         .as_str()
         .or(problem["title"].as_str())
@@ -194,16 +185,4 @@ fn failure(error: &GatewayError, skill: &str, request_id: &str) -> (String, Stri
         format!("`{skill}` could not answer: {detail}\n\n({slug}, request {request_id})"),
         slug,
     )
-}
-
-/// A value as markdown: text as is, anything else as a JSON code block.
-fn text_of(value: &Value) -> String {
-    match value {
-        Value::String(s) => s.clone(),
-        Value::Null => String::new(),
-        other => format!(
-            "```json\n{}\n```",
-            serde_json::to_string_pretty(other).unwrap_or_default()
-        ),
-    }
 }

@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use crate::gateway::http::problem::Problem;
+use crate::gateway::reply::as_markdown;
 use crate::gateway::slack::api::{ApiError, WebApi};
 use crate::gateway::slack::mrkdwn::{PART_LIMIT, split, to_mrkdwn};
 use crate::gateway::{Dispatch, GatewayError, ReplyPart};
@@ -47,7 +48,7 @@ pub async fn answer(
     while let Some(part) = dispatch.parts.recv().await {
         match part {
             ReplyPart::Message(message) => {
-                post_text(api, thread, &text_of(&message), None).await?;
+                post_text(api, thread, &as_markdown(&message), None).await?;
             }
             ReplyPart::Partial(piece) => match &mut streamed {
                 None => {
@@ -89,7 +90,7 @@ pub async fn answer(
                         let rest = match &value {
                             Value::Null => None,
                             Value::String(s) if *s == open.text => None,
-                            other => Some(text_of(other)),
+                            other => Some(as_markdown(other)),
                         };
                         finish_stream(api, thread, &open, rest.is_none().then_some(&metadata))
                             .await?;
@@ -97,7 +98,7 @@ pub async fn answer(
                             post_text(api, thread, &rest, Some(metadata)).await?;
                         }
                     }
-                    None => post_text(api, thread, &text_of(&value), Some(metadata)).await?,
+                    None => post_text(api, thread, &as_markdown(&value), Some(metadata)).await?,
                 }
                 return Ok(Answered { failed: false });
             }
@@ -123,13 +124,11 @@ pub async fn refuse(
     request_id: &str,
     refusal: &GatewayError,
 ) -> Result<(), ApiError> {
-    let problem = Problem::of(refusal);
-    let slug = problem_slug(&problem);
     post_text(
         api,
         thread,
-        &failure_text(skill, &problem, request_id),
-        Some(metadata(skill, request_id, &slug, None)),
+        &failure_text(skill, refusal, request_id),
+        Some(metadata(skill, request_id, refusal.slug(), None)),
     )
     .await
 }
@@ -181,36 +180,15 @@ async fn post_text(
     Ok(())
 }
 
-/// A value as markdown: text as is, anything else as a JSON code block.
-fn text_of(value: &Value) -> String {
-    match value {
-        Value::String(s) => s.clone(),
-        Value::Null => String::new(),
-        other => format!(
-            "```json\n{}\n```",
-            serde_json::to_string_pretty(other).unwrap_or_default()
-        ),
-    }
-}
-
-fn problem_slug(problem: &Problem) -> String {
-    let body = problem.to_json();
-    body["type"]
-        .as_str()
-        .and_then(|t| t.strip_prefix("/docs#problem-"))
-        .unwrap_or("internal")
-        .to_string()
-}
-
-fn failure_text(skill: &str, problem: &Problem, request_id: &str) -> String {
-    let body = problem.to_json();
+fn failure_text(skill: &str, error: &GatewayError, request_id: &str) -> String {
+    let body = Problem::of(error).to_json();
     let detail = body["detail"]
         .as_str()
         .or(body["title"].as_str())
         .unwrap_or("the skill failed");
     format!(
         ":warning: `{skill}` could not answer: {detail} ({}, request `{request_id}`)",
-        problem_slug(problem)
+        error.slug()
     )
 }
 

@@ -26,13 +26,7 @@ const CONCURRENCY: usize = 8;
 
 /// Makes the queue before any event is taken.
 pub async fn prepare(gateway: &Gateway) -> Result<(), String> {
-    gateway
-        .kernel
-        .bus()
-        .subscribe_queue(TOPIC, QUEUE, false)
-        .await
-        .map(|_| ())
-        .map_err(|e| e.to_string())
+    crate::gateway::queue::prepare(gateway.kernel.bus(), TOPIC, QUEUE).await
 }
 
 /// Starts the worker on `tracker` until `stop`; its runs are tracked there too.

@@ -25,13 +25,7 @@ const CONCURRENCY: usize = 8;
 /// Makes the route's queue, before any delivery is taken (a delivery queued on a topic with
 /// no queue would only be in its buffer).
 pub async fn prepare(gateway: &Gateway, route: &WebhookRoute) -> Result<(), String> {
-    gateway
-        .kernel
-        .bus()
-        .subscribe_queue(&route.topic, QUEUE, false)
-        .await
-        .map(|_| ())
-        .map_err(|e| e.to_string())
+    crate::gateway::queue::prepare(gateway.kernel.bus(), &route.topic, QUEUE).await
 }
 
 /// Starts the route's worker on `tracker` until `stop`; its runs are tracked there too.
