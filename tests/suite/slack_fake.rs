@@ -48,6 +48,8 @@ pub struct Inner {
     pub acks: Mutex<Vec<String>>,
     pub push: Notify,
     pub connections: AtomicU32,
+    /// How many `disconnect`s were asked for (a connection sends one when this grows).
+    disconnects: AtomicU32,
     pub disconnect: Notify,
     next_ts: AtomicU32,
 }
@@ -145,6 +147,7 @@ impl FakeSlack {
 
     /// Tells the connected client to reconnect (`refresh_requested`).
     pub fn disconnect(&self) {
+        self.inner.disconnects.fetch_add(1, Ordering::SeqCst);
         self.inner.disconnect.notify_waiters();
     }
 }
@@ -222,6 +225,7 @@ async fn socket(State(inner): State<Arc<Inner>>, upgrade: WebSocketUpgrade) -> R
 }
 
 async fn session(inner: Arc<Inner>, mut socket: WebSocket) {
+    let asked = inner.disconnects.load(Ordering::SeqCst);
     inner.connections.fetch_add(1, Ordering::SeqCst);
     inner.changed.notify_waiters();
     let hello =
@@ -240,6 +244,15 @@ async fn session(inner: Arc<Inner>, mut socket: WebSocket) {
         inner.outbox.lock().push_front(envelope);
     }
     loop {
+        // Waiting from before the checks: a push or a disconnect in between is not missed.
+        let push = inner.push.notified();
+        let disconnect = inner.disconnect.notified();
+        if inner.disconnects.load(Ordering::SeqCst) != asked {
+            let bye = json!({ "type": "disconnect", "reason": "refresh_requested" });
+            let _ = socket.send(Message::Text(bye.to_string().into())).await;
+            let _ = socket.send(Message::Close(None)).await;
+            return;
+        }
         let next = inner.outbox.lock().pop_front();
         if let Some(envelope) = next {
             inner.unacked.lock().push(envelope.clone());
@@ -252,16 +265,9 @@ async fn session(inner: Arc<Inner>, mut socket: WebSocket) {
             }
             continue;
         }
-        let push = inner.push.notified();
-        let disconnect = inner.disconnect.notified();
         tokio::select! {
             () = push => {}
-            () = disconnect => {
-                let bye = json!({ "type": "disconnect", "reason": "refresh_requested" });
-                let _ = socket.send(Message::Text(bye.to_string().into())).await;
-                let _ = socket.send(Message::Close(None)).await;
-                return;
-            }
+            () = disconnect => {}
             message = socket.recv() => match message {
                 Some(Ok(Message::Text(text))) => {
                     let ack: Value = serde_json::from_str(text.as_str()).unwrap_or(Value::Null);
