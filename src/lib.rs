@@ -32,6 +32,7 @@ pub mod cascade;
 pub mod cli;
 pub mod config;
 pub mod context;
+pub mod digest;
 pub mod error;
 pub mod events;
 pub mod gateway;

@@ -6,7 +6,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Map, Value, json};
-use sha2::{Digest, Sha256};
 
 use crate::events::{Event, KernelBus, KeyClaim};
 use crate::gateway::Gateway;
@@ -82,7 +81,7 @@ impl Intake {
         let store = self.gateway.kernel.bus().store().clone();
         let id = match &mail.message_id {
             Some(id) => id.clone(),
-            None => hex(&Sha256::digest(raw)),
+            None => crate::digest::sha256_hex(raw),
         };
         let key = format!("email-message:{id}");
         match store
@@ -180,8 +179,4 @@ fn command_args(body: &str) -> Value {
         _ if body.trim().is_empty() => json!({}),
         _ => json!({ "text": body.trim() }),
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

@@ -86,23 +86,14 @@ fn decode_hex(hex: &str) -> Option<[u8; 32]> {
 
 /// `sha256:<hex>` of a key, as stored in configuration.
 pub fn hash_key(key: &str) -> String {
-    let digest = Sha256::digest(key.as_bytes());
-    let mut out = String::from(HASH_PREFIX);
-    for byte in digest {
-        out.push_str(&format!("{byte:02x}"));
-    }
-    out
+    format!("{HASH_PREFIX}{}", crate::digest::sha256_hex(key.as_bytes()))
 }
 
 /// A new random key: `sg_` and 40 hex digits (160 bits).
 pub fn generate_key() -> Result<String, KeyError> {
     let mut bytes = [0u8; 20];
     getrandom::fill(&mut bytes).map_err(KeyError::NoRandomness)?;
-    let mut key = String::from("sg_");
-    for byte in bytes {
-        key.push_str(&format!("{byte:02x}"));
-    }
-    Ok(key)
+    Ok(format!("sg_{}", crate::digest::hex(&bytes)))
 }
 
 /// Every configured key. Empty means authentication is off.

@@ -88,7 +88,7 @@ pub async fn begin(
     } else {
         &b"\0json"[..]
     });
-    let fingerprint = hex(&digest.finalize());
+    let fingerprint = crate::digest::hex(&digest.finalize());
     // While the first run goes on, its claim lasts as long as it may run.
     let running = state.config.timeout + state.config.grace + Duration::from_secs(60);
     let store = state.gateway.kernel.bus().store();
@@ -124,7 +124,7 @@ pub async fn begin(
 fn stream_topic(key: &str) -> String {
     format!(
         "gateway-stream.{}",
-        &hex(&Sha256::digest(key.as_bytes()))[..32]
+        &crate::digest::sha256_hex(key.as_bytes())[..32]
     )
 }
 
@@ -210,8 +210,4 @@ fn replay(stored: &str, given: &str) -> Result<Begin, GatewayError> {
     }
     headers.insert(REPLAYED, HeaderValue::from_static("true"));
     Ok(Begin::Replay(response))
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

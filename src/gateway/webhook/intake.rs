@@ -13,7 +13,6 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Json, Response};
 use axum::routing::post;
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 
 use crate::context::id::now_ms;
 use crate::events::{Event, KernelBus, KeyClaim};
@@ -80,7 +79,7 @@ async fn receive(
     })?;
     let store = state.gateway.kernel.bus().store().clone();
     let key = format!("webhook:{}:{}", route.path, verified.id);
-    let fingerprint = hex(&Sha256::digest(&body));
+    let fingerprint = crate::digest::sha256_hex(&body);
     let internal = |cause: String| GatewayError::Internal { cause, run: None };
     match store
         .claim_key(&key, &fingerprint, DEDUPE_WINDOW)
@@ -135,8 +134,4 @@ async fn receive(
 fn parse_body(body: &[u8]) -> Value {
     serde_json::from_slice(body)
         .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(body).into_owned()))
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

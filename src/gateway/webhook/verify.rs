@@ -8,7 +8,7 @@ use axum::http::HeaderMap;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use hmac::{Hmac, Mac};
-use sha2::{Digest, Sha256};
+use sha2::Sha256;
 use subtle::ConstantTimeEq;
 
 type HmacSha256 = Hmac<Sha256>;
@@ -256,9 +256,7 @@ fn decode_hex(hex: &str) -> Option<Vec<u8>> {
 /// An id for a delivery whose scheme names none: the body's hash (the same body twice is the
 /// same delivery).
 fn body_id(body: &[u8]) -> String {
-    let digest = Sha256::digest(body);
-    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
-    format!("sha256:{hex}")
+    format!("sha256:{}", crate::digest::sha256_hex(body))
 }
 
 #[cfg(test)]
@@ -430,10 +428,7 @@ mod tests {
     #[test]
     fn a_plain_hmac_header_verifies_with_or_without_its_prefix() {
         let body = b"{}";
-        let sig: String = mac(b"k", &[body])
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
+        let sig = crate::digest::hex(&mac(b"k", &[body]));
         let scheme = Scheme::Hmac {
             header: "x-signature".into(),
         };
