@@ -10,10 +10,51 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::events::{Bus, Delivery};
+use crate::events::{Bus, Delivery, Event, KeyClaim};
 
 /// How long one claim waits before it looks again.
 const CLAIM_WAIT: Duration = Duration::from_secs(5);
+
+/// What [`enqueue_once`] did with an event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Enqueued {
+    Queued,
+    /// Its key was claimed before (a retry, another replica): `queued` with the answer kept
+    /// then, or `None` while that request is still queueing it.
+    Duplicate {
+        answer: Option<String>,
+    },
+}
+
+/// Queues `event` durably once per `key` within `window`, on any replica: the key is claimed
+/// first; if the event cannot be stored the claim is released, so the sender's retry can take
+/// it; once stored the key keeps `answer` for the duplicates. An error means nothing was queued.
+pub async fn enqueue_once(
+    bus: &Bus,
+    key: &str,
+    fingerprint: &str,
+    window: Duration,
+    event: &Event,
+    answer: &str,
+) -> Result<Enqueued, String> {
+    let store = bus.store();
+    match store
+        .claim_key(key, fingerprint, window)
+        .await
+        .map_err(|e| e.to_string())?
+    {
+        KeyClaim::Won => {}
+        KeyClaim::Held { response, .. } => return Ok(Enqueued::Duplicate { answer: response }),
+    }
+    if let Err(err) = bus.emit(event).await {
+        let _ = store.release_key(key).await;
+        return Err(format!("queueing on `{}` failed: {err}", event.topic));
+    }
+    if let Err(err) = store.settle_key(key, answer, window).await {
+        tracing::warn!(key, error = %err, "marking an event queued failed");
+    }
+    Ok(Enqueued::Queued)
+}
 
 /// Makes a transport's queue on `topic` before its intake takes anything (an event queued on a
 /// topic with no queue would only be in its buffer).

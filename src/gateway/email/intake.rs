@@ -7,10 +7,11 @@ use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 
-use crate::events::{Event, KernelBus, KeyClaim};
+use crate::events::{Event, KernelBus};
 use crate::gateway::Gateway;
 use crate::gateway::email::config::{EmailConfig, Target};
 use crate::gateway::email::parse::{Caps, Mail, MailError, read};
+use crate::gateway::queue::{Enqueued, enqueue_once};
 
 /// Where accepted mail queues (reserved: only the intake emits there).
 pub const TOPIC: &str = "gateway-email";
@@ -78,20 +79,10 @@ impl Intake {
             );
             return Ok(Taken::Dropped("no route"));
         };
-        let store = self.gateway.kernel.bus().store().clone();
         let id = match &mail.message_id {
             Some(id) => id.clone(),
             None => crate::digest::sha256_hex(raw),
         };
-        let key = format!("email-message:{id}");
-        match store
-            .claim_key(&key, "-", DEDUPE_WINDOW)
-            .await
-            .map_err(|e| IntakeError::Store(e.to_string()))?
-        {
-            KeyClaim::Won => {}
-            KeyClaim::Held { .. } => return Ok(Taken::Duplicate),
-        }
         let mut event = Event::new(TOPIC, "mail");
         event.source = Some("email".into());
         event.data = Some(json!({
@@ -104,12 +95,13 @@ impl Intake {
             "recipients": recipients,
             "receivedAt": crate::context::id::now_ms(),
         }));
-        if let Err(err) = self.gateway.kernel.bus().emit(&event).await {
-            let _ = store.release_key(&key).await;
-            return Err(IntakeError::Store(format!("queueing a mail failed: {err}")));
-        }
-        if let Err(err) = store.settle_key(&key, "{}", DEDUPE_WINDOW).await {
-            tracing::warn!(message_id = id, error = %err, "marking a mail queued failed");
+        let key = format!("email-message:{id}");
+        let bus = self.gateway.kernel.bus();
+        let enqueued = enqueue_once(bus, &key, "-", DEDUPE_WINDOW, &event, "{}")
+            .await
+            .map_err(IntakeError::Store)?;
+        if enqueued != Enqueued::Queued {
+            return Ok(Taken::Duplicate);
         }
         Ok(Taken::Queued(event.id))
     }

@@ -9,8 +9,9 @@ use std::time::Duration;
 use parking_lot::RwLock;
 use serde_json::{Map, Value, json};
 
-use crate::events::{Event, KernelBus, KeyClaim};
+use crate::events::{Event, KernelBus};
 use crate::gateway::Gateway;
+use crate::gateway::queue::{Enqueued, enqueue_once};
 use crate::gateway::slack::api::Identity;
 use crate::gateway::slack::config::{SlackConfig, Target};
 
@@ -99,16 +100,6 @@ impl Intake {
         let Some(routed) = route(&self.config, &incoming) else {
             return Ok(Accepted::Ignored("no route takes it"));
         };
-        let store = self.gateway.kernel.bus().store().clone();
-        let key = format!("slack-event:{event_id}");
-        match store
-            .claim_key(&key, "-", DEDUPE_WINDOW)
-            .await
-            .map_err(|e| e.to_string())?
-        {
-            KeyClaim::Won => {}
-            KeyClaim::Held { .. } => return Ok(Accepted::Duplicate),
-        }
         let mut event = Event::new(TOPIC, "event");
         event.source = Some("slack".into());
         event.data = Some(json!({
@@ -129,13 +120,10 @@ impl Intake {
             },
             "receivedAt": crate::context::id::now_ms(),
         }));
-        if let Err(err) = self.gateway.kernel.bus().emit(&event).await {
-            // Not queued: Slack's retry may claim it again.
-            let _ = store.release_key(&key).await;
-            return Err(format!("queueing a Slack event failed: {err}"));
-        }
-        if let Err(err) = store.settle_key(&key, "{}", DEDUPE_WINDOW).await {
-            tracing::warn!(event_id, error = %err, "marking a Slack event queued failed");
+        let key = format!("slack-event:{event_id}");
+        let bus = self.gateway.kernel.bus();
+        if enqueue_once(bus, &key, "-", DEDUPE_WINDOW, &event, "{}").await? != Enqueued::Queued {
+            return Ok(Accepted::Duplicate);
         }
         Ok(Accepted::Queued)
     }

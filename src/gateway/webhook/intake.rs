@@ -15,11 +15,12 @@ use axum::routing::post;
 use serde_json::{Value, json};
 
 use crate::context::id::now_ms;
-use crate::events::{Event, KernelBus, KeyClaim};
+use crate::events::{Event, KernelBus};
 use crate::gateway::GatewayError;
 use crate::gateway::http::body;
 use crate::gateway::http::invoke::headers_json;
 use crate::gateway::http::state::AppState;
+use crate::gateway::queue::{Enqueued, enqueue_once};
 use crate::gateway::webhook::routes::WebhookRoute;
 use crate::gateway::webhook::verify::verify;
 
@@ -77,32 +78,8 @@ async fn receive(
         tracing::info!(path = route.path, error = %err, "refused a webhook delivery");
         GatewayError::BadSignature(err.to_string())
     })?;
-    let store = state.gateway.kernel.bus().store().clone();
     let key = format!("webhook:{}:{}", route.path, verified.id);
     let fingerprint = crate::digest::sha256_hex(&body);
-    let internal = |cause: String| GatewayError::Internal { cause, run: None };
-    match store
-        .claim_key(&key, &fingerprint, DEDUPE_WINDOW)
-        .await
-        .map_err(|e| internal(e.to_string()))?
-    {
-        KeyClaim::Won => {}
-        KeyClaim::Held {
-            response: Some(_), ..
-        } => {
-            return Ok((
-                StatusCode::OK,
-                Json(json!({ "deliveryId": verified.id, "duplicate": true })),
-            )
-                .into_response());
-        }
-        KeyClaim::Held { response: None, .. } => {
-            return Err(GatewayError::InProgress(format!(
-                "delivery `{}` is being queued by another request; try again shortly",
-                verified.id
-            )));
-        }
-    }
     let mut event = Event::new(&route.topic, "delivery");
     event.source = Some("webhook".into());
     event.data = Some(json!({
@@ -113,19 +90,33 @@ async fn receive(
         "body": parse_body(&body),
         "receivedAt": now_ms(),
     }));
-    if let Err(err) = state.gateway.kernel.bus().emit(&event).await {
-        // Not queued: the sender's retry may claim it again.
-        let _ = store.release_key(&key).await;
-        return Err(internal(format!(
-            "queueing a webhook delivery failed: {err}"
-        )));
-    }
     let answer = json!({ "deliveryId": verified.id });
-    if let Err(err) = store
-        .settle_key(&key, &answer.to_string(), DEDUPE_WINDOW)
-        .await
-    {
-        tracing::warn!(error = %err, "marking a webhook delivery queued failed");
+    let bus = state.gateway.kernel.bus();
+    let enqueued = enqueue_once(
+        bus,
+        &key,
+        &fingerprint,
+        DEDUPE_WINDOW,
+        &event,
+        &answer.to_string(),
+    )
+    .await
+    .map_err(|cause| GatewayError::Internal { cause, run: None })?;
+    match enqueued {
+        Enqueued::Queued => {}
+        Enqueued::Duplicate { answer: Some(_) } => {
+            return Ok((
+                StatusCode::OK,
+                Json(json!({ "deliveryId": verified.id, "duplicate": true })),
+            )
+                .into_response());
+        }
+        Enqueued::Duplicate { answer: None } => {
+            return Err(GatewayError::InProgress(format!(
+                "delivery `{}` is being queued by another request; try again shortly",
+                verified.id
+            )));
+        }
     }
     Ok((StatusCode::ACCEPTED, Json(answer)).into_response())
 }
