@@ -5,20 +5,20 @@
 //! after it, on any replica sharing the store; without `Last-Event-ID`, every frame from the
 //! first. The run does not depend on its client: it goes on when the connection drops.
 
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::http::HeaderMap;
-use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
+use axum::response::sse::Event as SseEvent;
 use tokio_util::sync::CancellationToken;
 
-use crate::events::tail::{Follow, FollowError};
+use crate::events::tail::Follow;
 use crate::events::{Bus, Event, KernelBus};
 use crate::gateway::http::idempotency::{Claim, LAST_EVENT_ID};
 use crate::gateway::http::invoke::frame;
 use crate::gateway::http::state::AppState;
+use crate::gateway::http::topics::sse;
 use crate::gateway::{Dispatch, GatewayError};
 
 /// Frame names that end a run's stream.
@@ -45,7 +45,8 @@ pub async fn record(
             });
         }
     };
-    let failed = CancellationToken::new();
+    // Cancelled when the recording fails, and when the server stops.
+    let failed = state.stopping.child_token();
     state.background.spawn(recorder(
         bus,
         dispatch,
@@ -76,7 +77,7 @@ pub async fn follow(
         cause: format!("following a recorded stream: {err}"),
         run: None,
     })?;
-    let done = CancellationToken::new();
+    let done = state.stopping.child_token();
     if over {
         let buffered = bus
             .store()
@@ -132,53 +133,25 @@ async fn recorder(
     failed.cancel();
 }
 
-/// The SSE response: the recorded frames, ending after the last one, when `failed`, when the
-/// server stops (the client resumes on another replica), or once the run can no longer be going.
-fn stream(state: &AppState, follow: Follow, failed: CancellationToken) -> Response {
+/// The SSE response: the recorded frames, ending after the last one, when `until` is
+/// cancelled (the recording failed, or the server stops: the client resumes on another
+/// replica), or once the run can no longer be going.
+fn stream(state: &AppState, follow: Follow, until: CancellationToken) -> Response {
     let deadline = tokio::time::Instant::now()
         + state.config.timeout
         + state.config.grace
         + Duration::from_secs(60);
-    let gap = follow.resumed_with_gap;
-    let stop = state.stopping.clone();
-    let stream =
-        futures::stream::unfold(Some((follow, gap, stop, failed)), move |going| async move {
-            let (mut follow, gap, stop, failed) = going?;
-            if gap {
-                let event = SseEvent::default().event("gap").data("{}");
-                return Some((
-                    Ok::<_, Infallible>(event),
-                    Some((follow, false, stop, failed)),
-                ));
-            }
-            let next = tokio::select! {
-                () = stop.cancelled() => return None,
-                () = failed.cancelled() => return None,
-                () = tokio::time::sleep_until(deadline) => return None,
-                next = follow.next() => next,
-            };
-            let tailed = match next {
-                Ok(tailed) => tailed,
-                Err(FollowError::Gap) => {
-                    let event = SseEvent::default().event("gap").data("{}");
-                    return Some((Ok(event), Some((follow, false, stop, failed))));
-                }
-                Err(FollowError::Lagged(_) | FollowError::Closed) => return None,
-            };
-            let kind = tailed.event.kind.as_str();
-            let data = tailed
-                .event
-                .data
-                .as_ref()
-                .map_or_else(|| "null".to_string(), ToString::to_string);
-            let event = SseEvent::default()
-                .event(kind)
-                .id(tailed.event.id.clone())
-                .data(data);
-            let more = (!LAST.contains(&kind)).then_some((follow, false, stop, failed));
-            Some((Ok(event), more))
-        });
-    Sse::new(stream)
-        .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
-        .into_response()
+    sse(follow, until, Some(deadline), |tailed| {
+        let kind = tailed.event.kind.as_str();
+        let data = tailed
+            .event
+            .data
+            .as_ref()
+            .map_or_else(|| "null".to_string(), ToString::to_string);
+        let event = SseEvent::default()
+            .event(kind)
+            .id(tailed.event.id.clone())
+            .data(data);
+        (event, LAST.contains(&kind))
+    })
 }

@@ -10,9 +10,11 @@ use axum::http::HeaderMap;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use crate::events::KernelBus;
-use crate::events::tail::FollowError;
+use crate::events::tail::{Follow, FollowError, Tailed};
 use crate::gateway::GatewayError;
 use crate::gateway::http::auth::Caller;
 use crate::gateway::http::state::AppState;
@@ -46,30 +48,59 @@ pub async fn follow(
         .follow(&topic, from.as_deref())
         .await
         .map_err(|e| GatewayError::BadRequest(e.message().to_string()))?;
+    Ok(sse(follow, state.stopping.clone(), None, |tailed| {
+        let event = SseEvent::default()
+            .event("event")
+            .id(tailed.event.id.clone())
+            .data(&tailed.json);
+        (event, false)
+    }))
+}
+
+/// A followed topic as server-sent events: a `gap` event where events went missing, then each
+/// event as `frame` makes it (with whether it is the last one). Ends when `until` is
+/// cancelled, at `deadline`, or when the follower falls behind or the bus closes (the client
+/// comes back with its last id).
+pub fn sse(
+    follow: Follow,
+    until: CancellationToken,
+    deadline: Option<Instant>,
+    frame: impl Fn(&Tailed) -> (SseEvent, bool) + Send + 'static,
+) -> Response {
     let gap = follow.resumed_with_gap;
-    let stop = state.stopping.clone();
     let stream =
-        futures::stream::unfold((follow, gap, stop), |(mut follow, gap, stop)| async move {
+        futures::stream::unfold(Some((follow, gap, until, frame)), move |going| async move {
+            let (mut follow, gap, until, frame) = going?;
+            let gap_event = || SseEvent::default().event("gap").data("{}");
             if gap {
-                let event = SseEvent::default().event("gap").data("{}");
-                return Some((Ok::<_, Infallible>(event), (follow, false, stop)));
+                return Some((
+                    Ok::<_, Infallible>(gap_event()),
+                    Some((follow, false, until, frame)),
+                ));
             }
+            let ends = async {
+                match deadline {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
             let next = tokio::select! {
-                () = stop.cancelled() => return None,
+                () = until.cancelled() => return None,
+                () = ends => return None,
                 next = follow.next() => next,
             };
-            let event = match next {
-                Ok(tailed) => SseEvent::default()
-                    .event("event")
-                    .id(tailed.event.id.clone())
-                    .data(&tailed.json),
-                Err(FollowError::Gap) => SseEvent::default().event("gap").data("{}"),
-                // Too slow, or the bus is closing: the client reconnects with its last id.
-                Err(FollowError::Lagged(_) | FollowError::Closed) => return None,
-            };
-            Some((Ok(event), (follow, false, stop)))
+            match next {
+                Ok(tailed) => {
+                    let (event, last) = frame(&tailed);
+                    Some((Ok(event), (!last).then_some((follow, false, until, frame))))
+                }
+                Err(FollowError::Gap) => {
+                    Some((Ok(gap_event()), Some((follow, false, until, frame))))
+                }
+                Err(FollowError::Lagged(_) | FollowError::Closed) => None,
+            }
         });
-    Ok(Sse::new(stream)
+    Sse::new(stream)
         .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
-        .into_response())
+        .into_response()
 }
