@@ -14,7 +14,7 @@ use skillgate::config::values::Seconds;
 use skillgate::gateway::email::EmailSettings;
 use skillgate::gateway::email::config::{RouteSettings, SmtpSettings};
 
-use super::{Credential, Harness, Outcome, Part, Refusal, Setup, natives};
+use super::{Credential, Harness, Outcome, Part, Refusal, Setup};
 use crate::common::Project;
 use crate::server::{TestServer, config};
 use crate::smtp_sink::{Received, Sink};
@@ -138,14 +138,7 @@ impl Harness for Email {
         if setup.credentials {
             http.email.allowed_senders = Some(vec!["*@example.org".into()]);
         }
-        let tools = natives(&setup.held);
-        let server = TestServer::start_with(project, http, move |mut b| {
-            for tool in tools {
-                b = b.native(tool);
-            }
-            b
-        })
-        .await;
+        let server = super::start_server(project, http, &setup).await;
         let smtp = server.email_addr().expect("the SMTP listener");
         Email { server, sink, smtp }
     }
@@ -190,14 +183,4 @@ impl Harness for Email {
     }
 }
 
-super::contract!(Email:
-    invoke_returns_the_result,
-    streaming_delivers_parts_in_order_then_one_final_part,
-    a_skill_error_is_the_transports_error_form_with_no_internals,
-    invalid_args_are_refused_as_the_callers_mistake,
-    a_missing_or_wrong_credential_is_refused,
-    hidden_and_middleware_skills_are_refused,
-    nonlocals_request_and_gateway_are_filled,
-    gateway_message_is_emitted_where_spec_03_says,
-    shutdown_drains_in_flight_work,
-);
+super::contract!(Email);

@@ -5,7 +5,7 @@ use serde_json::Value;
 use skillgate::Kernel;
 use skillgate::gateway::http::auth::{ApiKey, KeyRing, hash_key};
 
-use super::{Credential, Harness, Outcome, Part, Refusal, Setup, natives};
+use super::{Credential, Harness, Outcome, Part, Refusal, Setup};
 use crate::common::Project;
 use crate::server::{TestServer, config};
 
@@ -27,14 +27,7 @@ impl Harness for Http {
             ])
             .unwrap();
         }
-        let tools = natives(&setup.held);
-        let server = TestServer::start_with(project, settings, move |mut b| {
-            for tool in tools {
-                b = b.native(tool);
-            }
-            b
-        })
-        .await;
+        let server = super::start_server(project, settings, &setup).await;
         Http(server)
     }
 
@@ -107,14 +100,4 @@ fn refusal(status: u16, text: String) -> Outcome {
     Outcome::Refused(kind, text)
 }
 
-super::contract!(Http:
-    invoke_returns_the_result,
-    streaming_delivers_parts_in_order_then_one_final_part,
-    a_skill_error_is_the_transports_error_form_with_no_internals,
-    invalid_args_are_refused_as_the_callers_mistake,
-    a_missing_or_wrong_credential_is_refused,
-    hidden_and_middleware_skills_are_refused,
-    nonlocals_request_and_gateway_are_filled,
-    gateway_message_is_emitted_where_spec_03_says,
-    shutdown_drains_in_flight_work,
-);
+super::contract!(Http);

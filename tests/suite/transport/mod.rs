@@ -53,6 +53,22 @@ pub enum Part {
     Final(Outcome),
 }
 
+/// A test server for a harness: `project` with the natives the rules use, on `http`.
+pub async fn start_server(
+    project: Project,
+    http: skillgate::gateway::http::HttpConfig,
+    setup: &Setup,
+) -> crate::server::TestServer {
+    let tools = natives(&setup.held);
+    crate::server::TestServer::start_with(project, http, move |mut b| {
+        for tool in tools {
+            b = b.native(tool);
+        }
+        b
+    })
+    .await
+}
+
 /// What a harness starts: credentials required or not, and the signals of the `held` skill.
 #[derive(Debug, Clone, Default)]
 pub struct Setup {
@@ -328,7 +344,21 @@ pub async fn shutdown_drains_in_flight_work<H: Harness>() {
     assert!(drained.expect("the shutdown ended"), "the shutdown drained");
 }
 
+/// Every rule of the contract, as tests against `$harness`.
 macro_rules! contract {
+    ($harness:ty) => {
+        $crate::transport::contract!($harness:
+            invoke_returns_the_result,
+            streaming_delivers_parts_in_order_then_one_final_part,
+            a_skill_error_is_the_transports_error_form_with_no_internals,
+            invalid_args_are_refused_as_the_callers_mistake,
+            a_missing_or_wrong_credential_is_refused,
+            hidden_and_middleware_skills_are_refused,
+            nonlocals_request_and_gateway_are_filled,
+            gateway_message_is_emitted_where_spec_03_says,
+            shutdown_drains_in_flight_work,
+        );
+    };
     ($harness:ty: $($rule:ident),* $(,)?) => {
         $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn $rule() {

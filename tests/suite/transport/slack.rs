@@ -12,7 +12,7 @@ use skillgate::config::values::Seconds;
 use skillgate::gateway::slack::SlackSettings;
 use skillgate::gateway::slack::config::RouteSettings;
 
-use super::{Credential, Harness, Outcome, Part, Refusal, Setup, natives};
+use super::{Credential, Harness, Outcome, Part, Refusal, Setup};
 use crate::common::Project;
 use crate::server::{TestServer, config};
 use crate::slack_fake::{self, FakeSlack};
@@ -108,14 +108,7 @@ impl Harness for Slack {
         let fake = FakeSlack::start().await;
         let mut http = config();
         http.slack = settings(&fake);
-        let tools = natives(&setup.held);
-        let server = TestServer::start_with(project, http, move |mut b| {
-            for tool in tools {
-                b = b.native(tool);
-            }
-            b
-        })
-        .await;
+        let server = super::start_server(project, http, &setup).await;
         // Signed in before the first event.
         fake.wait_calls("auth.test", 1).await;
         Slack { server, fake }
@@ -167,14 +160,4 @@ impl Harness for Slack {
     }
 }
 
-super::contract!(Slack:
-    invoke_returns_the_result,
-    streaming_delivers_parts_in_order_then_one_final_part,
-    a_skill_error_is_the_transports_error_form_with_no_internals,
-    invalid_args_are_refused_as_the_callers_mistake,
-    a_missing_or_wrong_credential_is_refused,
-    hidden_and_middleware_skills_are_refused,
-    nonlocals_request_and_gateway_are_filled,
-    gateway_message_is_emitted_where_spec_03_says,
-    shutdown_drains_in_flight_work,
-);
+super::contract!(Slack);

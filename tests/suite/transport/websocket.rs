@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 use skillgate::Kernel;
 use skillgate::gateway::http::auth::{ApiKey, KeyRing, hash_key};
 
-use super::{Credential, Harness, Outcome, Part, Refusal, Setup, natives};
+use super::{Credential, Harness, Outcome, Part, Refusal, Setup};
 use crate::common::Project;
 use crate::server::{TestServer, config};
 use crate::ws_client::{Frame, WsClient, request};
@@ -56,14 +56,7 @@ impl Harness for WebSocket {
             ])
             .unwrap();
         }
-        let tools = natives(&setup.held);
-        let server = TestServer::start_with(project, settings, move |mut b| {
-            for tool in tools {
-                b = b.native(tool);
-            }
-            b
-        })
-        .await;
+        let server = super::start_server(project, settings, &setup).await;
         WebSocket {
             server,
             credentials: setup.credentials,
@@ -140,14 +133,4 @@ fn outcome(frame: &Value) -> Outcome {
     Outcome::Refused(kind, frame.to_string())
 }
 
-super::contract!(WebSocket:
-    invoke_returns_the_result,
-    streaming_delivers_parts_in_order_then_one_final_part,
-    a_skill_error_is_the_transports_error_form_with_no_internals,
-    invalid_args_are_refused_as_the_callers_mistake,
-    a_missing_or_wrong_credential_is_refused,
-    hidden_and_middleware_skills_are_refused,
-    nonlocals_request_and_gateway_are_filled,
-    gateway_message_is_emitted_where_spec_03_says,
-    shutdown_drains_in_flight_work,
-);
+super::contract!(WebSocket);
