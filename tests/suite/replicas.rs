@@ -12,11 +12,16 @@ use crate::process::{Served, serve};
 use crate::ws_client::WsClient;
 
 fn start(project: &Project, store: &Store) -> Served {
+    start_with_env(project, store, &[])
+}
+
+/// `skillgate serve` on a free port over `store`, with `env` set.
+fn start_with_env(project: &Project, store: &Store, env: &[(&str, &str)]) -> Served {
     let mut args = vec!["--bind", "127.0.0.1:0"];
     if let Some(url) = &store.url {
         args.extend(["--store", url.as_str()]);
     }
-    serve(project.path(), &args, &[])
+    serve(project.path(), &args, env)
 }
 
 async fn connect(served: &Served) -> WsClient {
@@ -187,10 +192,8 @@ fn the_same_webhook_delivery_sent_to_two_replicas_runs_once() {
             );
         let secret = "replica-secret";
         let env = [("SG_REPLICA_WEBHOOK_SECRET", secret)];
-        let mut args = vec!["--bind", "127.0.0.1:0"];
-        args.extend(["--store", store.url.as_deref().unwrap()]);
-        let a = serve(project.path(), &args, &env);
-        let b = serve(project.path(), &args, &env);
+        let a = start_with_env(&project, &store, &env);
+        let b = start_with_env(&project, &store, &env);
         // Watch what the runs emit, from the start.
         let mut watcher = connect(&a).await;
         subscribe(&mut watcher, "paid", None).await;
@@ -322,10 +325,8 @@ fn the_same_slack_event_sent_to_two_replicas_and_retried_is_answered_once() {
             ("SLACK_SIGNING_SECRET", slack_fake::SIGNING_SECRET),
             ("SLACK_API_URL", api_url.as_str()),
         ];
-        let mut args = vec!["--bind", "127.0.0.1:0"];
-        args.extend(["--store", store.url.as_deref().unwrap()]);
-        let a = serve(project.path(), &args, &env);
-        let b = serve(project.path(), &args, &env);
+        let a = start_with_env(&project, &store, &env);
+        let b = start_with_env(&project, &store, &env);
         fake.wait_calls("auth.test", 2).await;
         let event = mention("EvRep1", "C9", "1700000030.000100", "hello");
         let body = event.to_string();
