@@ -112,9 +112,7 @@ fn standard(
     let id = header(headers, "webhook-id")?;
     let timestamp = header(headers, "webhook-timestamp")?;
     let signatures = header(headers, "webhook-signature")?;
-    let ts: u64 = timestamp
-        .parse()
-        .map_err(|_| VerifyError::Malformed("webhook-timestamp"))?;
+    let ts = seconds(timestamp, "webhook-timestamp")?;
     fresh(ts, now, tolerance)?;
     let key = match secret.strip_prefix("whsec_") {
         Some(encoded) => BASE64
@@ -147,9 +145,7 @@ fn slack(
     tolerance: u64,
 ) -> Result<Verified, VerifyError> {
     let timestamp = header(headers, "x-slack-request-timestamp")?;
-    let ts: u64 = timestamp
-        .parse()
-        .map_err(|_| VerifyError::Malformed("x-slack-request-timestamp"))?;
+    let ts = seconds(timestamp, "x-slack-request-timestamp")?;
     let given = header(headers, "x-slack-signature")?;
     let hex = given
         .strip_prefix("v0=")
@@ -163,15 +159,9 @@ fn slack(
         hex,
     )?;
     // Slack's event id is in the body (`event_id`); other payloads are deduplicated by hash.
-    let id = serde_json::from_slice::<serde_json::Value>(body)
-        .ok()
-        .and_then(|v| {
-            v.get("event_id")
-                .and_then(|i| i.as_str())
-                .map(str::to_string)
-        })
-        .unwrap_or_else(|| body_id(body));
-    Ok(Verified { id })
+    Ok(Verified {
+        id: id_in_body(body, "event_id"),
+    })
 }
 
 fn stripe(
@@ -192,9 +182,7 @@ fn stripe(
         }
     }
     let timestamp = timestamp.ok_or(VerifyError::Malformed("stripe-signature"))?;
-    let ts: u64 = timestamp
-        .parse()
-        .map_err(|_| VerifyError::Malformed("stripe-signature"))?;
+    let ts = seconds(timestamp, "stripe-signature")?;
     fresh(ts, now, tolerance)?;
     let expected = mac(secret.as_bytes(), &[timestamp.as_bytes(), b".", body]);
     let matched = signatures.iter().fold(false, |found, sig| {
@@ -204,11 +192,9 @@ fn stripe(
         return Err(VerifyError::Mismatch);
     }
     // Stripe's event id is in the body; a body without one is deduplicated by its hash.
-    let id = serde_json::from_slice::<serde_json::Value>(body)
-        .ok()
-        .and_then(|v| v.get("id").and_then(|i| i.as_str()).map(str::to_string))
-        .unwrap_or_else(|| body_id(body));
-    Ok(Verified { id })
+    Ok(Verified {
+        id: id_in_body(body, "id"),
+    })
 }
 
 fn header<'a>(headers: &'a HeaderMap, name: &'static str) -> Result<&'a str, VerifyError> {
@@ -217,6 +203,19 @@ fn header<'a>(headers: &'a HeaderMap, name: &'static str) -> Result<&'a str, Ver
         .ok_or(VerifyError::Missing(name))?
         .to_str()
         .map_err(|_| VerifyError::Malformed(name))
+}
+
+/// A timestamp header's value: seconds since the epoch.
+fn seconds(value: &str, header: &'static str) -> Result<u64, VerifyError> {
+    value.parse().map_err(|_| VerifyError::Malformed(header))
+}
+
+/// The body's string `field` (the sender's event id), else an id made from the body's hash.
+fn id_in_body(body: &[u8], field: &str) -> String {
+    serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v.get(field).and_then(|i| i.as_str()).map(str::to_string))
+        .unwrap_or_else(|| body_id(body))
 }
 
 fn fresh(ts: u64, now: u64, tolerance: u64) -> Result<(), VerifyError> {
