@@ -13,6 +13,8 @@
 //! `SKILLGATE_BENCH_CONNS` change the duration (default 5 s) and the connections (default 32);
 //! `SKILLGATE_BENCH_PROFILE=1` loads only the gateway at saturation, for a profiler.
 
+mod common;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -27,15 +29,10 @@ use skillgate::middleware::native;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use common::env_or;
+
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
-fn env_or(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 /// Starts both servers on a runtime of their own; returns (gateway, bare) addresses.
 fn start_servers(project: &std::path::Path) -> (SocketAddr, SocketAddr) {

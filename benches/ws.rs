@@ -12,6 +12,8 @@
 //! `SKILLGATE_BENCH_CLIENTS` (default 1000) and `SKILLGATE_BENCH_IDLE` (default 10000) change
 //! the phases. The clients share the machine's cores with the server.
 
+mod common;
+
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -24,12 +26,7 @@ use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
-fn env_or(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
+use common::env_or;
 
 const KEY: &str = "sg_bench_key_0123456789";
 

@@ -1,0 +1,94 @@
+//! What the load benchmarks share: settings from the environment, a two-thread runtime, an
+//! in-process server over a store with a no-op skill, latency percentiles, and a run on each
+//! store (SQLite in a temporary folder, then Postgres when `DATABASE_URL` is set, in a schema
+//! of its own that is dropped afterwards).
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+use skillgate::events::postgres::PostgresStore;
+use skillgate::events::sqlite::SqliteStore;
+use skillgate::events::{Bus, BusConfig, EventStore, Limits, WithBus};
+use skillgate::gateway::Gateway;
+use skillgate::gateway::http::{HttpConfig, Server};
+use skillgate::gateway::metrics::Metrics;
+use skillgate::middleware::native;
+
+/// A number from the environment, or `default`.
+pub fn env_or(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The runtime the benchmarks drive their clients and in-process servers on.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// p50 and p99 of samples in microseconds, in milliseconds.
+pub fn percentiles(mut samples: Vec<u64>) -> (f64, f64) {
+    samples.sort_unstable();
+    let pct = |p: f64| {
+        samples
+            .get(((samples.len().max(1) - 1) as f64 * p) as usize)
+            .map_or(f64::NAN, |v| *v as f64 / 1000.0)
+    };
+    (pct(0.5), pct(0.99))
+}
+
+/// A server bound on `config` over `store`, with a skill `noop` that answers at once, in
+/// `project` (a main skill there may declare routes).
+pub async fn server(
+    project: &std::path::Path,
+    store: Arc<dyn EventStore>,
+    config: HttpConfig,
+) -> Server {
+    let bus = Arc::new(Bus::new(
+        store,
+        BusConfig::with_visibility(Duration::from_secs(30)),
+    ));
+    let kernel = skillgate::builtins::builder(project)
+        .bus(bus)
+        .native(native(
+            "name: noop\ndescription: Does nothing.\n",
+            |_ctx, _args| async move { Ok(Some(json!("ok"))) },
+        ))
+        .build();
+    let gateway = Gateway::new(kernel, Arc::new(Metrics::new()));
+    Server::bind(gateway, config, project).await.expect("bind")
+}
+
+/// Runs `bench` on SQLite, then on Postgres when `DATABASE_URL` is set (schema `<prefix>_<pid>`,
+/// dropped afterwards).
+pub async fn on_each_store<F, Fut>(prefix: &str, bench: F)
+where
+    F: Fn(&'static str, Arc<dyn EventStore>) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = SqliteStore::open(&dir.path().join("events.db"), Limits::default(), false)
+        .await
+        .expect("sqlite");
+    bench("sqlite", Arc::new(sqlite)).await;
+    if let Ok(url) = std::env::var("DATABASE_URL") {
+        let schema = format!("{prefix}_{}", std::process::id());
+        let pg = PostgresStore::connect(&url, Some(&schema), Limits::default())
+            .await
+            .expect("postgres");
+        bench("postgres", Arc::new(pg)).await;
+        if let Ok(pool) = sqlx::PgPool::connect(&url).await {
+            let _ = sqlx::query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+                .execute(&pool)
+                .await;
+        }
+    }
+}
