@@ -14,18 +14,14 @@ pub mod worker;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 pub use config::{EmailConfig, EmailSettings};
 
-use crate::gateway::Gateway;
 use crate::gateway::email::intake::Intake;
 use crate::gateway::email::reply::Mailer;
-use crate::gateway::policy::Policy;
+use crate::gateway::http::state::AppState;
 use crate::gateway::transport::State;
 
 /// The transport's name (`nonlocals.gateway.transport`, `/readyz`).
@@ -43,33 +39,19 @@ pub struct Email {
 }
 
 impl Email {
-    /// Serves SMTP and runs the worker on `tracker` until `stop`.
-    pub fn start(
-        self: &Arc<Self>,
-        gateway: &Gateway,
-        policy: Policy,
-        timeout: Duration,
-        stop: CancellationToken,
-        tracker: &TaskTracker,
-    ) {
+    /// Serves SMTP and runs the worker on the server's background tracker until it stops.
+    pub fn start(self: &Arc<Self>, state: &AppState) {
         let Some(listener) = self.listener.lock().take() else {
             return;
         };
-        gateway.readiness.set(NAME, State::Ready);
-        tracker.spawn(smtp::serve(
+        state.gateway.readiness.set(NAME, State::Ready);
+        state.background.spawn(smtp::serve(
             listener,
             self.intake.clone(),
             self.config.clone(),
-            stop.clone(),
-            tracker.clone(),
+            state.stopping.clone(),
+            state.background.clone(),
         ));
-        worker::spawn(
-            gateway.clone(),
-            policy,
-            self.clone(),
-            timeout,
-            stop,
-            tracker,
-        );
+        worker::spawn(state, self.clone());
     }
 }

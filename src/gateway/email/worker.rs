@@ -9,14 +9,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Map, Value, json};
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 use crate::events::{Delivery, KernelBus, KeyClaim};
 use crate::gateway::email::Email;
 use crate::gateway::email::intake::{QUEUE, TOPIC};
 use crate::gateway::email::parse::Mail;
 use crate::gateway::http::problem::Problem;
+use crate::gateway::http::state::AppState;
 use crate::gateway::policy::Policy;
 use crate::gateway::reply::as_markdown;
 use crate::gateway::{Gateway, GatewayError, Inbound, ReplyPart};
@@ -30,23 +29,22 @@ pub async fn prepare(gateway: &Gateway) -> Result<(), String> {
     crate::gateway::queue::prepare(gateway.kernel.bus(), TOPIC, QUEUE).await
 }
 
-/// Starts the worker on `tracker` until `stop`; its runs are tracked there too.
-pub fn spawn(
-    gateway: Gateway,
-    policy: Policy,
-    email: Arc<Email>,
-    timeout: Duration,
-    stop: CancellationToken,
-    tracker: &TaskTracker,
-) {
+/// Starts the worker on the server's background tracker until the server stops; its runs are
+/// tracked there too.
+pub fn spawn(state: &AppState, email: Arc<Email>) {
+    let (gateway, policy, timeout) = (
+        state.gateway.clone(),
+        state.policy.clone(),
+        state.config.timeout,
+    );
     let bus = gateway.kernel.bus().clone();
     crate::gateway::queue::spawn(
         bus,
         TOPIC.into(),
         QUEUE,
         CONCURRENCY,
-        stop,
-        tracker,
+        state.stopping.clone(),
+        &state.background,
         move |delivery| {
             let (gateway, policy, email) = (gateway.clone(), policy.clone(), email.clone());
             async move { run(&gateway, &policy, &email, delivery, timeout).await }

@@ -143,31 +143,13 @@ impl Server {
             webhooks,
         } = self;
         if let Some(email) = &state.email {
-            email.start(
-                &state.gateway,
-                state.policy.clone(),
-                state.config.timeout,
-                state.stopping.clone(),
-                &state.background,
-            );
+            email.start(&state);
         }
         if let Some(slack) = &state.slack {
-            slack.start(
-                &state.gateway,
-                state.policy.clone(),
-                state.config.timeout,
-                state.stopping.clone(),
-                &state.background,
-            );
+            slack.start(&state);
         }
         for route in webhooks {
-            webhook::worker::spawn(
-                state.gateway.clone(),
-                route,
-                state.config.timeout,
-                state.stopping.clone(),
-                &state.background,
-            );
+            webhook::worker::spawn(&state, route);
         }
         let stop = CancellationToken::new();
         let config = &state.config;

@@ -23,12 +23,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 pub use config::{SlackConfig, SlackSettings};
 
 use crate::gateway::Gateway;
-use crate::gateway::policy::Policy;
+use crate::gateway::http::state::AppState;
 use crate::gateway::slack::api::WebApi;
 use crate::gateway::slack::intake::Intake;
 use crate::gateway::transport::State;
@@ -53,16 +52,10 @@ impl Slack {
         }
     }
 
-    /// Starts the identity check, Socket Mode (with an app token) and the worker, on
-    /// `tracker` until `stop`.
-    pub fn start(
-        self: &Arc<Self>,
-        gateway: &Gateway,
-        policy: Policy,
-        timeout: Duration,
-        stop: CancellationToken,
-        tracker: &TaskTracker,
-    ) {
+    /// Starts the identity check, Socket Mode (with an app token) and the worker on the
+    /// server's background tracker, until the server stops.
+    pub fn start(self: &Arc<Self>, state: &AppState) {
+        let (gateway, stop, tracker) = (&state.gateway, &state.stopping, &state.background);
         gateway.readiness.set(NAME, State::Starting);
         let slack = self.clone();
         let (who, stopping) = (gateway.clone(), stop.clone());
@@ -75,14 +68,7 @@ impl Slack {
                 stop.clone(),
             ));
         }
-        worker::spawn(
-            gateway.clone(),
-            policy,
-            self.clone(),
-            timeout,
-            stop,
-            tracker,
-        );
+        worker::spawn(state, self.clone());
     }
 
     /// `auth.test` until it answers: the bot's user id (to ignore its own messages and remove

@@ -10,10 +10,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Map, Value, json};
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 use crate::events::{Delivery, KernelBus};
+use crate::gateway::http::state::AppState;
 use crate::gateway::policy::{Policy, Refusal};
 use crate::gateway::slack::Slack;
 use crate::gateway::slack::intake::{QUEUE, TOPIC};
@@ -29,23 +28,22 @@ pub async fn prepare(gateway: &Gateway) -> Result<(), String> {
     crate::gateway::queue::prepare(gateway.kernel.bus(), TOPIC, QUEUE).await
 }
 
-/// Starts the worker on `tracker` until `stop`; its runs are tracked there too.
-pub fn spawn(
-    gateway: Gateway,
-    policy: Policy,
-    slack: Arc<Slack>,
-    timeout: Duration,
-    stop: CancellationToken,
-    tracker: &TaskTracker,
-) {
+/// Starts the worker on the server's background tracker until the server stops; its runs are
+/// tracked there too.
+pub fn spawn(state: &AppState, slack: Arc<Slack>) {
+    let (gateway, policy, timeout) = (
+        state.gateway.clone(),
+        state.policy.clone(),
+        state.config.timeout,
+    );
     let bus = gateway.kernel.bus().clone();
     crate::gateway::queue::spawn(
         bus,
         TOPIC.into(),
         QUEUE,
         CONCURRENCY,
-        stop,
-        tracker,
+        state.stopping.clone(),
+        &state.background,
         move |delivery| {
             let (gateway, policy, slack) = (gateway.clone(), policy.clone(), slack.clone());
             async move { run(&gateway, &policy, &slack, delivery, timeout).await }

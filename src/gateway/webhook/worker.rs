@@ -8,11 +8,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Map, Value, json};
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 use crate::context::id;
 use crate::events::{Delivery, KernelBus};
+use crate::gateway::http::state::AppState;
 use crate::gateway::webhook::routes::WebhookRoute;
 use crate::gateway::{Gateway, Inbound, ReplyPart};
 use crate::kernel::ToolRef;
@@ -28,14 +27,10 @@ pub async fn prepare(gateway: &Gateway, route: &WebhookRoute) -> Result<(), Stri
     crate::gateway::queue::prepare(gateway.kernel.bus(), &route.topic, QUEUE).await
 }
 
-/// Starts the route's worker on `tracker` until `stop`; its runs are tracked there too.
-pub fn spawn(
-    gateway: Gateway,
-    route: Arc<WebhookRoute>,
-    timeout: Duration,
-    stop: CancellationToken,
-    tracker: &TaskTracker,
-) {
+/// Starts the route's worker on the server's background tracker until the server stops; its
+/// runs are tracked there too.
+pub fn spawn(state: &AppState, route: Arc<WebhookRoute>) {
+    let (gateway, timeout) = (state.gateway.clone(), state.config.timeout);
     let bus = gateway.kernel.bus().clone();
     let topic = route.topic.clone();
     crate::gateway::queue::spawn(
@@ -43,8 +38,8 @@ pub fn spawn(
         topic,
         QUEUE,
         CONCURRENCY,
-        stop,
-        tracker,
+        state.stopping.clone(),
+        &state.background,
         move |delivery| {
             let (gateway, route) = (gateway.clone(), route.clone());
             async move { run(&gateway, &route, delivery, timeout).await }
