@@ -42,12 +42,7 @@ fn now() -> u64 {
 fn signature(ts: u64, body: &str) -> String {
     let mut mac = Hmac::<Sha256>::new_from_slice(SECRET.as_bytes()).unwrap();
     mac.update(format!("v0:{ts}:{body}").as_bytes());
-    let hex: String = mac
-        .finalize()
-        .into_bytes()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
+    let hex = skillgate::digest::hex(&mac.finalize().into_bytes());
     format!("v0={hex}")
 }
 

@@ -288,12 +288,7 @@ async fn session(inner: Arc<Inner>, mut socket: WebSocket) {
 pub fn sign(body: &str, timestamp: u64, secret: &str) -> Vec<(&'static str, String)> {
     let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).unwrap();
     mac.update(format!("v0:{timestamp}:{body}").as_bytes());
-    let hex: String = mac
-        .finalize()
-        .into_bytes()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
+    let hex = skillgate::digest::hex(&mac.finalize().into_bytes());
     vec![
         ("x-slack-request-timestamp", timestamp.to_string()),
         ("x-slack-signature", format!("v0={hex}")),

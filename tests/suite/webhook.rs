@@ -255,12 +255,7 @@ fn a_github_delivery_verifies_with_x_hub_signature_256() {
         let body = r#"{"action":"opened"}"#;
         let mut mac = Hmac::<Sha256>::new_from_slice(secret().as_bytes()).unwrap();
         mac.update(body.as_bytes());
-        let hex: String = mac
-            .finalize()
-            .into_bytes()
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
+        let hex = skillgate::digest::hex(&mac.finalize().into_bytes());
         let response = server
             .client
             .post(server.url("/hooks/gh"))
