@@ -10,11 +10,10 @@
 mod common;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
 
 use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
-use parking_lot::Mutex;
 use skillgate::config::values::Seconds;
 use skillgate::events::EventStore;
 use skillgate::gateway::email::EmailSettings;
@@ -29,8 +28,6 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 async fn run(name: &str, store: Arc<dyn EventStore>, secs: u64, conns: u64) {
     let project = tempfile::tempdir().unwrap();
     let config = HttpConfig {
-        bind: "127.0.0.1:0".parse().unwrap(),
-        rate_per_second: 0,
         email: EmailSettings {
             from: Some("bot@bench.test".into()),
             smtp: Some(SmtpSettings {
@@ -41,48 +38,39 @@ async fn run(name: &str, store: Arc<dyn EventStore>, secs: u64, conns: u64) {
             reply_window: Some(Seconds(Duration::ZERO)),
             ..EmailSettings::default()
         },
-        ..HttpConfig::default()
+        ..common::config()
     };
     let server = common::server(project.path(), store, config).await;
     let smtp = server.email_addr().expect("smtp");
     tokio::spawn(server.run(std::future::pending()));
-    let next = Arc::new(AtomicU64::new(0));
-    let accepted = Arc::new(AtomicU64::new(0));
-    let latencies = Arc::new(Mutex::new(Vec::new()));
-    let end = Instant::now() + Duration::from_secs(secs);
-    let started = Instant::now();
-    let mut clients = Vec::new();
-    for _ in 0..conns {
-        let (next, accepted, latencies) = (next.clone(), accepted.clone(), latencies.clone());
-        clients.push(tokio::spawn(async move {
-            let transport =
-                AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous(smtp.ip().to_string())
-                    .port(smtp.port())
-                    .build();
-            let mut mine = Vec::new();
-            while Instant::now() < end {
-                let n = next.fetch_add(1, Ordering::Relaxed);
-                let message = Message::builder()
-                    .from("ada@example.org".parse().unwrap())
-                    .to("bot@bench.test".parse().unwrap())
-                    .subject(format!("report {n}"))
-                    .message_id(Some(format!("<bench{n}@example.org>")))
-                    .body(format!("Please send report {n}.\n"))
-                    .unwrap();
-                let sent = Instant::now();
-                if transport.send(message).await.is_ok() {
-                    accepted.fetch_add(1, Ordering::Relaxed);
-                    mine.push(sent.elapsed().as_micros() as u64);
-                }
-            }
-            latencies.lock().append(&mut mine);
-        }));
-    }
-    for client in clients {
-        client.await.unwrap();
-    }
-    let rate = accepted.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64();
-    let (p50, p99) = common::percentiles(std::mem::take(&mut *latencies.lock()));
+    let transport = move || {
+        AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous(smtp.ip().to_string())
+            .port(smtp.port())
+            .build()
+    };
+    let (rate, latencies) = common::saturate(
+        conns,
+        secs,
+        &Arc::new(AtomicU64::new(0)),
+        transport,
+        |transport, n| async move {
+            let message = Message::builder()
+                .from("ada@example.org".parse().unwrap())
+                .to("bot@bench.test".parse().unwrap())
+                .subject(format!("report {n}"))
+                .message_id(Some(format!("<bench{n}@example.org>")))
+                .body(format!("Please send report {n}.\n"))
+                .unwrap();
+            let sent = Instant::now();
+            transport
+                .send(message)
+                .await
+                .ok()
+                .map(|_| sent.elapsed().as_micros() as u64)
+        },
+    )
+    .await;
+    let (p50, p99) = common::percentiles(latencies);
     println!("| {name} | {conns} | {rate:.0} | {p50:.2} ms | {p99:.2} ms |");
 }
 

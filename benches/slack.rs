@@ -17,7 +17,6 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use axum::Router;
 use axum::routing::post;
 use hmac::{Hmac, Mac};
-use parking_lot::Mutex;
 use serde_json::json;
 use sha2::Sha256;
 use skillgate::config::values::Seconds;
@@ -84,8 +83,6 @@ async fn send(client: &reqwest::Client, url: &str, n: u64) -> Option<u64> {
 async fn run(name: &str, store: Arc<dyn EventStore>, secs: u64, conns: u64) {
     let project = tempfile::tempdir().unwrap();
     let config = HttpConfig {
-        bind: "127.0.0.1:0".parse().unwrap(),
-        rate_per_second: 0,
         slack: SlackSettings {
             bot_token: Some("xoxb-bench".into()),
             signing_secret: Some(SECRET.into()),
@@ -94,43 +91,26 @@ async fn run(name: &str, store: Arc<dyn EventStore>, secs: u64, conns: u64) {
             post_interval: Some(Seconds(Duration::ZERO)),
             ..SlackSettings::default()
         },
-        ..HttpConfig::default()
+        ..common::config()
     };
     let server = common::server(project.path(), store, config).await;
     let url = format!("http://{}/slack/events", server.local_addr());
     tokio::spawn(server.run(std::future::pending()));
     skillgate::tls::install();
     let next = Arc::new(AtomicU64::new(0));
-    // Saturation.
-    let accepted = Arc::new(AtomicU64::new(0));
-    let latencies = Arc::new(Mutex::new(Vec::new()));
-    let end = Instant::now() + Duration::from_secs(secs);
-    let started = Instant::now();
-    let mut clients = Vec::new();
-    for _ in 0..conns {
-        let (url, next, accepted, latencies) = (
-            url.clone(),
-            next.clone(),
-            accepted.clone(),
-            latencies.clone(),
-        );
-        clients.push(tokio::spawn(async move {
-            let client = reqwest::Client::new();
-            let mut mine = Vec::new();
-            while Instant::now() < end {
-                if let Some(us) = send(&client, &url, next.fetch_add(1, Ordering::Relaxed)).await {
-                    accepted.fetch_add(1, Ordering::Relaxed);
-                    mine.push(us);
-                }
-            }
-            latencies.lock().append(&mut mine);
-        }));
-    }
-    for client in clients {
-        client.await.unwrap();
-    }
-    let rate = accepted.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64();
-    let (p50, p99) = common::percentiles(std::mem::take(&mut *latencies.lock()));
+    let target = url.clone();
+    let (rate, latencies) = common::saturate(
+        conns,
+        secs,
+        &next,
+        reqwest::Client::new,
+        move |client, n| {
+            let url = target.clone();
+            async move { send(&client, &url, n).await }
+        },
+    )
+    .await;
+    let (p50, p99) = common::percentiles(latencies);
     println!("| {name} | saturation, {conns} clients | {rate:.0} | {p50:.2} ms | {p99:.2} ms |");
     // Let the worker catch up before the steady phase.
     tokio::time::sleep(Duration::from_secs(2)).await;

@@ -10,15 +10,13 @@
 mod common;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::sync::atomic::AtomicU64;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use base64::Engine;
 use hmac::{Hmac, Mac};
-use parking_lot::Mutex;
 use sha2::Sha256;
 use skillgate::events::EventStore;
-use skillgate::gateway::http::HttpConfig;
 
 use common::env_or;
 
@@ -46,30 +44,20 @@ async fn run(name: &str, store: Arc<dyn EventStore>, secs: u64, conns: u64) {
         ),
     )
     .unwrap();
-    let config = HttpConfig {
-        bind: "127.0.0.1:0".parse().unwrap(),
-        rate_per_second: 0,
-        ..HttpConfig::default()
-    };
-    let server = common::server(project.path(), store, config).await;
+    let server = common::server(project.path(), store, common::config()).await;
     let url = format!("http://{}/hooks/bench", server.local_addr());
     tokio::spawn(server.run(std::future::pending()));
     let secret = std::env::var(SECRET_ENV).expect("cargo sets CARGO_MANIFEST_DIR");
-    let accepted = Arc::new(AtomicU64::new(0));
-    let latencies = Arc::new(Mutex::new(Vec::new()));
-    let next_id = Arc::new(AtomicU64::new(0));
-    let end = Instant::now() + Duration::from_secs(secs);
-    let started = Instant::now();
-    let mut clients = Vec::new();
-    for _ in 0..conns {
-        let (url, secret) = (url.clone(), secret.clone());
-        let (accepted, latencies, next_id) = (accepted.clone(), latencies.clone(), next_id.clone());
-        clients.push(tokio::spawn(async move {
-            skillgate::tls::install();
-            let client = reqwest::Client::new();
-            let mut mine = Vec::new();
-            while Instant::now() < end {
-                let id = format!("msg_{}", next_id.fetch_add(1, Ordering::Relaxed));
+    skillgate::tls::install();
+    let (rate, latencies) = common::saturate(
+        conns,
+        secs,
+        &Arc::new(AtomicU64::new(0)),
+        reqwest::Client::new,
+        move |client, n| {
+            let (url, secret) = (url.clone(), secret.clone());
+            async move {
+                let id = format!("msg_{n}");
                 let ts = SystemTime::now()
                     .duration_since(UNIX_EPOCH)
                     .unwrap()
@@ -87,23 +75,13 @@ async fn run(name: &str, store: Arc<dyn EventStore>, secs: u64, conns: u64) {
                     .send()
                     .await
                     .expect("sent");
-                if response.status() == 202 {
-                    accepted.fetch_add(1, Ordering::Relaxed);
-                    mine.push(sent.elapsed().as_micros() as u64);
-                }
+                (response.status() == 202).then(|| sent.elapsed().as_micros() as u64)
             }
-            latencies.lock().append(&mut mine);
-        }));
-    }
-    for client in clients {
-        client.await.unwrap();
-    }
-    let elapsed = started.elapsed().as_secs_f64();
-    let (p50, p99) = common::percentiles(std::mem::take(&mut *latencies.lock()));
-    println!(
-        "| {name} | {conns} | {:.0} | {p50:.2} ms | {p99:.2} ms |",
-        accepted.load(Ordering::Relaxed) as f64 / elapsed,
-    );
+        },
+    )
+    .await;
+    let (p50, p99) = common::percentiles(latencies);
+    println!("| {name} | {conns} | {rate:.0} | {p50:.2} ms | {p99:.2} ms |");
 }
 
 fn main() {

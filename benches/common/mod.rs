@@ -6,7 +6,8 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use serde_json::json;
 use skillgate::events::postgres::PostgresStore;
@@ -91,4 +92,54 @@ where
                 .await;
         }
     }
+}
+
+/// Settings for an in-process server on a free port with no rate limit.
+pub fn config() -> HttpConfig {
+    HttpConfig {
+        bind: "127.0.0.1:0".parse().unwrap(),
+        rate_per_second: 0,
+        ..HttpConfig::default()
+    }
+}
+
+/// `conns` clients, each sending request after request for `secs` seconds: `send(client, n)`
+/// sends request number `n` (numbers drawn from `next`, so every request is a new one) and
+/// gives its latency in microseconds when it was accepted. Returns the accepted requests per
+/// second and those latencies.
+pub async fn saturate<C, F, Fut>(
+    conns: u64,
+    secs: u64,
+    next: &Arc<AtomicU64>,
+    client: impl Fn() -> C,
+    send: F,
+) -> (f64, Vec<u64>)
+where
+    C: Clone + Send + 'static,
+    F: Fn(C, u64) -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = Option<u64>> + Send,
+{
+    let end = Instant::now() + Duration::from_secs(secs);
+    let started = Instant::now();
+    let mut clients = Vec::new();
+    for _ in 0..conns {
+        let (client, send, next) = (client(), send.clone(), next.clone());
+        clients.push(tokio::spawn(async move {
+            let mut mine = Vec::new();
+            while Instant::now() < end {
+                if let Some(us) = send(client.clone(), next.fetch_add(1, Ordering::Relaxed)).await {
+                    mine.push(us);
+                }
+            }
+            mine
+        }));
+    }
+    let mut latencies = Vec::new();
+    for client in clients {
+        latencies.extend(client.await.unwrap());
+    }
+    (
+        latencies.len() as f64 / started.elapsed().as_secs_f64(),
+        latencies,
+    )
 }
