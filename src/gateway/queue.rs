@@ -1,16 +1,16 @@
-//! The worker of a transport's queue: claims what the transport's intake queued (webhook
-//! deliveries, Slack events), runs up to a number of them at once on the server's task tracker
-//! (so a shutdown drains them), and stops taking new ones when told to.
+//! A transport's durable queue: [`enqueue_once`] (the intake's once-only enqueue) and the
+//! worker ([`spawn`]) that claims what the intake queued (webhook deliveries, Slack events,
+//! mail), runs up to a number of them at once on the server's task tracker (so a shutdown
+//! drains them), and stops taking new ones when the server stops.
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::Semaphore;
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
-use crate::events::{Bus, Delivery, Event, KeyClaim};
+use crate::events::{Bus, Delivery, Event, KernelBus, KeyClaim};
+use crate::gateway::http::state::AppState;
 
 /// How long one claim waits before it looks again.
 const CLAIM_WAIT: Duration = Duration::from_secs(5);
@@ -65,20 +65,20 @@ pub async fn prepare(bus: &Bus, topic: &str, queue: &str) -> Result<(), String> 
         .map_err(|e| e.to_string())
 }
 
-/// Runs `run` for each delivery claimed from `queue` of `topic`, `concurrency` at once, until
-/// `stop`. `run` acks (or leaves the delivery to come back).
+/// Runs `run` for each delivery claimed from `queue` of `topic`, `concurrency` at once, on the
+/// server's background tracker until the server stops. `run` acks (or leaves the delivery to come back).
 pub fn spawn<F, Fut>(
-    bus: Arc<Bus>,
+    state: &AppState,
     topic: String,
     queue: &'static str,
     concurrency: usize,
-    stop: CancellationToken,
-    tracker: &TaskTracker,
     run: F,
 ) where
     F: Fn(Delivery) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = ()> + Send + 'static,
 {
+    let bus = state.gateway.kernel.bus().clone();
+    let (stop, tracker) = (state.stopping.clone(), &state.background);
     let runs = tracker.clone();
     tracker.spawn(async move {
         let slots = Arc::new(Semaphore::new(concurrency.max(1)));

@@ -37,19 +37,10 @@ pub fn spawn(state: &AppState, email: Arc<Email>) {
         state.policy.clone(),
         state.config.timeout,
     );
-    let bus = gateway.kernel.bus().clone();
-    crate::gateway::queue::spawn(
-        bus,
-        TOPIC.into(),
-        QUEUE,
-        CONCURRENCY,
-        state.stopping.clone(),
-        &state.background,
-        move |delivery| {
-            let (gateway, policy, email) = (gateway.clone(), policy.clone(), email.clone());
-            async move { run(&gateway, &policy, &email, delivery, timeout).await }
-        },
-    );
+    crate::gateway::queue::spawn(state, TOPIC.into(), QUEUE, CONCURRENCY, move |delivery| {
+        let (gateway, policy, email) = (gateway.clone(), policy.clone(), email.clone());
+        async move { run(&gateway, &policy, &email, delivery, timeout).await }
+    });
 }
 
 async fn run(

@@ -36,19 +36,10 @@ pub fn spawn(state: &AppState, slack: Arc<Slack>) {
         state.policy.clone(),
         state.config.timeout,
     );
-    let bus = gateway.kernel.bus().clone();
-    crate::gateway::queue::spawn(
-        bus,
-        TOPIC.into(),
-        QUEUE,
-        CONCURRENCY,
-        state.stopping.clone(),
-        &state.background,
-        move |delivery| {
-            let (gateway, policy, slack) = (gateway.clone(), policy.clone(), slack.clone());
-            async move { run(&gateway, &policy, &slack, delivery, timeout).await }
-        },
-    );
+    crate::gateway::queue::spawn(state, TOPIC.into(), QUEUE, CONCURRENCY, move |delivery| {
+        let (gateway, policy, slack) = (gateway.clone(), policy.clone(), slack.clone());
+        async move { run(&gateway, &policy, &slack, delivery, timeout).await }
+    });
 }
 
 /// Answers one event, then acks it.

@@ -31,15 +31,11 @@ pub async fn prepare(gateway: &Gateway, route: &WebhookRoute) -> Result<(), Stri
 /// runs are tracked there too.
 pub fn spawn(state: &AppState, route: Arc<WebhookRoute>) {
     let (gateway, timeout) = (state.gateway.clone(), state.config.timeout);
-    let bus = gateway.kernel.bus().clone();
-    let topic = route.topic.clone();
     crate::gateway::queue::spawn(
-        bus,
-        topic,
+        state,
+        route.topic.clone(),
         QUEUE,
         CONCURRENCY,
-        state.stopping.clone(),
-        &state.background,
         move |delivery| {
             let (gateway, route) = (gateway.clone(), route.clone());
             async move { run(&gateway, &route, delivery, timeout).await }
