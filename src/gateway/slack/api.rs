@@ -179,72 +179,74 @@ impl WebApi {
                 .json(body)
                 .send()
                 .await;
-            let response = match sent {
-                Ok(response) => response,
+            // A failure worth another try, and how long to wait before it.
+            let (failure, wait) = match sent {
                 Err(err) => {
-                    last = Some(ApiError::Transport {
+                    let detail = err.to_string();
+                    (ApiError::Transport { method, detail }, backoff)
+                }
+                Ok(response) if response.status().as_u16() == 429 => {
+                    let wait = retry_after(&response)
+                        .unwrap_or(backoff)
+                        .min(MAX_RETRY_AFTER);
+                    tracing::info!(
                         method,
-                        detail: err.to_string(),
-                    });
-                    if attempt < ATTEMPTS {
-                        tokio::time::sleep(backoff).await;
-                        backoff *= 2;
-                    }
-                    continue;
+                        wait_ms = wait.as_millis() as u64,
+                        "Slack rate limit: waiting as told"
+                    );
+                    (
+                        ApiError::Status {
+                            method,
+                            status: 429,
+                        },
+                        wait,
+                    )
                 }
+                Ok(response) if response.status().is_server_error() => {
+                    let status = response.status().as_u16();
+                    (ApiError::Status { method, status }, backoff)
+                }
+                Ok(response) => return answer(method, response).await,
             };
-            let status = response.status();
-            if status.as_u16() == 429 {
-                let wait = retry_after(&response).unwrap_or(backoff);
-                tracing::info!(
-                    method,
-                    wait_ms = wait.as_millis() as u64,
-                    "Slack rate limit: waiting as told"
-                );
-                last = Some(ApiError::Status {
-                    method,
-                    status: 429,
-                });
-                tokio::time::sleep(wait.min(MAX_RETRY_AFTER)).await;
-                continue;
+            // The backoff grows with failures, not with Slack's own waits.
+            if !matches!(failure, ApiError::Status { status: 429, .. }) {
+                backoff *= 2;
             }
-            if status.is_server_error() {
-                last = Some(ApiError::Status {
-                    method,
-                    status: status.as_u16(),
-                });
-                if attempt < ATTEMPTS {
-                    tokio::time::sleep(backoff).await;
-                    backoff *= 2;
-                }
-                continue;
+            last = Some(failure);
+            if attempt < ATTEMPTS {
+                tokio::time::sleep(wait).await;
             }
-            if !status.is_success() {
-                return Err(ApiError::Status {
-                    method,
-                    status: status.as_u16(),
-                });
-            }
-            let answer: Value = response.json().await.map_err(|e| ApiError::Transport {
-                method,
-                detail: format!("the answer is not JSON: {e}"),
-            })?;
-            if answer["ok"] == true {
-                return Ok(answer);
-            }
-            return Err(ApiError::Slack {
-                method,
-                error: answer["error"]
-                    .as_str()
-                    .unwrap_or("unknown_error")
-                    .to_string(),
-            });
         }
         Err(last.unwrap_or(ApiError::Transport {
             method,
             detail: "no attempt made".into(),
         }))
     }
+}
+
+/// A final answer: an error status, or the JSON when Slack says `ok`.
+async fn answer(method: &'static str, response: reqwest::Response) -> Result<Value, ApiError> {
+    let status = response.status();
+    if !status.is_success() {
+        return Err(ApiError::Status {
+            method,
+            status: status.as_u16(),
+        });
+    }
+    let answer: Value = response.json().await.map_err(|e| ApiError::Transport {
+        method,
+        detail: format!("the answer is not JSON: {e}"),
+    })?;
+    if answer["ok"] == true {
+        return Ok(answer);
+    }
+    Err(ApiError::Slack {
+        method,
+        error: answer["error"]
+            .as_str()
+            .unwrap_or("unknown_error")
+            .to_string(),
+    })
 }
 
 /// `Retry-After` in seconds.
