@@ -5,11 +5,12 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use globset::{Glob, GlobMatcher, GlobSet, GlobSetBuilder};
+use globset::{Glob, GlobMatcher, GlobSet};
 use regex::Regex;
 use serde::Deserialize;
 
 use crate::config::values::Seconds;
+use crate::gateway::policy::access::glob_set;
 
 /// The `email` section as written.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -119,21 +120,14 @@ impl EmailConfig {
         {
             errors.push("email.relay: must be an smtp:// or smtps:// URL".into());
         }
-        let allowed = match settings.allowed_senders {
-            None => None,
-            Some(globs) => {
-                let mut set = GlobSetBuilder::new();
-                for g in &globs {
-                    match Glob::new(&g.to_ascii_lowercase()) {
-                        Ok(glob) => {
-                            set.add(glob);
-                        }
-                        Err(e) => errors.push(format!("email.allowed-senders: `{g}`: {e}")),
-                    }
-                }
-                set.build().ok()
-            }
-        };
+        let allowed = settings.allowed_senders.and_then(|globs| {
+            let patterns = globs
+                .iter()
+                .map(|g| (g.clone(), Glob::new(&g.to_ascii_lowercase())));
+            glob_set("pattern", patterns)
+                .map_err(|e| errors.push(format!("email.allowed-senders: {e}")))
+                .ok()
+        });
         let mut routes = Vec::new();
         for (i, r) in settings.routes.unwrap_or_default().into_iter().enumerate() {
             let at = format!("email.routes[{i}]");

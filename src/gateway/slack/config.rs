@@ -9,6 +9,7 @@ use regex::Regex;
 use serde::Deserialize;
 
 use crate::config::values::Seconds;
+use crate::gateway::policy::access::glob_set;
 
 /// Slack's Web API.
 pub const DEFAULT_API_URL: &str = "https://slack.com/api/";
@@ -235,21 +236,12 @@ fn resolve_route(route: RouteSettings, at: &str) -> Result<Route, Vec<String>> {
     let target = match (route.skill, command) {
         (Some(skill), false) => Target::Skill(skill),
         (None, true) => {
-            let skills = match route.skills {
-                None => None,
-                Some(globs) => {
-                    let mut set = globset::GlobSetBuilder::new();
-                    for glob in &globs {
-                        match globset::Glob::new(glob) {
-                            Ok(g) => {
-                                set.add(g);
-                            }
-                            Err(e) => errors.push(format!("{at}.skills: `{glob}`: {e}")),
-                        }
-                    }
-                    set.build().ok()
-                }
-            };
+            let skills = route.skills.and_then(|globs| {
+                let patterns = globs.iter().map(|g| (g.clone(), globset::Glob::new(g)));
+                glob_set("pattern", patterns)
+                    .map_err(|e| errors.push(format!("{at}.skills: {e}")))
+                    .ok()
+            });
             Target::Command { skills }
         }
         (Some(_), true) => {
