@@ -32,7 +32,7 @@ async fn run(name: &str, store: Arc<dyn EventStore>, secs: u64, conns: u64) {
             from: Some("bot@bench.test".into()),
             smtp: Some(SmtpSettings {
                 bind: Some("127.0.0.1:0".into()),
-                hostname: None,
+                ..SmtpSettings::default()
             }),
             default: Some("noop".into()),
             reply_window: Some(Seconds(Duration::ZERO)),

@@ -7,6 +7,11 @@ use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
+use lettre::transport::smtp::client::{Certificate, Tls, TlsParameters};
+use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
+use skillgate::gateway::email::config::TlsSettings;
+use skillgate::gateway::email::tls::acceptor;
+
 use crate::common::Project;
 use crate::server::{TestServer, config};
 use crate::smtp_sink::Sink;
@@ -228,6 +233,112 @@ fn a_mail_answered_250_survives_a_sigkill_and_runs_after_restart() {
             let answer = sink.answer_to(&id, Duration::from_secs(30)).await.expect("answered after the restart");
             assert_eq!(answer.text(), "answered kept");
         });
+}
+
+/// A self-signed certificate for `localhost` written into `project`: its PEM and the settings.
+fn certificate(project: &Project) -> (String, TlsSettings) {
+    let made = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    let cert = made.cert.pem();
+    project
+        .write("tls/cert.pem", &cert)
+        .write("tls/key.pem", &made.signing_key.serialize_pem());
+    let at = |file: &str| project.path().join("tls").join(file).display().to_string();
+    let settings = TlsSettings {
+        cert: at("cert.pem"),
+        key: at("key.pem"),
+    };
+    (cert, settings)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn starttls_encrypts_the_session_and_require_tls_refuses_mail_in_the_clear() {
+    let sink = Sink::start().await;
+    let project = Project::new();
+    project.skill(
+        "brief.skill.md",
+        "---\nname: brief\ndescription: Answers.\n---\nsecure\n",
+    );
+    let (cert, tls) = certificate(&project);
+    let mut http = config();
+    let mut email = settings(&sink);
+    email.routes = None;
+    email.default = Some("brief".into());
+    let smtp = email.smtp.as_mut().unwrap();
+    smtp.tls = Some(tls);
+    smtp.require_tls = Some(true);
+    http.email = email;
+    let server = TestServer::start(project, http).await;
+    let addr = server.email_addr().unwrap();
+
+    // In the clear: STARTTLS is offered, and mail is refused until it is used.
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (read, mut write) = stream.into_split();
+    let mut reader = BufReader::new(read);
+    let mut ehlo = String::new();
+    reader.read_line(&mut ehlo).await.unwrap();
+    write.write_all(b"EHLO client.test\r\n").await.unwrap();
+    loop {
+        let mut line = String::new();
+        reader.read_line(&mut line).await.unwrap();
+        ehlo.push_str(&line);
+        if line.as_bytes().get(3) != Some(&b'-') {
+            break;
+        }
+    }
+    assert!(ehlo.contains("250-STARTTLS"), "{ehlo}");
+    write
+        .write_all(b"MAIL FROM:<ada@example.org>\r\n")
+        .await
+        .unwrap();
+    let mut refused = String::new();
+    reader.read_line(&mut refused).await.unwrap();
+    assert!(refused.starts_with("530 5.7.0"), "{refused}");
+
+    // A client that requires TLS and trusts the certificate gets its mail taken and answered.
+    let id = "tls.1@example.org";
+    let message = Message::builder()
+        .from("ada@example.org".parse().unwrap())
+        .to("bot@skillgate.test".parse().unwrap())
+        .subject("over tls")
+        .message_id(Some(format!("<{id}>")))
+        .body("hello".to_string())
+        .unwrap();
+    let parameters = TlsParameters::builder("localhost".into())
+        .add_root_certificate(Certificate::from_pem(cert.as_bytes()).unwrap())
+        .build_rustls()
+        .unwrap();
+    let transport = AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous("127.0.0.1")
+        .port(addr.port())
+        .tls(Tls::Required(parameters))
+        .build();
+    transport.send(message).await.expect("taken over STARTTLS");
+    let answer = sink
+        .answer_to(id, Duration::from_secs(20))
+        .await
+        .expect("an answer");
+    assert_eq!(answer.text(), "secure\n");
+}
+
+#[test]
+fn a_certificate_that_cannot_be_read_or_does_not_fit_its_key_is_named_at_start() {
+    let project = Project::new();
+    let missing = TlsSettings {
+        cert: project.path().join("nope.pem").display().to_string(),
+        key: project.path().join("nope.key").display().to_string(),
+    };
+    let err = acceptor(&missing).err().expect("refused");
+    assert!(err.starts_with("email.smtp.tls.cert: `"), "{err}");
+    assert!(err.contains("nope.pem"), "{err}");
+
+    let (_, mut tls) = certificate(&project);
+    let other = rcgen::generate_simple_self_signed(vec!["other".to_string()]).unwrap();
+    project.write("tls/other.key", &other.signing_key.serialize_pem());
+    tls.key = project.path().join("tls/other.key").display().to_string();
+    let err = acceptor(&tls).err().expect("refused");
+    assert!(
+        err.starts_with("email.smtp.tls: the certificate and key do not go together"),
+        "{err}"
+    );
 }
 
 /// The SMTP address a `serve` process printed.

@@ -40,6 +40,21 @@ pub struct SmtpSettings {
     pub bind: Option<String>,
     /// The name the listener gives in its greeting [default: the `from` domain].
     pub hostname: Option<String>,
+    /// A certificate and key (PEM files) to offer STARTTLS with [default:
+    /// `SKILLGATE_SMTP_TLS_CERT` and `SKILLGATE_SMTP_TLS_KEY`; without them no STARTTLS].
+    pub tls: Option<TlsSettings>,
+    /// Refuse mail from clients that have not said STARTTLS [default: false].
+    pub require_tls: Option<bool>,
+}
+
+/// The listener's certificate.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct TlsSettings {
+    /// The certificate chain, PEM, the server's own certificate first.
+    pub cert: String,
+    /// Its private key, PEM (PKCS#8, PKCS#1 or SEC1).
+    pub key: String,
 }
 
 /// One route as written.
@@ -79,6 +94,9 @@ pub struct EmailConfig {
     pub from: String,
     pub bind: SocketAddr,
     pub hostname: String,
+    /// STARTTLS with this certificate and key (PEM paths).
+    pub tls: Option<TlsSettings>,
+    pub require_tls: bool,
     pub relay: Option<String>,
     pub allowed: Option<GlobSet>,
     pub routes: Vec<Route>,
@@ -175,6 +193,22 @@ impl EmailConfig {
         if routes.is_empty() && settings.default.is_none() {
             errors.push("email: give `routes` or `default` (the skill mail runs)".into());
         }
+        let tls = smtp.tls.clone().or_else(|| {
+            match (
+                env("SKILLGATE_SMTP_TLS_CERT"),
+                env("SKILLGATE_SMTP_TLS_KEY"),
+            ) {
+                (Some(cert), Some(key)) => Some(TlsSettings { cert, key }),
+                _ => None,
+            }
+        });
+        let require_tls = smtp.require_tls.unwrap_or(false);
+        if require_tls && tls.is_none() {
+            errors.push(
+                "email.smtp.require-tls: needs `email.smtp.tls` (a certificate and key to offer STARTTLS with)"
+                    .into(),
+            );
+        }
         let hostname = smtp
             .hostname
             .unwrap_or_else(|| from.split('@').nth(1).unwrap_or("localhost").to_string());
@@ -185,6 +219,8 @@ impl EmailConfig {
             from,
             bind: bind.expect("checked"),
             hostname,
+            tls,
+            require_tls,
             relay,
             allowed,
             routes,

@@ -1,7 +1,7 @@
 //! The email transport: mail in over SMTP, skills run, answers out over SMTP through a relay.
 //!
 //! [`config`] (settings), [`parse`] (reading a mail and whether it may be answered), [`intake`]
-//! (routes, once per Message-ID, the durable queue), [`smtp`] (the listener), [`worker`] (runs
+//! (routes, once per Message-ID, the durable queue), [`smtp`] (the listener), [`tls`] (STARTTLS and the IMAP client's TLS), [`worker`] (runs
 //! and answers), [`reply`] (the answer as a threaded mail), [`setup`] (put together at start).
 
 pub mod config;
@@ -10,6 +10,7 @@ pub mod parse;
 pub mod reply;
 pub mod setup;
 pub mod smtp;
+pub mod tls;
 pub mod worker;
 
 use std::net::SocketAddr;
@@ -32,6 +33,8 @@ pub struct Email {
     pub config: Arc<EmailConfig>,
     pub intake: Arc<Intake>,
     pub mailer: Mailer,
+    /// STARTTLS, when a certificate is configured.
+    pub tls: Option<tokio_rustls::TlsAcceptor>,
     /// Where the SMTP listener listens.
     pub addr: SocketAddr,
     /// Bound at start, served once the server runs.
@@ -49,6 +52,7 @@ impl Email {
             listener,
             self.intake.clone(),
             self.config.clone(),
+            self.tls.clone(),
             state.stopping.clone(),
             state.background.clone(),
         ));

@@ -33,6 +33,11 @@ pub async fn configure(
             None
         }
     };
+    let tls = config.tls.as_ref().and_then(|settings| {
+        super::tls::acceptor(settings)
+            .map_err(|e| errors.push(e))
+            .ok()
+    });
     if !errors.is_empty() {
         return Err(errors);
     }
@@ -52,6 +57,7 @@ pub async fn configure(
     Ok(Some(Arc::new(Email {
         intake: Arc::new(Intake::new(gateway.clone(), config.clone())),
         mailer: mailer.expect("checked"),
+        tls,
         addr,
         listener: parking_lot::Mutex::new(Some(listener)),
         config,

@@ -1,14 +1,16 @@
 //! The SMTP listener (RFC 5321, commands parsed by smtp-proto): EHLO with SIZE, 8BITMIME,
-//! PIPELINING; MAIL, RCPT, DATA, RSET, NOOP, QUIT. A message is answered 250 only once it is
-//! durably queued, 4xx while the store cannot take it (the sender retries), 552 above the size
-//! cap, 550 with the reason when it cannot be read. STARTTLS is not offered.
+//! PIPELINING, and STARTTLS (RFC 3207) when a certificate is configured; MAIL, RCPT, DATA, RSET,
+//! NOOP, QUIT. A message is answered 250 only once it is durably queued, 4xx while the store
+//! cannot take it (the sender retries), 552 above the size cap, 550 with the reason when it
+//! cannot be read.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use smtp_proto::Request;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
+use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -22,11 +24,13 @@ const MAX_LINE: usize = 4096;
 /// Recipients of one message.
 const MAX_RECIPIENTS: usize = 100;
 
-/// Accepts connections until `stop`; each session is tracked on `tracker`.
+/// Accepts connections until `stop`; each session is tracked on `tracker`. With `tls`,
+/// STARTTLS is offered.
 pub async fn serve(
     listener: TcpListener,
     intake: Arc<Intake>,
     config: Arc<EmailConfig>,
+    tls: Option<TlsAcceptor>,
     stop: CancellationToken,
     tracker: TaskTracker,
 ) {
@@ -40,8 +44,9 @@ pub async fn serve(
                 // Each answer is one write; sent at once, not held back for the client's ACK.
                 let _ = stream.set_nodelay(true);
                 let (intake, config, stop) = (intake.clone(), config.clone(), stop.clone());
+                let tls = tls.clone();
                 tracker.spawn(async move {
-                    if let Err(err) = session(stream, &intake, &config, &stop).await {
+                    if let Err(err) = session(stream, &intake, &config, tls, &stop).await {
                         tracing::debug!(%peer, error = %err, "an SMTP session ended");
                     }
                 });
@@ -61,28 +66,80 @@ struct Envelope {
     to: Vec<String>,
 }
 
+/// How a conversation ended.
+enum Ended {
+    /// QUIT, the client left, or the server stops.
+    Closed,
+    /// The client said STARTTLS and was told to go ahead.
+    StartTls,
+}
+
+/// What a conversation may offer and has.
+#[derive(Clone, Copy)]
+struct Security {
+    /// STARTTLS can be offered (a certificate is configured and TLS is not on yet).
+    offer: bool,
+    /// The connection is encrypted.
+    on: bool,
+}
+
 async fn session(
     stream: TcpStream,
     intake: &Intake,
     config: &EmailConfig,
+    tls: Option<TlsAcceptor>,
     stop: &CancellationToken,
 ) -> std::io::Result<()> {
-    let (read, mut write) = stream.into_split();
-    let mut reader = BufReader::new(read);
+    let mut reader = BufReader::new(stream);
     let host = &config.hostname;
-    write
-        .write_all(format!("220 {host} ESMTP skillgate\r\n").as_bytes())
-        .await?;
+    say(
+        &mut reader,
+        format!("220 {host} ESMTP skillgate\r\n").as_bytes(),
+    )
+    .await?;
+    let plain = Security {
+        offer: tls.is_some(),
+        on: false,
+    };
+    let ended = converse(&mut reader, intake, config, plain, stop).await?;
+    let (Ended::StartTls, Some(acceptor)) = (ended, tls) else {
+        return Ok(());
+    };
+    // Anything the client sent after STARTTLS before the handshake was sent in the clear and
+    // could have been injected (RFC 3207 section 4.2 says to discard it): hang up instead.
+    if !reader.buffer().is_empty() {
+        return Ok(());
+    }
+    let stream = acceptor.accept(reader.into_inner()).await?;
+    let mut reader = BufReader::new(stream);
+    let secure = Security {
+        offer: false,
+        on: true,
+    };
+    // The client starts over with EHLO (RFC 3207 section 4.2).
+    converse(&mut reader, intake, config, secure, stop).await?;
+    Ok(())
+}
+
+/// Commands and answers until QUIT, the client leaves, the server stops, or STARTTLS.
+async fn converse<S: AsyncRead + AsyncWrite + Unpin>(
+    reader: &mut BufReader<S>,
+    intake: &Intake,
+    config: &EmailConfig,
+    security: Security,
+    stop: &CancellationToken,
+) -> std::io::Result<Ended> {
+    let host = &config.hostname;
     let mut greeted = false;
     let mut envelope = Envelope::default();
     let mut line = Vec::new();
     loop {
         line.clear();
-        let mut limited = (&mut reader).take(MAX_LINE as u64 + 1);
+        let mut limited = (&mut *reader).take(MAX_LINE as u64 + 1);
         let read = tokio::select! {
             () = stop.cancelled() => {
-                write.write_all(format!("421 4.3.2 {host} shutting down\r\n").as_bytes()).await?;
-                return Ok(());
+                say(reader, format!("421 4.3.2 {host} shutting down\r\n").as_bytes()).await?;
+                return Ok(Ended::Closed);
             }
             read = tokio::time::timeout(IDLE, limited.read_until(b'\n', &mut line)) => read,
         };
@@ -90,23 +147,28 @@ async fn session(
             Ok(Ok(n)) => n,
             Ok(Err(err)) => return Err(err),
             Err(_) => {
-                write.write_all(b"421 4.4.2 idle too long\r\n").await?;
-                return Ok(());
+                say(reader, b"421 4.4.2 idle too long\r\n").await?;
+                return Ok(Ended::Closed);
             }
         };
         if n == 0 {
-            return Ok(());
+            return Ok(Ended::Closed);
         }
         if line.len() > MAX_LINE {
-            write.write_all(b"500 5.5.2 line too long\r\n").await?;
-            return Ok(());
+            say(reader, b"500 5.5.2 line too long\r\n").await?;
+            return Ok(Ended::Closed);
         }
         let answer = match Request::parse(&mut line.iter()) {
             Ok(Request::Ehlo { .. }) => {
                 greeted = true;
                 envelope = Envelope::default();
+                let starttls = if security.offer {
+                    "250-STARTTLS\r\n"
+                } else {
+                    ""
+                };
                 format!(
-                    "250-{host}\r\n250-SIZE {}\r\n250-8BITMIME\r\n250-PIPELINING\r\n250 SMTPUTF8\r\n",
+                    "250-{host}\r\n250-SIZE {}\r\n250-8BITMIME\r\n250-PIPELINING\r\n{starttls}250 SMTPUTF8\r\n",
                     config.max_size
                 )
             }
@@ -118,6 +180,8 @@ async fn session(
             Ok(Request::Mail { from }) => {
                 if !greeted {
                     "503 5.5.1 say EHLO first\r\n".into()
+                } else if config.require_tls && !security.on {
+                    "530 5.7.0 Must issue a STARTTLS command first\r\n".into()
                 } else if from.size > config.max_size {
                     format!(
                         "552 5.3.4 message size exceeds the limit of {} bytes\r\n",
@@ -145,10 +209,8 @@ async fn session(
                 if envelope.to.is_empty() {
                     "503 5.5.1 RCPT first\r\n".into()
                 } else {
-                    write
-                        .write_all(b"354 End data with <CR><LF>.<CR><LF>\r\n")
-                        .await?;
-                    let data = receive(&mut reader, config.max_size).await?;
+                    say(reader, b"354 End data with <CR><LF>.<CR><LF>\r\n").await?;
+                    let data = receive(reader, config.max_size).await?;
                     let from = envelope.from.take().unwrap_or_default();
                     let to = std::mem::take(&mut envelope.to);
                     match data {
@@ -169,17 +231,34 @@ async fn session(
                 "252 2.5.2 cannot verify, but will take the message\r\n".into()
             }
             Ok(Request::Quit) => {
-                write
-                    .write_all(format!("221 2.0.0 {host} closing\r\n").as_bytes())
-                    .await?;
-                return Ok(());
+                say(reader, format!("221 2.0.0 {host} closing\r\n").as_bytes()).await?;
+                return Ok(Ended::Closed);
             }
+            Ok(Request::StartTls) if security.offer => {
+                if !greeted {
+                    "503 5.5.1 say EHLO first\r\n".into()
+                } else {
+                    say(reader, b"220 2.0.0 Ready to start TLS\r\n").await?;
+                    return Ok(Ended::StartTls);
+                }
+            }
+            Ok(Request::StartTls) if security.on => "503 5.5.1 TLS is already on\r\n".into(),
             Ok(Request::StartTls) => "502 5.5.1 STARTTLS is not offered\r\n".into(),
             Ok(other) => format!("502 5.5.1 {} is not implemented\r\n", other.name()),
             Err(_) => "500 5.5.2 syntax error\r\n".into(),
         };
-        write.write_all(answer.as_bytes()).await?;
+        say(reader, answer.as_bytes()).await?;
     }
+}
+
+/// Sends an answer out at once (a TLS stream holds written bytes until flushed).
+async fn say<S: AsyncRead + AsyncWrite + Unpin>(
+    reader: &mut BufReader<S>,
+    answer: &[u8],
+) -> std::io::Result<()> {
+    let stream = reader.get_mut();
+    stream.write_all(answer).await?;
+    stream.flush().await
 }
 
 /// The SMTP answer to a received message.
@@ -198,8 +277,8 @@ fn answer(taken: Result<Taken, IntakeError>) -> String {
 
 /// The message after DATA, dot-unstuffed, up to the lone `.`; `None` (with the rest read and
 /// dropped) when it is larger than `max`.
-async fn receive(
-    reader: &mut BufReader<tokio::net::tcp::OwnedReadHalf>,
+async fn receive<S: AsyncRead + Unpin>(
+    reader: &mut BufReader<S>,
     max: usize,
 ) -> std::io::Result<Option<Vec<u8>>> {
     let mut data = Vec::new();

@@ -35,6 +35,7 @@ pub fn settings(sink: &Sink) -> EmailSettings {
         smtp: Some(SmtpSettings {
             bind: Some("127.0.0.1:0".into()),
             hostname: Some("skillgate.test".into()),
+            ..SmtpSettings::default()
         }),
         relay: Some(sink.relay()),
         routes: Some(vec![RouteSettings {
