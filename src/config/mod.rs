@@ -104,6 +104,19 @@ impl ConfigFile {
                 "a password is written in the file; use a reference such as `${env.SMTP_RELAY_URL}`",
             );
         }
+        if let Some(password) = root
+            .get("email")
+            .and_then(|e| e.get("imap"))
+            .and_then(|i| i.get("password"))
+            .and_then(|v| v.as_str())
+            && !password.contains("${env.")
+        {
+            errors.push(
+                file.origin("email.imap.password"),
+                "email.imap.password",
+                "a password is written in the file; use a reference such as `${env.IMAP_PASSWORD}`",
+            );
+        }
         let mut missing = Vec::new();
         for (key, value) in root.iter_mut() {
             env::resolve(value, key, &mut missing);
@@ -318,6 +331,21 @@ mod tests {
         assert!(!text.contains("hunter2"), "{text}");
         let dir = project_with("store:\n  url: ${env.PATH}\n");
         assert!(ConfigFile::read(dir.path(), None).is_ok());
+    }
+
+    #[test]
+    fn an_imap_password_must_come_from_the_environment() {
+        let dir = project_with(
+            "email:\n  from: bot@example.org\n  imap:\n    host: imap.example.org\n    user: bot\n    password: hunter2\n",
+        );
+        let text = ConfigFile::read(dir.path(), None).unwrap_err().to_string();
+        assert!(
+            text.contains(
+                "skillgate.yaml:6:5: email.imap.password: a password is written in the file"
+            ),
+            "{text}"
+        );
+        assert!(!text.contains("hunter2"), "{text}");
     }
 
     #[test]

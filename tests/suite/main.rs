@@ -43,6 +43,7 @@ mod http_invoke;
 mod http_ops;
 mod http_resume;
 mod http_topics;
+mod imap;
 mod layers;
 mod orchestration;
 mod process;

@@ -1,6 +1,6 @@
 //! Email settings: the `email:` section of skillgate.yaml as written ([`EmailSettings`]), with
-//! `SKILLGATE_SMTP_BIND` and `SKILLGATE_SMTP_RELAY` as defaults, resolved into the
-//! [`EmailConfig`] the transport runs with.
+//! `SKILLGATE_SMTP_BIND`, `SKILLGATE_SMTP_RELAY` and `SKILLGATE_IMAP_PASSWORD` as defaults,
+//! resolved into the [`EmailConfig`] the transport runs with.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -19,6 +19,8 @@ pub struct EmailSettings {
     /// The address answers come from (and mail to it is ours: never answered).
     pub from: Option<String>,
     pub smtp: Option<SmtpSettings>,
+    /// A mailbox to take mail from.
+    pub imap: Option<ImapSettings>,
     /// Where answers are sent: `smtp://user:pass@host:587`, `smtps://…` (lettre's form; write
     /// credentials as `${env.NAME}`).
     pub relay: Option<String>,
@@ -45,6 +47,78 @@ pub struct SmtpSettings {
     pub tls: Option<TlsSettings>,
     /// Refuse mail from clients that have not said STARTTLS [default: false].
     pub require_tls: Option<bool>,
+}
+
+/// The mailbox mail is taken from.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ImapSettings {
+    pub host: Option<String>,
+    /// [default: 993 with TLS, 143 without]
+    pub port: Option<u16>,
+    /// TLS from the first byte (port 993) [default: true].
+    pub tls: Option<bool>,
+    /// A PEM file of one more CA to trust (a private mail server) beside the system's.
+    pub ca: Option<String>,
+    pub user: Option<String>,
+    /// Written as `${env.NAME}` [default: `SKILLGATE_IMAP_PASSWORD`].
+    pub password: Option<String>,
+    /// [default: INBOX]
+    pub folder: Option<String>,
+    /// How often the folder is looked at when the server has no IDLE, and how long one IDLE
+    /// lasts before it is renewed [default: 60 s].
+    pub poll_interval: Option<Seconds>,
+}
+
+/// The mailbox as the poller uses it.
+#[derive(Debug, Clone)]
+pub struct ImapConfig {
+    pub host: String,
+    pub port: u16,
+    pub tls: bool,
+    pub ca: Option<String>,
+    pub user: String,
+    pub password: String,
+    pub folder: String,
+    pub poll_interval: Duration,
+}
+
+impl ImapSettings {
+    fn resolve(
+        self,
+        env: &dyn Fn(&str) -> Option<String>,
+        errors: &mut Vec<String>,
+    ) -> Option<ImapConfig> {
+        let mut missing = |key: &str, example: &str| {
+            errors.push(format!("email.imap.{key}: missing ({example})"));
+        };
+        let host = self.host.filter(|h| !h.trim().is_empty());
+        if host.is_none() {
+            missing("host", "`host: imap.example.org`");
+        }
+        let user = self.user.filter(|u| !u.trim().is_empty());
+        if user.is_none() {
+            missing("user", "`user: bot@example.org`");
+        }
+        let password = self.password.or_else(|| env("SKILLGATE_IMAP_PASSWORD"));
+        if password.is_none() {
+            missing(
+                "password",
+                "`password: ${env.IMAP_PASSWORD}`, or set SKILLGATE_IMAP_PASSWORD",
+            );
+        }
+        let tls = self.tls.unwrap_or(true);
+        Some(ImapConfig {
+            host: host?,
+            port: self.port.unwrap_or(if tls { 993 } else { 143 }),
+            tls,
+            ca: self.ca,
+            user: user?,
+            password: password?,
+            folder: self.folder.unwrap_or_else(|| "INBOX".into()),
+            poll_interval: self.poll_interval.map_or(Duration::from_secs(60), |s| s.0),
+        })
+    }
 }
 
 /// The listener's certificate.
@@ -92,7 +166,9 @@ pub struct Route {
 #[derive(Debug, Clone)]
 pub struct EmailConfig {
     pub from: String,
-    pub bind: SocketAddr,
+    /// Where the SMTP listener listens (none: mail comes by IMAP only).
+    pub bind: Option<SocketAddr>,
+    pub imap: Option<ImapConfig>,
     pub hostname: String,
     /// STARTTLS with this certificate and key (PEM paths).
     pub tls: Option<TlsSettings>,
@@ -106,17 +182,19 @@ pub struct EmailConfig {
 }
 
 impl EmailConfig {
-    /// `None` when email is not configured (no `smtp.bind`); every mistake, under `email.<key>`.
+    /// `None` when email is not configured (neither `smtp.bind` nor `imap`); every mistake,
+    /// under `email.<key>`.
     pub fn resolve(
         settings: EmailSettings,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Option<EmailConfig>, Vec<String>> {
         let smtp = settings.smtp.clone().unwrap_or_default();
-        let Some(bind) = smtp.bind.or_else(|| env("SKILLGATE_SMTP_BIND")) else {
+        let bind = smtp.bind.clone().or_else(|| env("SKILLGATE_SMTP_BIND"));
+        if bind.is_none() && settings.imap.is_none() {
             return Ok(None);
-        };
+        }
         let mut errors = Vec::new();
-        let bind = match bind.parse::<SocketAddr>() {
+        let bind = bind.and_then(|bind| match bind.parse::<SocketAddr>() {
             Ok(addr) => Some(addr),
             Err(_) => {
                 errors.push(format!(
@@ -124,7 +202,11 @@ impl EmailConfig {
                 ));
                 None
             }
-        };
+        });
+        let imap = settings
+            .imap
+            .clone()
+            .and_then(|imap| imap.resolve(env, &mut errors));
         let from = settings.from.unwrap_or_default().to_ascii_lowercase();
         if !from.contains('@') {
             errors.push(
@@ -217,7 +299,8 @@ impl EmailConfig {
         }
         Ok(Some(EmailConfig {
             from,
-            bind: bind.expect("checked"),
+            bind,
+            imap,
             hostname,
             tls,
             require_tls,
@@ -247,5 +330,70 @@ impl EmailConfig {
             named.push(("email.default".into(), default.clone()));
         }
         named
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn imap_only(imap: ImapSettings) -> EmailSettings {
+        EmailSettings {
+            from: Some("bot@example.org".into()),
+            imap: Some(imap),
+            default: Some("brief".into()),
+            ..EmailSettings::default()
+        }
+    }
+
+    #[test]
+    fn an_imap_mailbox_alone_configures_email_with_its_defaults() {
+        let imap = ImapSettings {
+            host: Some("imap.example.org".into()),
+            user: Some("bot".into()),
+            ..ImapSettings::default()
+        };
+        let env = |name: &str| (name == "SKILLGATE_IMAP_PASSWORD").then(|| "s3cret".to_string());
+        let config = EmailConfig::resolve(imap_only(imap), &env)
+            .unwrap()
+            .unwrap();
+        assert_eq!(config.bind, None);
+        let imap = config.imap.unwrap();
+        assert_eq!((imap.port, imap.tls), (993, true));
+        assert_eq!(imap.folder, "INBOX");
+        assert_eq!(imap.password, "s3cret");
+        assert_eq!(imap.poll_interval, Duration::from_secs(60));
+    }
+
+    #[test]
+    fn a_mailbox_without_host_user_or_password_names_each() {
+        let errors = EmailConfig::resolve(imap_only(ImapSettings::default()), &|_| None)
+            .unwrap_err()
+            .join("\n");
+        for key in ["host", "user", "password"] {
+            assert!(
+                errors.contains(&format!("email.imap.{key}: missing")),
+                "{errors}"
+            );
+        }
+    }
+
+    #[test]
+    fn require_tls_without_a_certificate_is_refused() {
+        let settings = EmailSettings {
+            from: Some("bot@example.org".into()),
+            smtp: Some(SmtpSettings {
+                bind: Some("127.0.0.1:0".into()),
+                require_tls: Some(true),
+                ..SmtpSettings::default()
+            }),
+            default: Some("brief".into()),
+            ..EmailSettings::default()
+        };
+        let errors = EmailConfig::resolve(settings, &|_| None).unwrap_err();
+        assert!(
+            errors[0].starts_with("email.smtp.require-tls: needs"),
+            "{errors:?}"
+        );
     }
 }

@@ -1,10 +1,14 @@
-//! The email transport: mail in over SMTP, skills run, answers out over SMTP through a relay.
+//! The email transport: mail in over SMTP or from an IMAP folder, skills run, answers out over
+//! SMTP through a relay.
 //!
 //! [`config`] (settings), [`parse`] (reading a mail and whether it may be answered), [`intake`]
-//! (routes, once per Message-ID, the durable queue), [`smtp`] (the listener), [`tls`] (STARTTLS and the IMAP client's TLS), [`worker`] (runs
+//! (routes, once per Message-ID, the durable queue), [`smtp`] (the listener), [`imap`] (the
+//! folder poller) with [`cursor`] (where it read up to), [`tls`] (STARTTLS and the IMAP client's TLS), [`worker`] (runs
 //! and answers), [`reply`] (the answer as a threaded mail), [`setup`] (put together at start).
 
 pub mod config;
+pub mod cursor;
+pub mod imap;
 pub mod intake;
 pub mod parse;
 pub mod reply;
@@ -20,6 +24,7 @@ use tokio::net::TcpListener;
 
 pub use config::{EmailConfig, EmailSettings};
 
+use crate::events::KernelBus;
 use crate::gateway::email::intake::Intake;
 use crate::gateway::email::reply::Mailer;
 use crate::gateway::http::state::AppState;
@@ -35,27 +40,43 @@ pub struct Email {
     pub mailer: Mailer,
     /// STARTTLS, when a certificate is configured.
     pub tls: Option<tokio_rustls::TlsAcceptor>,
-    /// Where the SMTP listener listens.
-    pub addr: SocketAddr,
+    /// Where the SMTP listener listens (none when mail comes by IMAP only).
+    pub addr: Option<SocketAddr>,
     /// Bound at start, served once the server runs.
     listener: parking_lot::Mutex<Option<TcpListener>>,
 }
 
 impl Email {
-    /// Serves SMTP and runs the worker on the server's background tracker until it stops.
+    /// Serves SMTP, polls the IMAP folder and runs the worker on the server's background
+    /// tracker until it stops.
     pub fn start(self: &Arc<Self>, state: &AppState) {
-        let Some(listener) = self.listener.lock().take() else {
-            return;
-        };
-        state.gateway.readiness.set(NAME, State::Ready);
-        state.background.spawn(smtp::serve(
-            listener,
-            self.intake.clone(),
-            self.config.clone(),
-            self.tls.clone(),
-            state.stopping.clone(),
-            state.background.clone(),
-        ));
+        if let Some(listener) = self.listener.lock().take() {
+            state.gateway.readiness.set(NAME, State::Ready);
+            state.background.spawn(smtp::serve(
+                listener,
+                self.intake.clone(),
+                self.config.clone(),
+                self.tls.clone(),
+                state.stopping.clone(),
+                state.background.clone(),
+            ));
+        }
+        if let Some(imap) = &self.config.imap {
+            let cursor = cursor::Cursor::new(
+                state.gateway.kernel.bus().clone(),
+                &imap.host,
+                &imap.user,
+                &imap.folder,
+            );
+            let poller = imap::Poller {
+                config: imap.clone(),
+                intake: self.intake.clone(),
+                cursor,
+                max_size: self.config.max_size,
+                readiness: state.gateway.readiness.clone(),
+            };
+            state.background.spawn(poller.run(state.stopping.clone()));
+        }
         worker::spawn(state, self.clone());
     }
 }

@@ -1,5 +1,6 @@
 //! Putting the email transport together when the server starts: the settings resolved, the
 //! skills its routes name checked, the relay prepared, the queue made, the SMTP port bound.
+//! The IMAP folder is first read when the server starts.
 
 use std::sync::Arc;
 
@@ -10,7 +11,8 @@ use crate::gateway::email::reply::Mailer;
 use crate::gateway::email::{Email, worker};
 use crate::skills::index::SearchIndex;
 
-/// The email transport of this project (`None` without `email.smtp.bind`), or every mistake.
+/// The email transport of this project (`None` without `email.smtp.bind` or `email.imap`), or
+/// every mistake.
 pub async fn configure(
     gateway: &Gateway,
     index: &SearchIndex,
@@ -44,22 +46,23 @@ pub async fn configure(
     worker::prepare(gateway)
         .await
         .map_err(|e| vec![format!("email: the mail queue could not be made: {e}")])?;
-    let listener = tokio::net::TcpListener::bind(config.bind)
-        .await
-        .map_err(|e| {
-            vec![format!(
-                "email.smtp.bind: cannot listen on {}: {e}",
-                config.bind
-            )]
-        })?;
-    let addr = listener.local_addr().unwrap_or(config.bind);
+    let (listener, addr) = match config.bind {
+        None => (None, None),
+        Some(bind) => {
+            let listener = tokio::net::TcpListener::bind(bind)
+                .await
+                .map_err(|e| vec![format!("email.smtp.bind: cannot listen on {bind}: {e}")])?;
+            let addr = listener.local_addr().unwrap_or(bind);
+            (Some(listener), Some(addr))
+        }
+    };
     let config = Arc::new(config);
     Ok(Some(Arc::new(Email {
         intake: Arc::new(Intake::new(gateway.clone(), config.clone())),
         mailer: mailer.expect("checked"),
         tls,
         addr,
-        listener: parking_lot::Mutex::new(Some(listener)),
+        listener: parking_lot::Mutex::new(listener),
         config,
     })))
 }

@@ -112,7 +112,7 @@ impl Server {
 
     /// Where the email transport's SMTP listener listens, when it is configured.
     pub fn email_addr(&self) -> Option<SocketAddr> {
-        self.state.email.as_ref().map(|e| e.addr)
+        self.state.email.as_ref().and_then(|e| e.addr)
     }
 
     pub fn local_addr(&self) -> SocketAddr {
