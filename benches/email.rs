@@ -1,8 +1,12 @@
-//! SMTP intake: `CONNS` lettre clients each send mail after mail (one SMTP session per mail,
-//! a new Message-ID each) for `SECS` seconds to the listener of an in-process server: parsed,
-//! claimed once in the store, durably queued, answered 250 (the worker runs a no-op skill and
-//! sends no answer: no relay). Messages/s and the time from connect to 250, on SQLite (a file in
-//! a temporary folder) and Postgres (`DATABASE_URL`, a schema of its own).
+//! SMTP intake: `CONNS` clients each send mail after mail (one SMTP session per mail, a new
+//! Message-ID each) for `SECS` seconds to the listener of an in-process server: parsed, claimed
+//! once in the store, durably queued, answered 250 (the worker runs a no-op skill and sends no
+//! answer: no relay). Two clients: lettre, and a lean one that pipelines MAIL, RCPT and DATA
+//! (RFC 2920) with TCP_NODELAY, so the figure is the server's and not the client's. Messages/s,
+//! the time from connect to 250, and the memory each message in flight adds (the process's peak
+//! RSS with `8 × CONNS` lean clients less its peak with `CONNS`, over the difference; the
+//! clients' own sockets and tasks included), on SQLite (a file in a temporary folder) and
+//! Postgres (`DATABASE_URL`, a schema of its own).
 //!
 //! Run: `cargo bench --bench email` (release). `SKILLGATE_BENCH_SECS` (default 5) and
 //! `SKILLGATE_BENCH_CONNS` (default 16) change the load.
@@ -10,7 +14,7 @@
 mod common;
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
@@ -19,11 +23,20 @@ use skillgate::events::EventStore;
 use skillgate::gateway::email::EmailSettings;
 use skillgate::gateway::email::config::SmtpSettings;
 use skillgate::gateway::http::HttpConfig;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
 
 use common::env_or;
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// Which client sends.
+#[derive(Clone, Copy)]
+enum Client {
+    Lettre,
+    Pipelined,
+}
 
 async fn run(name: &str, store: Arc<dyn EventStore>, secs: u64, conns: u64) {
     let project = tempfile::tempdir().unwrap();
@@ -43,35 +56,129 @@ async fn run(name: &str, store: Arc<dyn EventStore>, secs: u64, conns: u64) {
     let server = common::server(project.path(), store, config).await;
     let smtp = server.email_addr().expect("smtp");
     tokio::spawn(server.run(std::future::pending()));
-    let transport = move || {
-        AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous(smtp.ip().to_string())
-            .port(smtp.port())
-            .build()
+    let next = Arc::new(AtomicU64::new(0));
+    phase(name, Client::Lettre, conns, secs, smtp, &next).await;
+    let few = phase(name, Client::Pipelined, conns, secs, smtp, &next).await;
+    let many = phase(name, Client::Pipelined, conns * 8, secs, smtp, &next).await;
+    println!(
+        "| {name} | memory per mail in flight: {:.1} KiB (peak RSS at {} clients less at {conns}, over the difference) |",
+        many.saturating_sub(few) as f64 / (conns * 7) as f64,
+        conns * 8
+    );
+}
+
+/// `conns` clients of one kind for `secs`: prints a row; the peak RSS meanwhile, in KiB.
+async fn phase(
+    name: &str,
+    client: Client,
+    conns: u64,
+    secs: u64,
+    smtp: std::net::SocketAddr,
+    next: &Arc<AtomicU64>,
+) -> u64 {
+    let peak = Arc::new(AtomicU64::new(common::rss_kib(std::process::id())));
+    let sampler = {
+        let peak = peak.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                peak.fetch_max(common::rss_kib(std::process::id()), Ordering::Relaxed);
+            }
+        })
     };
-    let (rate, latencies) = common::saturate(
-        conns,
-        secs,
-        &Arc::new(AtomicU64::new(0)),
-        transport,
-        |transport, n| async move {
-            let message = Message::builder()
-                .from("ada@example.org".parse().unwrap())
-                .to("bot@bench.test".parse().unwrap())
-                .subject(format!("report {n}"))
-                .message_id(Some(format!("<bench{n}@example.org>")))
-                .body(format!("Please send report {n}.\n"))
-                .unwrap();
-            let sent = Instant::now();
-            transport
-                .send(message)
-                .await
-                .ok()
-                .map(|_| sent.elapsed().as_micros() as u64)
-        },
-    )
-    .await;
+    let (rate, latencies, label) = match client {
+        Client::Lettre => {
+            let transport = move || {
+                AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous(smtp.ip().to_string())
+                    .port(smtp.port())
+                    .build()
+            };
+            let (rate, latencies) =
+                common::saturate(conns, secs, next, transport, |transport, n| async move {
+                    let sent = Instant::now();
+                    transport
+                        .send(message(n))
+                        .await
+                        .ok()
+                        .map(|_| sent.elapsed().as_micros() as u64)
+                })
+                .await;
+            (rate, latencies, "lettre")
+        }
+        Client::Pipelined => {
+            let (rate, latencies) = common::saturate(
+                conns,
+                secs,
+                next,
+                || smtp,
+                |smtp, n| async move {
+                    let sent = Instant::now();
+                    pipelined(smtp, n)
+                        .await
+                        .then(|| sent.elapsed().as_micros() as u64)
+                },
+            )
+            .await;
+            (rate, latencies, "pipelined")
+        }
+    };
+    sampler.abort();
     let (p50, p99) = common::percentiles(latencies);
-    println!("| {name} | {conns} | {rate:.0} | {p50:.2} ms | {p99:.2} ms |");
+    println!("| {name} | {label} | {conns} | {rate:.0} | {p50:.2} ms | {p99:.2} ms |");
+    peak.load(Ordering::Relaxed)
+}
+
+fn message(n: u64) -> Message {
+    Message::builder()
+        .from("ada@example.org".parse().unwrap())
+        .to("bot@bench.test".parse().unwrap())
+        .subject(format!("report {n}"))
+        .message_id(Some(format!("<bench{n}@example.org>")))
+        .body(format!("Please send report {n}.\n"))
+        .unwrap()
+}
+
+/// One session with MAIL, RCPT and DATA in one write and the message in one more; whether the
+/// message was taken (250).
+async fn pipelined(smtp: std::net::SocketAddr, n: u64) -> bool {
+    let Ok(stream) = TcpStream::connect(smtp).await else {
+        return false;
+    };
+    let _ = stream.set_nodelay(true);
+    let (read, mut write) = stream.into_split();
+    let mut reader = BufReader::new(read);
+    let mut line = String::new();
+    let answer = async |reader: &mut BufReader<_>, line: &mut String| {
+        loop {
+            line.clear();
+            if reader.read_line(line).await.unwrap_or(0) == 0 {
+                return false;
+            }
+            if line.as_bytes().get(3) != Some(&b'-') {
+                return true;
+            }
+        }
+    };
+    if !answer(&mut reader, &mut line).await {
+        return false;
+    }
+    let _ = write.write_all(b"EHLO bench.test\r\n").await;
+    answer(&mut reader, &mut line).await;
+    let envelope = b"MAIL FROM:<ada@example.org>\r\nRCPT TO:<bot@bench.test>\r\nDATA\r\n";
+    let _ = write.write_all(envelope).await;
+    for _ in 0..3 {
+        answer(&mut reader, &mut line).await;
+    }
+    if !line.starts_with("354") {
+        return false;
+    }
+    let data = format!(
+        "From: ada@example.org\r\nTo: bot@bench.test\r\nSubject: report {n}\r\nMessage-ID: <raw{n}.{}@example.org>\r\n\r\nPlease send report {n}.\r\n.\r\nQUIT\r\n",
+        std::process::id()
+    );
+    let _ = write.write_all(data.as_bytes()).await;
+    answer(&mut reader, &mut line).await;
+    line.starts_with("250")
 }
 
 fn main() {
@@ -79,7 +186,7 @@ fn main() {
     let conns = env_or("SKILLGATE_BENCH_CONNS", 16);
     common::runtime().block_on(async {
         println!(
-            "| store | clients | mails/s | session p50 | session p99 |\n|---|---|---|---|---|"
+            "| store | client | clients | mails/s | session p50 | session p99 |\n|---|---|---|---|---|---|"
         );
         common::on_each_store("bench_email", |name, store| run(name, store, secs, conns)).await;
     });

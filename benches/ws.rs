@@ -72,15 +72,6 @@ fn start_server(project: &std::path::Path) -> (Child, String) {
     (child, addr)
 }
 
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0)
-}
-
 type Socket =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
@@ -268,13 +259,13 @@ fn main() {
         }
         tokio::time::sleep(Duration::from_secs(2)).await;
         // Idle memory.
-        let before = rss_kib(child.id());
+        let before = common::rss_kib(child.id());
         let mut sockets = Vec::with_capacity(idle as usize);
         for _ in 0..idle {
             sockets.push(connect(&addr).await);
         }
         tokio::time::sleep(Duration::from_secs(2)).await;
-        let after = rss_kib(child.id());
+        let after = common::rss_kib(child.id());
         println!(
             "idle: {idle} authenticated sockets: server RSS {before} KiB -> {after} KiB: {:.1} KiB per socket",
             (after.saturating_sub(before)) as f64 / idle as f64

@@ -1,7 +1,7 @@
 //! What the load benchmarks share: settings from the environment, a two-thread runtime, an
 //! in-process server over a store with a no-op skill, latency percentiles, and a run on each
 //! store (SQLite in a temporary folder, then Postgres when `DATABASE_URL` is set, in a schema
-//! of its own that is dropped afterwards).
+//! of its own that is dropped afterwards), and a process's resident memory.
 #![allow(dead_code)]
 
 use std::future::Future;
@@ -142,4 +142,14 @@ where
         latencies.len() as f64 / started.elapsed().as_secs_f64(),
         latencies,
     )
+}
+
+/// Resident memory of process `pid`, in KiB (0 where `/proc` cannot tell).
+pub fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
 }
