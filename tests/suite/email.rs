@@ -1,7 +1,9 @@
 //! The email transport over real SMTP: a routed mail gets one threaded answer (Re:, In-Reply-To,
 //! References, Auto-Submitted, text and HTML); automatic and list mail get none; the same
 //! Message-ID twice runs once; mail over the size cap is 552 and unreadable mail 550 with the
-//! reason, and the listener goes on; a mail the listener said 250 to survives a SIGKILL.
+//! reason, and the listener goes on; a mail the listener said 250 to survives a SIGKILL; while
+//! the store is down a mail gets 451 and runs when sent again; STARTTLS and `require-tls`; swaks
+//! (where installed) as a second real client.
 
 use std::time::Duration;
 
@@ -9,6 +11,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 use lettre::transport::smtp::client::{Certificate, Tls, TlsParameters};
 use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
+use skillgate::events::WithBus;
 use skillgate::gateway::email::config::TlsSettings;
 use skillgate::gateway::email::tls::acceptor;
 
@@ -233,6 +236,108 @@ fn a_mail_answered_250_survives_a_sigkill_and_runs_after_restart() {
             let answer = sink.answer_to(&id, Duration::from_secs(30)).await.expect("answered after the restart");
             assert_eq!(answer.text(), "answered kept");
         });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mail_sent_while_the_store_is_down_gets_451_and_runs_when_sent_again() {
+    let Some(backend) = crate::events::Backend::postgres() else {
+        return;
+    };
+    let Ok(pg_ctl) = std::env::var("SKILLGATE_PG_CTL") else {
+        eprintln!(
+            "skipped: SKILLGATE_PG_CTL is not set (scripts/test sets it for its own cluster)"
+        );
+        return;
+    };
+    let store = backend.open(skillgate::events::Limits::default()).await;
+    let bus = std::sync::Arc::new(skillgate::events::Bus::new(
+        store,
+        skillgate::events::BusConfig::with_visibility(Duration::from_secs(5)),
+    ));
+    let sink = Sink::start().await;
+    let project = Project::new();
+    project.skill(
+        "brief.skill.md",
+        "---\nname: brief\ndescription: Answers.\n---\nkept\n",
+    );
+    let mut http = config();
+    let mut email = settings(&sink);
+    email.routes = None;
+    email.default = Some("brief".into());
+    http.email = email;
+    let server = TestServer::start_with(project, http, |b| b.bus(bus)).await;
+    let smtp = server.email_addr().unwrap();
+    let pg = |action: &str| {
+        let status = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!("{pg_ctl} -m fast {action}"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .expect("pg_ctl");
+        assert!(status.success(), "pg_ctl {action} failed");
+    };
+    let mail = "From: ada@example.org\r\nTo: bot@skillgate.test\r\nSubject: kept\r\nMessage-ID: <down.1@example.org>\r\n\r\nPlease.";
+    pg("stop");
+    let answer = smtp_session(smtp, mail.as_bytes()).await;
+    pg("start");
+    assert!(answer.starts_with("451 4.3.0"), "{answer}");
+    // The sender tries again once the store is back: taken, run and answered once.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let answer = smtp_session(smtp, mail.as_bytes()).await;
+        if answer.starts_with("250") {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{answer}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let answer = sink
+        .answer_to("down.1@example.org", Duration::from_secs(30))
+        .await
+        .expect("answered once the store is back");
+    assert_eq!(answer.text(), "kept\n");
+    backend.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn swaks_where_installed_gets_its_mail_taken_and_answered() {
+    if std::process::Command::new("swaks")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("skipped: swaks is not installed");
+        return;
+    }
+    let sink = Sink::start().await;
+    let server = start(&sink).await;
+    let smtp = server.email_addr().unwrap();
+    let id = "swaks.1@example.org";
+    let (host, port) = (smtp.ip().to_string(), smtp.port().to_string());
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("swaks")
+            .args(["--server", &host, "--port", &port])
+            .args(["--from", "ada@example.org", "--to", "bot@skillgate.test"])
+            .args(["--header", "Subject: from swaks"])
+            .args(["--header", &format!("Message-Id: <{id}>")])
+            .args(["--body", "Hello from swaks."])
+            .output()
+            .expect("swaks runs")
+    })
+    .await
+    .unwrap();
+    let transcript = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{transcript}");
+    assert!(
+        transcript.contains("<-  250 2.0.0 OK queued as"),
+        "{transcript}"
+    );
+    let answer = sink
+        .answer_to(id, Duration::from_secs(20))
+        .await
+        .expect("an answer");
+    assert_eq!(answer.text(), "**Re** from swaks\n");
 }
 
 /// A self-signed certificate for `localhost` written into `project`: its PEM and the settings.
