@@ -17,6 +17,7 @@
 //!   stores, handler workers, and the `event-*` skills.
 //! - [`gateway`]: the transports and the layer they share (verify, fill the context, announce,
 //!   invoke, reply), `gateway-send`/`web-send`, metrics; the HTTP transport behind `serve`.
+//! - [`agent`]: the LLM agent on top of the kernel: model providers' wire protocols.
 //! - [`builtins`]: the composition root: a kernel builder with every built-in tool, the event
 //!   bus and the sandbox wired in (the binary and the tests start here).
 //! - [`config`]: the project's configuration: `skillgate.yaml` with a section per transport
@@ -27,6 +28,7 @@
 //! - [`error`]: the one error type that unwinds through the onion.
 //! - [`shutdown`]: SIGINT/SIGTERM and the `shutdown` topic.
 
+pub mod agent;
 pub mod builtins;
 pub mod cascade;
 pub mod cli;

@@ -45,6 +45,8 @@ mod http_resume;
 mod http_topics;
 mod imap;
 mod layers;
+mod model_fake;
+mod model_openai;
 mod orchestration;
 mod process;
 mod replicas;

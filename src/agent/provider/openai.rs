@@ -1,0 +1,463 @@
+//! OpenAI-compatible Chat Completions (`POST {base}/chat/completions`): OpenAI, vLLM, Ollama,
+//! LM Studio and the like. Streamed (`stream: true`, server-sent `data:` chunks ending with
+//! `[DONE]`, usage in the last chunk) or whole; tools as `function` tools, their calls streamed
+//! in fragments by index. Base URL and key default to `OPENAI_BASE_URL` and `OPENAI_API_KEY`.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use futures::StreamExt;
+use serde_json::{Map, Value, json};
+
+use super::sse::SseDecoder;
+use super::{
+    Delta, Message, ModelRequest, ModelResponse, Provider, ProviderError, Role, StopReason,
+    ToolCall, Usage,
+};
+
+const NAME: &str = "openai";
+/// OpenAI's own endpoint, when `OPENAI_BASE_URL` is not set.
+pub const DEFAULT_BASE: &str = "https://api.openai.com/v1";
+
+/// A Chat Completions endpoint.
+#[derive(Clone)]
+pub struct OpenAi {
+    http: reqwest::Client,
+    base: String,
+    key: Option<String>,
+    /// Longest wait for the answer to start, and between two streamed chunks.
+    timeout: Duration,
+    stream: bool,
+}
+
+impl std::fmt::Debug for OpenAi {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenAi")
+            .field("base", &self.base)
+            .field("key", &self.key.as_ref().map(|_| "(set)"))
+            .field("timeout", &self.timeout)
+            .field("stream", &self.stream)
+            .finish()
+    }
+}
+
+impl OpenAi {
+    /// Where requests go (`…/v1`).
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    pub fn new(base: &str, key: Option<String>, timeout: Duration) -> OpenAi {
+        crate::tls::install();
+        OpenAi {
+            http: reqwest::Client::new(),
+            base: base.trim_end_matches('/').to_string(),
+            key,
+            timeout,
+            stream: true,
+        }
+    }
+
+    /// `OPENAI_BASE_URL` (else OpenAI's) and `OPENAI_API_KEY`, read through `env`.
+    pub fn from_env(env: &dyn Fn(&str) -> Option<String>, timeout: Duration) -> OpenAi {
+        let base = env("OPENAI_BASE_URL").unwrap_or_else(|| DEFAULT_BASE.into());
+        OpenAi::new(&base, env("OPENAI_API_KEY"), timeout)
+    }
+
+    /// Asks for the whole answer at once instead of a stream.
+    pub fn whole(mut self) -> OpenAi {
+        self.stream = false;
+        self
+    }
+
+    fn body(&self, request: &ModelRequest) -> Value {
+        let mut body = json!({
+            "model": request.model,
+            "messages": request.messages.iter().map(message).collect::<Vec<_>>(),
+            "stream": self.stream,
+        });
+        if self.stream {
+            body["stream_options"] = json!({ "include_usage": true });
+        }
+        if !request.tools.is_empty() {
+            body["tools"] = request
+                .tools
+                .iter()
+                .map(|t| {
+                    json!({
+                        "type": "function",
+                        "function": {
+                            "name": t.name,
+                            "description": t.description,
+                            "parameters": t.schema,
+                        }
+                    })
+                })
+                .collect();
+        }
+        if let Some(t) = request.temperature {
+            body["temperature"] = json!(t);
+        }
+        if let Some(n) = request.max_tokens {
+            body["max_tokens"] = json!(n);
+        }
+        body
+    }
+}
+
+/// A message in the wire form.
+fn message(m: &Message) -> Value {
+    match m.role {
+        Role::Tool => json!({
+            "role": "tool",
+            "tool_call_id": m.tool_call_id,
+            "content": m.content,
+        }),
+        Role::Assistant if !m.tool_calls.is_empty() => json!({
+            "role": "assistant",
+            "content": if m.content.is_empty() { Value::Null } else { Value::from(m.content.as_str()) },
+            "tool_calls": m.tool_calls.iter().map(|c| json!({
+                "id": c.id,
+                "type": "function",
+                "function": { "name": c.name, "arguments": c.input.to_string() },
+            })).collect::<Vec<_>>(),
+        }),
+        role => json!({ "role": role, "content": m.content }),
+    }
+}
+
+#[async_trait::async_trait]
+impl Provider for OpenAi {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    async fn call(
+        &self,
+        request: &ModelRequest,
+        on_delta: &mut (dyn FnMut(Delta) + Send),
+    ) -> Result<ModelResponse, ProviderError> {
+        let mut post = self
+            .http
+            .post(format!("{}/chat/completions", self.base))
+            .json(&self.body(request));
+        if let Some(key) = &self.key {
+            post = post.bearer_auth(key);
+        }
+        let response = tokio::time::timeout(self.timeout, post.send())
+            .await
+            .map_err(|_| timeout(self.timeout))?
+            .map_err(network)?;
+        let status = response.status().as_u16();
+        if status >= 400 {
+            let retry_after = retry_after(response.headers());
+            let body = tokio::time::timeout(self.timeout, response.text())
+                .await
+                .ok()
+                .and_then(Result::ok)
+                .unwrap_or_default();
+            return Err(refusal(status, &body, retry_after));
+        }
+        if !self.stream {
+            let body = tokio::time::timeout(self.timeout, response.bytes())
+                .await
+                .map_err(|_| timeout(self.timeout))?
+                .map_err(network)?;
+            let body: Value = serde_json::from_slice(&body)
+                .map_err(|e| malformed(format!("the answer is not JSON: {e}")))?;
+            return whole(&body, on_delta);
+        }
+        let mut chunks = response.bytes_stream();
+        let mut decoder = SseDecoder::default();
+        let mut answer = Streamed::default();
+        loop {
+            let chunk = tokio::time::timeout(self.timeout, chunks.next())
+                .await
+                .map_err(|_| timeout(self.timeout))?;
+            let (events, ended) = match chunk {
+                Some(chunk) => (
+                    decoder.push(&chunk.map_err(network)?).map_err(malformed)?,
+                    false,
+                ),
+                None => (decoder.finish().into_iter().collect(), true),
+            };
+            for event in events {
+                if event.data == "[DONE]" {
+                    return answer.finish();
+                }
+                let chunk: Value = serde_json::from_str(&event.data).map_err(|e| {
+                    malformed(format!(
+                        "a streamed chunk is not JSON ({e}): {}",
+                        clip(&event.data)
+                    ))
+                })?;
+                answer.take(&chunk, on_delta)?;
+            }
+            if ended {
+                break;
+            }
+        }
+        if answer.stop.is_some() {
+            // Some servers close without `[DONE]` after the last chunk.
+            return answer.finish();
+        }
+        Err(malformed("the stream ended before the answer did"))
+    }
+}
+
+/// An answer being put together from chunks.
+#[derive(Default)]
+struct Streamed {
+    text: String,
+    /// Tool calls by their index in the stream.
+    calls: BTreeMap<u64, (String, String, String)>,
+    usage: Usage,
+    stop: Option<StopReason>,
+    model: String,
+}
+
+impl Streamed {
+    fn take(
+        &mut self,
+        chunk: &Value,
+        on_delta: &mut (dyn FnMut(Delta) + Send),
+    ) -> Result<(), ProviderError> {
+        if let Some(error) = chunk.get("error") {
+            let message = error["message"]
+                .as_str()
+                .unwrap_or("an error in the stream");
+            return Err(ProviderError::Server {
+                provider: NAME,
+                status: 200,
+                message: message.to_string(),
+                retry_after: None,
+            });
+        }
+        if let Some(model) = chunk["model"].as_str() {
+            self.model = model.to_string();
+        }
+        if let Some(usage) = chunk.get("usage").filter(|u| u.is_object()) {
+            self.usage = usage_of(usage);
+        }
+        let Some(choice) = chunk["choices"].get(0) else {
+            return Ok(());
+        };
+        let delta = &choice["delta"];
+        if let Some(text) = delta["content"].as_str().filter(|t| !t.is_empty()) {
+            self.text.push_str(text);
+            on_delta(Delta::Text(text.to_string()));
+        }
+        if let Some(text) = delta["reasoning_content"]
+            .as_str()
+            .filter(|t| !t.is_empty())
+        {
+            on_delta(Delta::Reasoning(text.to_string()));
+        }
+        if let Some(calls) = delta["tool_calls"].as_array() {
+            for call in calls {
+                let index = call["index"].as_u64().unwrap_or(0);
+                let entry = self.calls.entry(index).or_default();
+                if let Some(id) = call["id"].as_str() {
+                    entry.0 = id.to_string();
+                }
+                if let Some(name) = call["function"]["name"].as_str() {
+                    entry.1.push_str(name);
+                }
+                if let Some(args) = call["function"]["arguments"].as_str() {
+                    entry.2.push_str(args);
+                }
+            }
+        }
+        if let Some(reason) = choice["finish_reason"].as_str() {
+            self.stop = Some(stop_reason(reason));
+        }
+        Ok(())
+    }
+
+    fn finish(self) -> Result<ModelResponse, ProviderError> {
+        let tool_calls = self
+            .calls
+            .into_values()
+            .enumerate()
+            .map(|(n, (id, name, args))| tool_call(n, id, name, &args))
+            .collect::<Result<Vec<_>, _>>()?;
+        let stop = match self.stop {
+            Some(stop) => stop,
+            None if !tool_calls.is_empty() => StopReason::ToolUse,
+            None => StopReason::EndTurn,
+        };
+        Ok(ModelResponse {
+            text: self.text,
+            tool_calls,
+            usage: self.usage,
+            stop,
+            model: self.model,
+            retries: 0,
+        })
+    }
+}
+
+/// A whole (not streamed) answer.
+fn whole(
+    body: &Value,
+    on_delta: &mut (dyn FnMut(Delta) + Send),
+) -> Result<ModelResponse, ProviderError> {
+    let choice = body["choices"]
+        .get(0)
+        .ok_or_else(|| malformed("the answer has no choices"))?;
+    let message = &choice["message"];
+    let text = message["content"].as_str().unwrap_or_default().to_string();
+    if !text.is_empty() {
+        on_delta(Delta::Text(text.clone()));
+    }
+    let tool_calls = message["tool_calls"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+        .iter()
+        .enumerate()
+        .map(|(n, c)| {
+            tool_call(
+                n,
+                c["id"].as_str().unwrap_or_default().to_string(),
+                c["function"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+                c["function"]["arguments"].as_str().unwrap_or("{}"),
+            )
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(ModelResponse {
+        text,
+        tool_calls,
+        usage: usage_of(&body["usage"]),
+        stop: stop_reason(choice["finish_reason"].as_str().unwrap_or("stop")),
+        model: body["model"].as_str().unwrap_or_default().to_string(),
+        retries: 0,
+    })
+}
+
+fn tool_call(n: usize, id: String, name: String, args: &str) -> Result<ToolCall, ProviderError> {
+    if name.is_empty() {
+        return Err(malformed(format!("tool call {n} has no name")));
+    }
+    let input = if args.trim().is_empty() {
+        Value::Object(Map::new())
+    } else {
+        serde_json::from_str(args).map_err(|e| {
+            malformed(format!(
+                "the arguments of tool call `{name}` are not JSON ({e}): {}",
+                clip(args)
+            ))
+        })?
+    };
+    let id = if id.is_empty() {
+        format!("call_{n}")
+    } else {
+        id
+    };
+    Ok(ToolCall { id, name, input })
+}
+
+fn usage_of(usage: &Value) -> Usage {
+    Usage {
+        input_tokens: usage["prompt_tokens"].as_u64().unwrap_or(0),
+        output_tokens: usage["completion_tokens"].as_u64().unwrap_or(0),
+    }
+}
+
+fn stop_reason(reason: &str) -> StopReason {
+    match reason {
+        "tool_calls" | "function_call" => StopReason::ToolUse,
+        "length" => StopReason::MaxTokens,
+        "content_filter" => StopReason::Refused,
+        _ => StopReason::EndTurn,
+    }
+}
+
+/// The error for a status of 400 or more, from the vendor's `{"error": {"message", "code"}}`.
+fn refusal(status: u16, body: &str, retry_after: Option<Duration>) -> ProviderError {
+    let parsed: Value = serde_json::from_str(body).unwrap_or(Value::Null);
+    let error = &parsed["error"];
+    let message = error["message"]
+        .as_str()
+        .or_else(|| error.as_str())
+        .map(str::to_string)
+        .unwrap_or_else(|| clip(body));
+    let code = error["code"].as_str().unwrap_or_default();
+    let lower = message.to_ascii_lowercase();
+    match status {
+        401 | 403 => ProviderError::Unauthorized {
+            provider: NAME,
+            message,
+        },
+        429 => ProviderError::RateLimited {
+            provider: NAME,
+            message,
+            retry_after,
+        },
+        400 | 413
+            if code == "context_length_exceeded"
+                || lower.contains("context length")
+                || lower.contains("context window")
+                || lower.contains("maximum context") =>
+        {
+            ProviderError::ContextLength {
+                provider: NAME,
+                message,
+            }
+        }
+        500.. => ProviderError::Server {
+            provider: NAME,
+            status,
+            message,
+            retry_after,
+        },
+        _ => ProviderError::Request {
+            provider: NAME,
+            status,
+            message,
+        },
+    }
+}
+
+/// `retry-after-ms` (OpenAI), else `Retry-After` in seconds.
+fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    let text = |name: &str| headers.get(name)?.to_str().ok().map(str::trim);
+    if let Some(ms) = text("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
+        return Some(Duration::from_secs_f64(ms.max(0.0) / 1000.0));
+    }
+    text("retry-after")
+        .and_then(|v| v.parse::<f64>().ok())
+        .map(|s| Duration::from_secs_f64(s.max(0.0)))
+}
+
+fn timeout(after: Duration) -> ProviderError {
+    ProviderError::Timeout {
+        provider: NAME,
+        after,
+    }
+}
+
+fn network(err: reqwest::Error) -> ProviderError {
+    ProviderError::Network {
+        provider: NAME,
+        message: err.to_string(),
+    }
+}
+
+fn malformed(message: impl Into<String>) -> ProviderError {
+    ProviderError::Malformed {
+        provider: NAME,
+        message: message.into(),
+    }
+}
+
+/// At most 200 characters of `text`, for an error message.
+fn clip(text: &str) -> String {
+    match text.char_indices().nth(200) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_string(),
+    }
+}

@@ -1,0 +1,168 @@
+//! A fake model server on a local port (real HTTP), scripted per test: each request takes the
+//! next scripted reply (an OpenAI-style event stream, a whole JSON answer, an error status with
+//! headers, a stall, or bytes that are not an event stream) and is recorded with its headers
+//! and JSON body.
+#![allow(dead_code)]
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
+use parking_lot::Mutex;
+use serde_json::{Value, json};
+
+/// What the fake answers one request with.
+#[derive(Debug, Clone)]
+pub enum Reply {
+    /// `text/event-stream` of these `data:` payloads, each its own event.
+    Stream(Vec<String>),
+    /// 200 with this JSON.
+    Json(Value),
+    /// This status, these headers, this body.
+    Status(u16, Vec<(&'static str, String)>, String),
+    /// Nothing for this long, then a 500.
+    Stall(Duration),
+    /// 200 `text/event-stream` with these raw bytes.
+    Raw(String),
+}
+
+/// One request the fake got.
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub path: String,
+    pub headers: HeaderMap,
+    pub body: Value,
+}
+
+#[derive(Default)]
+struct Inner {
+    script: Mutex<VecDeque<Reply>>,
+    requests: Mutex<Vec<Request>>,
+}
+
+pub struct ModelFake {
+    pub addr: SocketAddr,
+    inner: Arc<Inner>,
+}
+
+impl ModelFake {
+    pub async fn start(script: Vec<Reply>) -> ModelFake {
+        let inner = Arc::new(Inner {
+            script: Mutex::new(script.into()),
+            requests: Mutex::default(),
+        });
+        let app = Router::new().fallback(answer).with_state(inner.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        ModelFake { addr, inner }
+    }
+
+    /// The base URL clients are given (`http://127.0.0.1:PORT/v1`).
+    pub fn base(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    pub fn requests(&self) -> Vec<Request> {
+        self.inner.requests.lock().clone()
+    }
+}
+
+async fn answer(
+    State(inner): State<Arc<Inner>>,
+    uri: axum::http::Uri,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    inner.requests.lock().push(Request {
+        path: uri.path().to_string(),
+        headers,
+        body: serde_json::from_slice(&body).unwrap_or(Value::Null),
+    });
+    let reply = inner.script.lock().pop_front();
+    let Some(reply) = reply else {
+        return status(500, &[], "the fake has no more scripted replies".into());
+    };
+    match reply {
+        Reply::Stream(chunks) => {
+            let text: String = chunks.iter().map(|c| format!("data: {c}\n\n")).collect();
+            event_stream(text)
+        }
+        Reply::Raw(text) => event_stream(text),
+        Reply::Json(value) => Response::builder()
+            .header("content-type", "application/json")
+            .body(Body::from(value.to_string()))
+            .unwrap(),
+        Reply::Status(code, headers, body) => status(code, &headers, body),
+        Reply::Stall(wait) => {
+            tokio::time::sleep(wait).await;
+            status(500, &[], "stalled".into())
+        }
+    }
+}
+
+fn event_stream(text: String) -> Response {
+    Response::builder()
+        .header("content-type", "text/event-stream")
+        .body(Body::from(text))
+        .unwrap()
+}
+
+fn status(code: u16, headers: &[(&'static str, String)], body: String) -> Response {
+    let mut response = Response::builder().status(StatusCode::from_u16(code).unwrap());
+    for (name, value) in headers {
+        response = response.header(*name, value);
+    }
+    response.body(Body::from(body)).unwrap()
+}
+
+/// OpenAI stream chunks: the text in pieces, then the finish reason and the usage, then `[DONE]`.
+pub fn openai_text(pieces: &[&str], input: u64, output: u64) -> Vec<String> {
+    let mut chunks: Vec<String> = pieces
+        .iter()
+        .map(|p| {
+            json!({ "model": "fake-1", "choices": [{ "index": 0, "delta": { "content": p } }] })
+                .to_string()
+        })
+        .collect();
+    chunks.push(
+        json!({ "model": "fake-1", "choices": [{ "index": 0, "delta": {}, "finish_reason": "stop" }] })
+            .to_string(),
+    );
+    chunks.push(
+        json!({ "model": "fake-1", "choices": [], "usage": { "prompt_tokens": input, "completion_tokens": output } })
+            .to_string(),
+    );
+    chunks.push("[DONE]".into());
+    chunks
+}
+
+/// OpenAI stream chunks of one tool call whose JSON arguments come in `fragments`.
+pub fn openai_tool_call(id: &str, name: &str, fragments: &[&str]) -> Vec<String> {
+    let mut chunks = vec![
+        json!({ "choices": [{ "index": 0, "delta": { "tool_calls": [
+            { "index": 0, "id": id, "type": "function", "function": { "name": name, "arguments": "" } }
+        ] } }] })
+        .to_string(),
+    ];
+    for fragment in fragments {
+        chunks.push(
+            json!({ "choices": [{ "index": 0, "delta": { "tool_calls": [
+                { "index": 0, "function": { "arguments": fragment } }
+            ] } }] })
+            .to_string(),
+        );
+    }
+    chunks.push(
+        json!({ "choices": [{ "index": 0, "delta": {}, "finish_reason": "tool_calls" }] })
+            .to_string(),
+    );
+    chunks.push("[DONE]".into());
+    chunks
+}
