@@ -45,6 +45,7 @@ mod http_resume;
 mod http_topics;
 mod imap;
 mod layers;
+mod model_anthropic;
 mod model_fake;
 mod model_openai;
 mod orchestration;

@@ -166,3 +166,101 @@ pub fn openai_tool_call(id: &str, name: &str, fragments: &[&str]) -> Vec<String>
     chunks.push("[DONE]".into());
     chunks
 }
+
+/// An Anthropic event stream from `(event, data)` pairs.
+pub fn anthropic(events: &[(&str, Value)]) -> Reply {
+    Reply::Raw(
+        events
+            .iter()
+            .map(|(name, data)| format!("event: {name}\ndata: {data}\n\n"))
+            .collect(),
+    )
+}
+
+/// Anthropic events of a text answer in pieces, with its usage.
+pub fn anthropic_text(pieces: &[&str], input: u64, output: u64) -> Reply {
+    let mut events = vec![
+        (
+            "message_start",
+            json!({ "type": "message_start", "message": {
+            "id": "msg_1", "model": "claude-fake", "role": "assistant", "content": [],
+            "usage": { "input_tokens": input, "output_tokens": 1 } } }),
+        ),
+        (
+            "content_block_start",
+            json!({ "type": "content_block_start", "index": 0,
+            "content_block": { "type": "text", "text": "" } }),
+        ),
+        ("ping", json!({ "type": "ping" })),
+    ];
+    for piece in pieces {
+        events.push((
+            "content_block_delta",
+            json!({ "type": "content_block_delta", "index": 0,
+            "delta": { "type": "text_delta", "text": piece } }),
+        ));
+    }
+    events.extend([
+        (
+            "content_block_stop",
+            json!({ "type": "content_block_stop", "index": 0 }),
+        ),
+        (
+            "message_delta",
+            json!({ "type": "message_delta",
+            "delta": { "stop_reason": "end_turn" }, "usage": { "output_tokens": output } }),
+        ),
+        ("message_stop", json!({ "type": "message_stop" })),
+    ]);
+    anthropic(&events)
+}
+
+/// Anthropic events of some text, then one tool call whose input comes in `fragments`.
+pub fn anthropic_tool_use(text: &str, id: &str, name: &str, fragments: &[&str]) -> Reply {
+    let mut events = vec![
+        (
+            "message_start",
+            json!({ "type": "message_start", "message": {
+            "model": "claude-fake", "usage": { "input_tokens": 10, "output_tokens": 1 } } }),
+        ),
+        (
+            "content_block_start",
+            json!({ "type": "content_block_start", "index": 0,
+            "content_block": { "type": "text", "text": "" } }),
+        ),
+        (
+            "content_block_delta",
+            json!({ "type": "content_block_delta", "index": 0,
+            "delta": { "type": "text_delta", "text": text } }),
+        ),
+        (
+            "content_block_stop",
+            json!({ "type": "content_block_stop", "index": 0 }),
+        ),
+        (
+            "content_block_start",
+            json!({ "type": "content_block_start", "index": 1,
+            "content_block": { "type": "tool_use", "id": id, "name": name, "input": {} } }),
+        ),
+    ];
+    for fragment in fragments {
+        events.push((
+            "content_block_delta",
+            json!({ "type": "content_block_delta", "index": 1,
+            "delta": { "type": "input_json_delta", "partial_json": fragment } }),
+        ));
+    }
+    events.extend([
+        (
+            "content_block_stop",
+            json!({ "type": "content_block_stop", "index": 1 }),
+        ),
+        (
+            "message_delta",
+            json!({ "type": "message_delta",
+            "delta": { "stop_reason": "tool_use" }, "usage": { "output_tokens": 20 } }),
+        ),
+        ("message_stop", json!({ "type": "message_stop" })),
+    ]);
+    anthropic(&events)
+}

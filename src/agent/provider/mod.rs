@@ -1,11 +1,14 @@
 //! One model call, vendor-neutral: [`ModelRequest`] in, [`ModelResponse`] out, text streamed as
-//! [`Delta`]s on the way. Each vendor's wire protocol is a module ([`openai`]); [`retry`] wraps
-//! any of them with backoff on 429 and 5xx; [`sse`] reads the event streams they answer with.
+//! [`Delta`]s on the way. Each vendor's wire protocol is a module ([`openai`], [`anthropic`]); [`retry`] wraps
+//! any of them with backoff on 429 and 5xx; [`sse`] reads the event streams they answer with;
+//! `wire` is the HTTP side they share (timeouts, error statuses, `Retry-After`).
 
+pub mod anthropic;
 pub mod openai;
 pub mod retry;
 pub mod sse;
 mod types;
+mod wire;
 
 pub use types::{
     Delta, Message, ModelRequest, ModelResponse, ProviderError, Role, StopReason, ToolCall,

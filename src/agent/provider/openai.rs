@@ -6,10 +6,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use futures::StreamExt;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
-use super::sse::SseDecoder;
+use super::wire::{Flow, Wire, clip, tool_input};
 use super::{
     Delta, Message, ModelRequest, ModelResponse, Provider, ProviderError, Role, StopReason,
     ToolCall, Usage,
@@ -68,6 +67,13 @@ impl OpenAi {
     pub fn whole(mut self) -> OpenAi {
         self.stream = false;
         self
+    }
+
+    fn wire(&self) -> Wire {
+        Wire {
+            name: NAME,
+            timeout: self.timeout,
+        }
     }
 
     fn body(&self, request: &ModelRequest) -> Value {
@@ -137,6 +143,7 @@ impl Provider for OpenAi {
         request: &ModelRequest,
         on_delta: &mut (dyn FnMut(Delta) + Send),
     ) -> Result<ModelResponse, ProviderError> {
+        let wire = self.wire();
         let mut post = self
             .http
             .post(format!("{}/chat/completions", self.base))
@@ -144,64 +151,31 @@ impl Provider for OpenAi {
         if let Some(key) = &self.key {
             post = post.bearer_auth(key);
         }
-        let response = tokio::time::timeout(self.timeout, post.send())
-            .await
-            .map_err(|_| timeout(self.timeout))?
-            .map_err(network)?;
-        let status = response.status().as_u16();
-        if status >= 400 {
-            let retry_after = retry_after(response.headers());
-            let body = tokio::time::timeout(self.timeout, response.text())
-                .await
-                .ok()
-                .and_then(Result::ok)
-                .unwrap_or_default();
-            return Err(refusal(status, &body, retry_after));
-        }
+        let response = wire.send(post).await?;
         if !self.stream {
-            let body = tokio::time::timeout(self.timeout, response.bytes())
-                .await
-                .map_err(|_| timeout(self.timeout))?
-                .map_err(network)?;
-            let body: Value = serde_json::from_slice(&body)
-                .map_err(|e| malformed(format!("the answer is not JSON: {e}")))?;
-            return whole(&body, on_delta);
+            return whole(&wire, &wire.json(response).await?, on_delta);
         }
-        let mut chunks = response.bytes_stream();
-        let mut decoder = SseDecoder::default();
         let mut answer = Streamed::default();
-        loop {
-            let chunk = tokio::time::timeout(self.timeout, chunks.next())
-                .await
-                .map_err(|_| timeout(self.timeout))?;
-            let (events, ended) = match chunk {
-                Some(chunk) => (
-                    decoder.push(&chunk.map_err(network)?).map_err(malformed)?,
-                    false,
-                ),
-                None => (decoder.finish().into_iter().collect(), true),
-            };
-            for event in events {
+        let done = wire
+            .events(response, |event| {
                 if event.data == "[DONE]" {
-                    return answer.finish();
+                    return Ok(Flow::Done);
                 }
                 let chunk: Value = serde_json::from_str(&event.data).map_err(|e| {
-                    malformed(format!(
+                    wire.malformed(format!(
                         "a streamed chunk is not JSON ({e}): {}",
                         clip(&event.data)
                     ))
                 })?;
-                answer.take(&chunk, on_delta)?;
-            }
-            if ended {
-                break;
-            }
+                answer.take(&wire, &chunk, on_delta)?;
+                Ok(Flow::More)
+            })
+            .await?;
+        // Some servers close without `[DONE]` after the last chunk.
+        if done || answer.stop.is_some() {
+            return answer.finish(&wire);
         }
-        if answer.stop.is_some() {
-            // Some servers close without `[DONE]` after the last chunk.
-            return answer.finish();
-        }
-        Err(malformed("the stream ended before the answer did"))
+        Err(wire.malformed("the stream ended before the answer did"))
     }
 }
 
@@ -219,19 +193,12 @@ struct Streamed {
 impl Streamed {
     fn take(
         &mut self,
+        wire: &Wire,
         chunk: &Value,
         on_delta: &mut (dyn FnMut(Delta) + Send),
     ) -> Result<(), ProviderError> {
         if let Some(error) = chunk.get("error") {
-            let message = error["message"]
-                .as_str()
-                .unwrap_or("an error in the stream");
-            return Err(ProviderError::Server {
-                provider: NAME,
-                status: 200,
-                message: message.to_string(),
-                retry_after: None,
-            });
+            return Err(wire.streamed_error(error));
         }
         if let Some(model) = chunk["model"].as_str() {
             self.model = model.to_string();
@@ -274,12 +241,12 @@ impl Streamed {
         Ok(())
     }
 
-    fn finish(self) -> Result<ModelResponse, ProviderError> {
+    fn finish(self, wire: &Wire) -> Result<ModelResponse, ProviderError> {
         let tool_calls = self
             .calls
             .into_values()
             .enumerate()
-            .map(|(n, (id, name, args))| tool_call(n, id, name, &args))
+            .map(|(n, (id, name, args))| tool_call(wire, n, id, name, &args))
             .collect::<Result<Vec<_>, _>>()?;
         let stop = match self.stop {
             Some(stop) => stop,
@@ -299,12 +266,13 @@ impl Streamed {
 
 /// A whole (not streamed) answer.
 fn whole(
+    wire: &Wire,
     body: &Value,
     on_delta: &mut (dyn FnMut(Delta) + Send),
 ) -> Result<ModelResponse, ProviderError> {
     let choice = body["choices"]
         .get(0)
-        .ok_or_else(|| malformed("the answer has no choices"))?;
+        .ok_or_else(|| wire.malformed("the answer has no choices"))?;
     let message = &choice["message"];
     let text = message["content"].as_str().unwrap_or_default().to_string();
     if !text.is_empty() {
@@ -318,6 +286,7 @@ fn whole(
         .enumerate()
         .map(|(n, c)| {
             tool_call(
+                wire,
                 n,
                 c["id"].as_str().unwrap_or_default().to_string(),
                 c["function"]["name"]
@@ -338,20 +307,17 @@ fn whole(
     })
 }
 
-fn tool_call(n: usize, id: String, name: String, args: &str) -> Result<ToolCall, ProviderError> {
+fn tool_call(
+    wire: &Wire,
+    n: usize,
+    id: String,
+    name: String,
+    args: &str,
+) -> Result<ToolCall, ProviderError> {
     if name.is_empty() {
-        return Err(malformed(format!("tool call {n} has no name")));
+        return Err(wire.malformed(format!("tool call {n} has no name")));
     }
-    let input = if args.trim().is_empty() {
-        Value::Object(Map::new())
-    } else {
-        serde_json::from_str(args).map_err(|e| {
-            malformed(format!(
-                "the arguments of tool call `{name}` are not JSON ({e}): {}",
-                clip(args)
-            ))
-        })?
-    };
+    let input = tool_input(wire, &name, args)?;
     let id = if id.is_empty() {
         format!("call_{n}")
     } else {
@@ -373,91 +339,5 @@ fn stop_reason(reason: &str) -> StopReason {
         "length" => StopReason::MaxTokens,
         "content_filter" => StopReason::Refused,
         _ => StopReason::EndTurn,
-    }
-}
-
-/// The error for a status of 400 or more, from the vendor's `{"error": {"message", "code"}}`.
-fn refusal(status: u16, body: &str, retry_after: Option<Duration>) -> ProviderError {
-    let parsed: Value = serde_json::from_str(body).unwrap_or(Value::Null);
-    let error = &parsed["error"];
-    let message = error["message"]
-        .as_str()
-        .or_else(|| error.as_str())
-        .map(str::to_string)
-        .unwrap_or_else(|| clip(body));
-    let code = error["code"].as_str().unwrap_or_default();
-    let lower = message.to_ascii_lowercase();
-    match status {
-        401 | 403 => ProviderError::Unauthorized {
-            provider: NAME,
-            message,
-        },
-        429 => ProviderError::RateLimited {
-            provider: NAME,
-            message,
-            retry_after,
-        },
-        400 | 413
-            if code == "context_length_exceeded"
-                || lower.contains("context length")
-                || lower.contains("context window")
-                || lower.contains("maximum context") =>
-        {
-            ProviderError::ContextLength {
-                provider: NAME,
-                message,
-            }
-        }
-        500.. => ProviderError::Server {
-            provider: NAME,
-            status,
-            message,
-            retry_after,
-        },
-        _ => ProviderError::Request {
-            provider: NAME,
-            status,
-            message,
-        },
-    }
-}
-
-/// `retry-after-ms` (OpenAI), else `Retry-After` in seconds.
-fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
-    let text = |name: &str| headers.get(name)?.to_str().ok().map(str::trim);
-    if let Some(ms) = text("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
-        return Some(Duration::from_secs_f64(ms.max(0.0) / 1000.0));
-    }
-    text("retry-after")
-        .and_then(|v| v.parse::<f64>().ok())
-        .map(|s| Duration::from_secs_f64(s.max(0.0)))
-}
-
-fn timeout(after: Duration) -> ProviderError {
-    ProviderError::Timeout {
-        provider: NAME,
-        after,
-    }
-}
-
-fn network(err: reqwest::Error) -> ProviderError {
-    ProviderError::Network {
-        provider: NAME,
-        message: err.to_string(),
-    }
-}
-
-fn malformed(message: impl Into<String>) -> ProviderError {
-    ProviderError::Malformed {
-        provider: NAME,
-        message: message.into(),
-    }
-}
-
-/// At most 200 characters of `text`, for an error message.
-fn clip(text: &str) -> String {
-    match text.char_indices().nth(200) {
-        Some((at, _)) => format!("{}…", &text[..at]),
-        None => text.to_string(),
     }
 }

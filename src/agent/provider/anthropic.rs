@@ -1,0 +1,289 @@
+//! Anthropic Messages (`POST {base}/v1/messages`, `x-api-key`, `anthropic-version`): system
+//! text apart from the turns, content blocks (`text`, `tool_use`, `tool_result`), tool results
+//! sent as the user's turn. Streamed as named events (`message_start`, `content_block_start`,
+//! `content_block_delta` with text, JSON fragments or thinking, `message_delta` with the stop
+//! reason and usage, `message_stop`, `error`). Base URL and key default to
+//! `ANTHROPIC_BASE_URL` and `ANTHROPIC_API_KEY`.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::wire::{Flow, Wire, clip, tool_input};
+use super::{
+    Delta, Message, ModelRequest, ModelResponse, Provider, ProviderError, Role, StopReason,
+    ToolCall, Usage,
+};
+
+const NAME: &str = "anthropic";
+/// Anthropic's own endpoint, when `ANTHROPIC_BASE_URL` is not set.
+pub const DEFAULT_BASE: &str = "https://api.anthropic.com";
+/// The API version the requests are written for.
+const VERSION: &str = "2023-06-01";
+/// The API requires `max_tokens`; this when the skill gives none.
+const DEFAULT_MAX_TOKENS: u32 = 4096;
+
+#[derive(Clone)]
+pub struct Anthropic {
+    http: reqwest::Client,
+    base: String,
+    key: Option<String>,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for Anthropic {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Anthropic")
+            .field("base", &self.base)
+            .field("key", &self.key.as_ref().map(|_| "(set)"))
+            .field("timeout", &self.timeout)
+            .finish()
+    }
+}
+
+impl Anthropic {
+    pub fn new(base: &str, key: Option<String>, timeout: Duration) -> Anthropic {
+        crate::tls::install();
+        Anthropic {
+            http: reqwest::Client::new(),
+            base: base.trim_end_matches('/').to_string(),
+            key,
+            timeout,
+        }
+    }
+
+    /// `ANTHROPIC_BASE_URL` (else Anthropic's) and `ANTHROPIC_API_KEY`, read through `env`.
+    pub fn from_env(env: &dyn Fn(&str) -> Option<String>, timeout: Duration) -> Anthropic {
+        let base = env("ANTHROPIC_BASE_URL").unwrap_or_else(|| DEFAULT_BASE.into());
+        Anthropic::new(&base, env("ANTHROPIC_API_KEY"), timeout)
+    }
+
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    fn body(request: &ModelRequest) -> Value {
+        let system: Vec<&str> = request
+            .messages
+            .iter()
+            .filter(|m| m.role == Role::System)
+            .map(|m| m.content.as_str())
+            .collect();
+        let mut body = json!({
+            "model": request.model,
+            "max_tokens": request.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
+            "messages": turns(&request.messages),
+            "stream": true,
+        });
+        if !system.is_empty() {
+            body["system"] = json!(system.join("\n\n"));
+        }
+        if !request.tools.is_empty() {
+            body["tools"] = request
+                .tools
+                .iter()
+                .map(|t| json!({ "name": t.name, "description": t.description, "input_schema": t.schema }))
+                .collect();
+        }
+        if let Some(t) = request.temperature {
+            body["temperature"] = json!(t);
+        }
+        body
+    }
+}
+
+/// The conversation as alternating user and assistant turns: tool results become the user's
+/// turn (several in a row share one), system messages are left to `system`.
+fn turns(messages: &[Message]) -> Vec<Value> {
+    let mut turns: Vec<Value> = Vec::new();
+    for m in messages {
+        let (role, blocks) = match m.role {
+            Role::System => continue,
+            Role::User => ("user", vec![json!({ "type": "text", "text": m.content })]),
+            Role::Tool => (
+                "user",
+                vec![json!({
+                    "type": "tool_result",
+                    "tool_use_id": m.tool_call_id,
+                    "content": m.content,
+                })],
+            ),
+            Role::Assistant => {
+                let mut blocks = Vec::new();
+                if !m.content.is_empty() {
+                    blocks.push(json!({ "type": "text", "text": m.content }));
+                }
+                for call in &m.tool_calls {
+                    blocks.push(json!({
+                        "type": "tool_use", "id": call.id, "name": call.name, "input": call.input,
+                    }));
+                }
+                ("assistant", blocks)
+            }
+        };
+        match turns.last_mut() {
+            Some(last) if last["role"] == role => {
+                if let Some(content) = last["content"].as_array_mut() {
+                    content.extend(blocks);
+                }
+            }
+            _ => turns.push(json!({ "role": role, "content": blocks })),
+        }
+    }
+    turns
+}
+
+#[async_trait::async_trait]
+impl Provider for Anthropic {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    async fn call(
+        &self,
+        request: &ModelRequest,
+        on_delta: &mut (dyn FnMut(Delta) + Send),
+    ) -> Result<ModelResponse, ProviderError> {
+        let wire = Wire {
+            name: NAME,
+            timeout: self.timeout,
+        };
+        let mut post = self
+            .http
+            .post(format!("{}/v1/messages", self.base))
+            .header("anthropic-version", VERSION)
+            .json(&Anthropic::body(request));
+        if let Some(key) = &self.key {
+            post = post.header("x-api-key", key);
+        }
+        let response = wire.send(post).await?;
+        let mut answer = Streamed::default();
+        let done = wire
+            .events(response, |event| {
+                let data: Value = serde_json::from_str(&event.data).map_err(|e| {
+                    wire.malformed(format!(
+                        "a streamed event is not JSON ({e}): {}",
+                        clip(&event.data)
+                    ))
+                })?;
+                let kind = event
+                    .event
+                    .as_deref()
+                    .or_else(|| data["type"].as_str())
+                    .unwrap_or_default()
+                    .to_string();
+                answer.take(&wire, &kind, &data, on_delta)
+            })
+            .await?;
+        if !done {
+            return Err(wire.malformed("the stream ended before the answer did"));
+        }
+        answer.finish(&wire)
+    }
+}
+
+/// An answer being put together from events.
+#[derive(Default)]
+struct Streamed {
+    text: String,
+    /// Tool calls by content block index: id, name, JSON so far.
+    calls: BTreeMap<u64, (String, String, String)>,
+    usage: Usage,
+    stop: StopReason,
+    model: String,
+}
+
+impl Streamed {
+    fn take(
+        &mut self,
+        wire: &Wire,
+        kind: &str,
+        data: &Value,
+        on_delta: &mut (dyn FnMut(Delta) + Send),
+    ) -> Result<Flow, ProviderError> {
+        match kind {
+            "message_start" => {
+                let message = &data["message"];
+                self.model = message["model"].as_str().unwrap_or_default().to_string();
+                self.usage.input_tokens = message["usage"]["input_tokens"].as_u64().unwrap_or(0);
+                self.usage.output_tokens = message["usage"]["output_tokens"].as_u64().unwrap_or(0);
+            }
+            "content_block_start" => {
+                let block = &data["content_block"];
+                if block["type"] == "tool_use" {
+                    let index = data["index"].as_u64().unwrap_or(0);
+                    self.calls.insert(
+                        index,
+                        (
+                            block["id"].as_str().unwrap_or_default().to_string(),
+                            block["name"].as_str().unwrap_or_default().to_string(),
+                            String::new(),
+                        ),
+                    );
+                }
+            }
+            "content_block_delta" => {
+                let delta = &data["delta"];
+                match delta["type"].as_str().unwrap_or_default() {
+                    "text_delta" => {
+                        let text = delta["text"].as_str().unwrap_or_default();
+                        self.text.push_str(text);
+                        on_delta(Delta::Text(text.to_string()));
+                    }
+                    "thinking_delta" => {
+                        let text = delta["thinking"].as_str().unwrap_or_default();
+                        on_delta(Delta::Reasoning(text.to_string()));
+                    }
+                    "input_json_delta" => {
+                        let index = data["index"].as_u64().unwrap_or(0);
+                        let call = self.calls.get_mut(&index).ok_or_else(|| {
+                            wire.malformed(format!(
+                                "JSON for content block {index}, which is not a tool call"
+                            ))
+                        })?;
+                        call.2
+                            .push_str(delta["partial_json"].as_str().unwrap_or_default());
+                    }
+                    _ => {}
+                }
+            }
+            "message_delta" => {
+                if let Some(reason) = data["delta"]["stop_reason"].as_str() {
+                    self.stop = match reason {
+                        "tool_use" => StopReason::ToolUse,
+                        "max_tokens" => StopReason::MaxTokens,
+                        "refusal" => StopReason::Refused,
+                        _ => StopReason::EndTurn,
+                    };
+                }
+                if let Some(n) = data["usage"]["output_tokens"].as_u64() {
+                    self.usage.output_tokens = n;
+                }
+            }
+            "message_stop" => return Ok(Flow::Done),
+            "error" => return Err(wire.streamed_error(&data["error"])),
+            _ => {}
+        }
+        Ok(Flow::More)
+    }
+
+    fn finish(self, wire: &Wire) -> Result<ModelResponse, ProviderError> {
+        let tool_calls = self
+            .calls
+            .into_values()
+            .map(|(id, name, args)| {
+                let input = tool_input(wire, &name, &args)?;
+                Ok(ToolCall { id, name, input })
+            })
+            .collect::<Result<Vec<_>, ProviderError>>()?;
+        Ok(ModelResponse {
+            text: self.text,
+            tool_calls,
+            usage: self.usage,
+            stop: self.stop,
+            model: self.model,
+            retries: 0,
+        })
+    }
+}
