@@ -48,16 +48,12 @@ impl Cursor {
         }
     }
 
-    /// Remembers `position` (after its mail is queued).
+    /// Remembers `position` (after its mail is queued). Call [`Cursor::load`] first: it makes
+    /// the key this updates.
     pub async fn save(&self, position: Position) -> Result<(), String> {
         let value = format!("{}:{}", position.validity, position.uid);
-        let store = self.bus.store();
-        // The key exists once `load` ran; claiming again is a no-op then and makes sure of it.
-        store
-            .claim_key(&self.key, "imap-cursor", KEEP)
-            .await
-            .map_err(|e| e.to_string())?;
-        store
+        self.bus
+            .store()
             .settle_key(&self.key, &value, KEEP)
             .await
             .map_err(|e| e.to_string())

@@ -197,13 +197,7 @@ impl Poller {
         }
         let newest = uid_next.map_or(0, |next| next.saturating_sub(1));
         let last = newest.max(unread.last().copied().unwrap_or(0));
-        self.cursor
-            .save(Position {
-                validity,
-                uid: last,
-            })
-            .await
-            .map_err(Failure::Other)?;
+        self.remember(validity, last).await?;
         Ok(last)
     }
 
@@ -225,15 +219,17 @@ impl Poller {
         for uid in uids {
             self.take(session, uid).await?;
             last = uid;
-            self.cursor
-                .save(Position {
-                    validity,
-                    uid: last,
-                })
-                .await
-                .map_err(Failure::Other)?;
+            self.remember(validity, last).await?;
         }
         Ok(last)
+    }
+
+    /// Keeps the folder's position in the store.
+    async fn remember(&self, validity: u32, uid: u32) -> Result<(), Failure> {
+        self.cursor
+            .save(Position { validity, uid })
+            .await
+            .map_err(Failure::Other)
     }
 
     /// Fetches message `uid` and hands it to the intake. A mail too large or unreadable is
