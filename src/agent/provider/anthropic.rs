@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::wire::{Flow, Wire, clip, tool_input};
+use super::wire::{Endpoint, Flow, Wire, clip, tool_input};
 use super::{
     Delta, Message, ModelRequest, ModelResponse, Provider, ProviderError, Role, StopReason,
     ToolCall, Usage,
@@ -24,43 +24,33 @@ const VERSION: &str = "2023-06-01";
 /// The API requires `max_tokens`; this when the skill gives none.
 const DEFAULT_MAX_TOKENS: u32 = 4096;
 
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub struct Anthropic {
-    http: reqwest::Client,
-    base: String,
-    key: Option<String>,
-    timeout: Duration,
-}
-
-impl std::fmt::Debug for Anthropic {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Anthropic")
-            .field("base", &self.base)
-            .field("key", &self.key.as_ref().map(|_| "(set)"))
-            .field("timeout", &self.timeout)
-            .finish()
-    }
+    endpoint: Endpoint,
 }
 
 impl Anthropic {
     pub fn new(base: &str, key: Option<String>, timeout: Duration) -> Anthropic {
-        crate::tls::install();
         Anthropic {
-            http: reqwest::Client::new(),
-            base: base.trim_end_matches('/').to_string(),
-            key,
-            timeout,
+            endpoint: Endpoint::new(base, key, timeout),
         }
     }
 
     /// `ANTHROPIC_BASE_URL` (else Anthropic's) and `ANTHROPIC_API_KEY`, read through `env`.
     pub fn from_env(env: &dyn Fn(&str) -> Option<String>, timeout: Duration) -> Anthropic {
-        let base = env("ANTHROPIC_BASE_URL").unwrap_or_else(|| DEFAULT_BASE.into());
-        Anthropic::new(&base, env("ANTHROPIC_API_KEY"), timeout)
+        Anthropic {
+            endpoint: Endpoint::from_env(
+                env,
+                "ANTHROPIC_BASE_URL",
+                DEFAULT_BASE,
+                "ANTHROPIC_API_KEY",
+                timeout,
+            ),
+        }
     }
 
     pub fn base(&self) -> &str {
-        &self.base
+        &self.endpoint.base
     }
 
     fn body(request: &ModelRequest) -> Value {
@@ -145,16 +135,13 @@ impl Provider for Anthropic {
         request: &ModelRequest,
         on_delta: &mut (dyn FnMut(Delta) + Send),
     ) -> Result<ModelResponse, ProviderError> {
-        let wire = Wire {
-            name: NAME,
-            timeout: self.timeout,
-        };
+        let wire = self.endpoint.wire(NAME);
         let mut post = self
-            .http
-            .post(format!("{}/v1/messages", self.base))
+            .endpoint
+            .post("/v1/messages")
             .header("anthropic-version", VERSION)
             .json(&Anthropic::body(request));
-        if let Some(key) = &self.key {
+        if let Some(key) = &self.endpoint.key {
             post = post.header("x-api-key", key);
         }
         let response = wire.send(post).await?;

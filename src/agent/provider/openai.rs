@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::wire::{Flow, Wire, clip, tool_input};
+use super::wire::{Endpoint, Flow, Wire, clip, tool_input};
 use super::{
     Delta, Message, ModelRequest, ModelResponse, Provider, ProviderError, Role, StopReason,
     ToolCall, Usage,
@@ -19,61 +19,43 @@ const NAME: &str = "openai";
 pub const DEFAULT_BASE: &str = "https://api.openai.com/v1";
 
 /// A Chat Completions endpoint.
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub struct OpenAi {
-    http: reqwest::Client,
-    base: String,
-    key: Option<String>,
-    /// Longest wait for the answer to start, and between two streamed chunks.
-    timeout: Duration,
+    endpoint: Endpoint,
     stream: bool,
-}
-
-impl std::fmt::Debug for OpenAi {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("OpenAi")
-            .field("base", &self.base)
-            .field("key", &self.key.as_ref().map(|_| "(set)"))
-            .field("timeout", &self.timeout)
-            .field("stream", &self.stream)
-            .finish()
-    }
 }
 
 impl OpenAi {
     /// Where requests go (`…/v1`).
     pub fn base(&self) -> &str {
-        &self.base
+        &self.endpoint.base
     }
 
     pub fn new(base: &str, key: Option<String>, timeout: Duration) -> OpenAi {
-        crate::tls::install();
         OpenAi {
-            http: reqwest::Client::new(),
-            base: base.trim_end_matches('/').to_string(),
-            key,
-            timeout,
+            endpoint: Endpoint::new(base, key, timeout),
             stream: true,
         }
     }
 
     /// `OPENAI_BASE_URL` (else OpenAI's) and `OPENAI_API_KEY`, read through `env`.
     pub fn from_env(env: &dyn Fn(&str) -> Option<String>, timeout: Duration) -> OpenAi {
-        let base = env("OPENAI_BASE_URL").unwrap_or_else(|| DEFAULT_BASE.into());
-        OpenAi::new(&base, env("OPENAI_API_KEY"), timeout)
+        OpenAi {
+            endpoint: Endpoint::from_env(
+                env,
+                "OPENAI_BASE_URL",
+                DEFAULT_BASE,
+                "OPENAI_API_KEY",
+                timeout,
+            ),
+            stream: true,
+        }
     }
 
     /// Asks for the whole answer at once instead of a stream.
     pub fn whole(mut self) -> OpenAi {
         self.stream = false;
         self
-    }
-
-    fn wire(&self) -> Wire {
-        Wire {
-            name: NAME,
-            timeout: self.timeout,
-        }
     }
 
     fn body(&self, request: &ModelRequest) -> Value {
@@ -143,12 +125,12 @@ impl Provider for OpenAi {
         request: &ModelRequest,
         on_delta: &mut (dyn FnMut(Delta) + Send),
     ) -> Result<ModelResponse, ProviderError> {
-        let wire = self.wire();
+        let wire = self.endpoint.wire(NAME);
         let mut post = self
-            .http
-            .post(format!("{}/chat/completions", self.base))
+            .endpoint
+            .post("/chat/completions")
             .json(&self.body(request));
-        if let Some(key) = &self.key {
+        if let Some(key) = &self.endpoint.key {
             post = post.bearer_auth(key);
         }
         let response = wire.send(post).await?;

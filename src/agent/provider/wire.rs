@@ -1,4 +1,5 @@
-//! What the HTTP model APIs share: sending with a timeout, reading an error status into a
+//! What the HTTP model APIs share: where the API is and its key ([`Endpoint`], the key never
+//! printed), sending with a timeout, reading an error status into a
 //! [`ProviderError`] (their bodies all say `{"error": {"message", "type" or "code"}}`),
 //! `Retry-After`, and reading an event stream with a timeout between chunks.
 
@@ -9,6 +10,62 @@ use serde_json::Value;
 
 use super::ProviderError;
 use super::sse::{SseDecoder, SseEvent};
+
+/// A vendor's API: its base URL, its key, the timeout of its calls.
+#[derive(Clone)]
+pub(super) struct Endpoint {
+    pub http: reqwest::Client,
+    pub base: String,
+    pub key: Option<String>,
+    /// Longest wait for the answer to start, and between two streamed chunks.
+    pub timeout: Duration,
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("base", &self.base)
+            .field("key", &self.key.as_ref().map(|_| "(set)"))
+            .field("timeout", &self.timeout)
+            .finish()
+    }
+}
+
+impl Endpoint {
+    pub fn new(base: &str, key: Option<String>, timeout: Duration) -> Endpoint {
+        crate::tls::install();
+        Endpoint {
+            http: reqwest::Client::new(),
+            base: base.trim_end_matches('/').to_string(),
+            key,
+            timeout,
+        }
+    }
+
+    /// The base URL from `base_var` (else `default`) and the key from `key_var`.
+    pub fn from_env(
+        env: &dyn Fn(&str) -> Option<String>,
+        base_var: &str,
+        default: &str,
+        key_var: &str,
+        timeout: Duration,
+    ) -> Endpoint {
+        let base = env(base_var).unwrap_or_else(|| default.into());
+        Endpoint::new(&base, env(key_var), timeout)
+    }
+
+    /// A POST to `path` under the base URL.
+    pub fn post(&self, path: &str) -> reqwest::RequestBuilder {
+        self.http.post(format!("{}{path}", self.base))
+    }
+
+    pub fn wire(&self, name: &'static str) -> Wire {
+        Wire {
+            name,
+            timeout: self.timeout,
+        }
+    }
+}
 
 /// One vendor's side of the wire.
 #[derive(Debug, Clone, Copy)]
