@@ -80,6 +80,21 @@ fn brief(project: &Project) {
     );
 }
 
+/// A server with no SMTP listener that reads the mailbox of `imap` and answers with `brief`
+/// through the sink.
+async fn read_by_brief(sink: &Sink, imap: ImapSettings) -> TestServer {
+    let project = Project::new();
+    brief(&project);
+    let mut http = config();
+    let mut email = settings(sink);
+    email.smtp = None;
+    email.routes = None;
+    email.default = Some("brief".into());
+    email.imap = Some(imap);
+    http.email = email;
+    TestServer::start(project, http).await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unread_mail_at_the_first_look_and_new_mail_run_and_read_mail_is_left_alone() {
     let Some((host, port)) = imap_server() else {
@@ -90,16 +105,7 @@ async fn unread_mail_at_the_first_look_and_new_mail_run_and_read_mail_is_left_al
     let old = deliver(&host, port, &user, "already read", true).await;
 
     let sink = Sink::start().await;
-    let project = Project::new();
-    brief(&project);
-    let mut http = config();
-    let mut email = settings(&sink);
-    email.smtp = None;
-    email.routes = None;
-    email.default = Some("brief".into());
-    email.imap = Some(imap_settings(&host, port, &user, "secret"));
-    http.email = email;
-    let server = TestServer::start(project, http).await;
+    let server = read_by_brief(&sink, imap_settings(&host, port, &user, "secret")).await;
     assert_eq!(server.email_addr(), None, "no SMTP listener was asked for");
 
     let answer = sink
@@ -130,16 +136,7 @@ async fn a_refused_imap_login_shows_as_unauthorized_in_readyz() {
         return;
     };
     let sink = Sink::start().await;
-    let project = Project::new();
-    brief(&project);
-    let mut http = config();
-    let mut email = settings(&sink);
-    email.smtp = None;
-    email.routes = None;
-    email.default = Some("brief".into());
-    email.imap = Some(imap_settings(&host, port, &new_user(), "wrong"));
-    http.email = email;
-    let server = TestServer::start(project, http).await;
+    let server = read_by_brief(&sink, imap_settings(&host, port, &new_user(), "wrong")).await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
         let ready = server.get("/readyz").await;
