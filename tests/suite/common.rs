@@ -264,3 +264,34 @@ pub fn http_client() -> reqwest::Client {
     skillgate::tls::install();
     reqwest::Client::new()
 }
+
+/// The test cluster's `pg_ctl`, which `scripts/test` gives in `SKILLGATE_PG_CTL` for the tests
+/// that stop or restart Postgres.
+pub struct PgCtl(String);
+
+impl PgCtl {
+    /// `None` (and a line saying the test is skipped) where the variable is not set.
+    pub fn from_env() -> Option<PgCtl> {
+        match std::env::var("SKILLGATE_PG_CTL") {
+            Ok(command) => Some(PgCtl(command)),
+            Err(_) => {
+                eprintln!(
+                    "skipped: SKILLGATE_PG_CTL is not set (scripts/test sets it for its own cluster)"
+                );
+                None
+            }
+        }
+    }
+
+    /// `pg_ctl -m fast <action>` (`stop`, `start`, `restart`), which must succeed.
+    pub fn run(&self, action: &str) {
+        let status = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!("{} -m fast {action}", self.0))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .expect("pg_ctl runs");
+        assert!(status.success(), "pg_ctl {action} failed");
+    }
+}

@@ -2,7 +2,7 @@
 //! killed with SIGKILL again and again, and a Postgres restart during consumption.
 
 use std::collections::{HashMap, HashSet};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -263,10 +263,7 @@ async fn a_postgres_restart_during_consumption_loses_no_event() {
     let Some(backend) = Backend::postgres() else {
         return;
     };
-    let Ok(pg_ctl) = std::env::var("SKILLGATE_PG_CTL") else {
-        eprintln!(
-            "skipped: SKILLGATE_PG_CTL is not set (scripts/test sets it for its own cluster)"
-        );
+    let Some(pg) = crate::common::PgCtl::from_env() else {
         return;
     };
     let store = backend.open(Limits::default()).await;
@@ -302,14 +299,7 @@ async fn a_postgres_restart_during_consumption_loses_no_event() {
         }
     });
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let restart = Command::new("sh")
-        .arg("-c")
-        .arg(format!("{pg_ctl} -m fast restart"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .expect("pg_ctl restart");
-    assert!(restart.success(), "pg_ctl restart failed");
+    pg.run("restart");
     // Emits after the restart go through a pool that reconnects.
     let mut n = total / 2;
     while n < total {

@@ -243,10 +243,7 @@ async fn a_mail_sent_while_the_store_is_down_gets_451_and_runs_when_sent_again()
     let Some(backend) = crate::events::Backend::postgres() else {
         return;
     };
-    let Ok(pg_ctl) = std::env::var("SKILLGATE_PG_CTL") else {
-        eprintln!(
-            "skipped: SKILLGATE_PG_CTL is not set (scripts/test sets it for its own cluster)"
-        );
+    let Some(pg) = crate::common::PgCtl::from_env() else {
         return;
     };
     let store = backend.open(skillgate::events::Limits::default()).await;
@@ -267,20 +264,10 @@ async fn a_mail_sent_while_the_store_is_down_gets_451_and_runs_when_sent_again()
     http.email = email;
     let server = TestServer::start_with(project, http, |b| b.bus(bus)).await;
     let smtp = server.email_addr().unwrap();
-    let pg = |action: &str| {
-        let status = std::process::Command::new("sh")
-            .arg("-c")
-            .arg(format!("{pg_ctl} -m fast {action}"))
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .status()
-            .expect("pg_ctl");
-        assert!(status.success(), "pg_ctl {action} failed");
-    };
     let mail = "From: ada@example.org\r\nTo: bot@skillgate.test\r\nSubject: kept\r\nMessage-ID: <down.1@example.org>\r\n\r\nPlease.";
-    pg("stop");
+    pg.run("stop");
     let answer = smtp_session(smtp, mail.as_bytes()).await;
-    pg("start");
+    pg.run("start");
     assert!(answer.starts_with("451 4.3.0"), "{answer}");
     // The sender tries again once the store is back: taken, run and answered once.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
