@@ -21,6 +21,7 @@ pub fn builder(project_dir: impl Into<PathBuf>) -> KernelBuilder {
         .builtins(crate::middleware::builtins())
         .builtins(crate::events::skills::tools())
         .builtins(crate::gateway::send::tools())
+        .builtins(crate::agent::tools())
         .script_parser(crate::sandbox::load)
         .extension(bus)
 }

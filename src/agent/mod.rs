@@ -1,7 +1,37 @@
 //! The LLM agent, on top of the kernel (which knows nothing of models).
 //!
-//! - [`provider`]: model vendors' wire protocols behind one [`provider::Provider`] trait:
-//!   messages and tool definitions in, streamed text and tool calls out, with retries and
-//!   clear errors.
+//! - [`policy`]: the `agent` skill: config and limits, tool discovery, the callback refs, the
+//!   trace. [`discover`] is its tool filter and prompt; [`code`] the invoke tool's callback;
+//!   [`hook`] the lifecycle hook; `run` the state they share.
+//! - [`agent_loop`]: `agent-model`, the provider skill running the loop against a model;
+//!   [`model_call`] one call, with the model hook (spec 04) around it; [`context_edit`] keeps
+//!   long conversations inside the window.
+//! - [`provider`]: model vendors' wire protocols behind one [`provider::Provider`] trait.
+//! - [`explore`]: `skill-list` and `skill-describe`, for agents in discovery mode.
+//! - [`metrics`]: calls and tokens per provider and model.
 
+pub mod agent_loop;
+pub mod code;
+pub mod config;
+pub mod context_edit;
+pub mod discover;
+pub mod explore;
+pub mod hook;
+pub mod metrics;
+pub mod model_call;
+pub mod policy;
 pub mod provider;
+mod run;
+
+use crate::skills::tool::Tool;
+
+/// The agent's built-in skills.
+pub fn tools() -> Vec<Tool> {
+    vec![
+        policy::tool(),
+        agent_loop::tool(),
+        model_call::tool(),
+        explore::list(),
+        explore::describe(),
+    ]
+}

@@ -122,6 +122,7 @@ impl Metrics {
             "Skill invocation time, by skill and transport",
             durations.clone(),
         );
+        crate::agent::metrics::register(&mut registry);
         Metrics {
             registry,
             requests,

@@ -50,6 +50,20 @@ impl Context {
             );
             return Guarded::new(futures::future::ready(Err(err)).boxed());
         }
+        if untrusted
+            && matches!(&tool, ToolRef::Name(n) if crate::kernel::callbacks::is_callback(n))
+        {
+            // A callback belongs to the code that made it (an agent's hook), not to the
+            // untrusted code it runs.
+            let err = SkillError::new(
+                ErrorKind::Denied,
+                format!(
+                    "untrusted code may not invoke callback refs; `{}` was refused",
+                    tool.describe()
+                ),
+            );
+            return Guarded::new(futures::future::ready(Err(err)).boxed());
+        }
         if untrusted && let Some(key) = dollar_key(&args) {
             // `$context` would let the code seed the prompt, the middleware or `nonlocals` of
             // what it invokes: options are for trusted callers.
@@ -185,6 +199,10 @@ fn run(mut request: Request) -> BoxFuture<'static, Result<Output>> {
 fn lookup(request: &Request) -> Result<(Arc<Tool>, Arc<Resolved>)> {
     // 6–7 (authority and cascade) come cached with the index slot.
     let (tool, resolved) = match &request.tool {
+        ToolRef::Name(name) if let Some(tool) = request.kernel.callback(name) => {
+            let resolved = cascade::resolved_for(&request.index, &tool)?;
+            (tool, resolved)
+        }
         ToolRef::Name(name) => {
             let slot = request.index.find_slot(name)?;
             let resolved = slot

@@ -3,6 +3,7 @@
 //!
 //! `invoke.rs` holds the eight invocation steps, `chain.rs` the onion (`next`, `inject`, hooks).
 
+pub mod callbacks;
 pub mod chain;
 pub mod invoke;
 pub mod options;
@@ -41,6 +42,8 @@ struct KernelInner {
     extensions: Extensions,
     /// How many skill invocations deep a run may go (see `Context::depth`).
     max_depth: u32,
+    /// Callback refs alive now (see `callbacks`).
+    callbacks: Arc<callbacks::Callbacks>,
 }
 
 /// Values of any type, one per type: how the layers above the kernel (the event bus) hang their
@@ -150,6 +153,7 @@ impl KernelBuilder {
             schemas: schema::SchemaCache::default(),
             extensions: self.extensions,
             max_depth: self.max_depth,
+            callbacks: Arc::default(),
         }))
     }
 }
@@ -214,6 +218,19 @@ impl Kernel {
     /// How many skill invocations deep a run may go.
     pub fn max_depth(&self) -> u32 {
         self.0.max_depth
+    }
+
+    /// Registers a callback ref: `make` builds the tool under the name it is given; the tool can
+    /// be invoked by that name until the returned handle is dropped.
+    pub fn callback_ref(&self, make: impl FnOnce(&str) -> Tool) -> callbacks::CallbackRef {
+        self.0.callbacks.insert(make)
+    }
+
+    pub(crate) fn callback(&self, name: &str) -> Option<Arc<Tool>> {
+        if !callbacks::is_callback(name) {
+            return None;
+        }
+        self.0.callbacks.get(name)
     }
 
     pub(crate) fn schemas(&self) -> &schema::SchemaCache {

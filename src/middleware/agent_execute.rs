@@ -53,7 +53,12 @@ metadata:
                 "allowedTools": allowed,
                 "returns": returns,
             });
-            let result = ctx.invoke(AGENT, args, InvokeOptions::default()).await?;
+            let mut options = InvokeOptions::default();
+            options.context.extensions.push((
+                crate::agent::policy::SERVED_PATH.to_string(),
+                std::sync::Arc::new(target.clone()),
+            ));
+            let result = ctx.invoke(AGENT, args, options).await?;
             Ok(result.map(|r| (*r).clone()))
         },
     )

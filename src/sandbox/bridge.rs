@@ -193,6 +193,11 @@ pub(crate) fn console<'js>(cx: &Ctx<'js>, bridge: &Arc<Bridge>) -> rquickjs::Res
                     "text": text.join(" "),
                 });
                 let _main = bridge.main.enter();
+                if let Ok(served) = bridge.context(0)
+                    && let Some(observer) = super::observer::of(&served)
+                {
+                    observer.console(level, event["text"].as_str().unwrap_or_default());
+                }
                 match bridge.context(0).and_then(|c| c.log(event)) {
                     Ok(_) => Ok(()),
                     Err(e) => Err(throw(&cx, &e)),
@@ -272,6 +277,9 @@ fn set(b: &Bridge, ctx: &Context, p: Option<Value>, v: Option<Value>) -> Result<
 }
 
 fn finish(_: &Bridge, ctx: &Context, v: Option<Value>, _: Option<Value>) -> Result<Option<Value>> {
+    if let Some(observer) = super::observer::of(ctx) {
+        observer.mark_finished();
+    }
     match v {
         Some(v) => ctx.finish(v),
         // `finish()` / `finish(undefined)`: stop the chain, the result stays undefined.

@@ -162,7 +162,7 @@ fn bytes(what: &str, value: &Value, unit: usize, max: usize) -> Result<usize> {
 }
 
 /// A duration: a bare number counts in milliseconds; a string carries `ms`, `s` or `m`.
-fn millis(what: &str, value: &Value, max: u64) -> Result<Duration> {
+pub(crate) fn millis(what: &str, value: &Value, max: u64) -> Result<Duration> {
     let n = match value {
         Value::Number(n) => n.as_f64(),
         Value::String(s) => {

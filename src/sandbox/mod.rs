@@ -17,6 +17,7 @@ mod bridge;
 mod convert;
 mod engine;
 pub mod limits;
+mod observer;
 mod pool;
 mod refs;
 pub mod script;
@@ -34,6 +35,7 @@ use crate::skills::tool::{Body, ScriptBody, Source, Tool};
 use futures::future::BoxFuture;
 
 pub use limits::{Limit, Limits};
+pub use observer::Observer;
 pub use pool::{THREADS_VAR, threads};
 pub use script::{Code, Script, load};
 pub use session::Session;
@@ -99,6 +101,8 @@ pub struct Untrusted {
     pub session: Option<Session>,
     /// The anonymous skill's name (default `anonymous`); its origin is `inline://<name>`.
     pub name: Option<String>,
+    /// Collects the code's console output and whether it called `ctx.manager.finish`.
+    pub observer: Option<Arc<Observer>>,
 }
 
 /// Runs untrusted JavaScript as an anonymous inline skill through the full pipeline, invoked
@@ -124,9 +128,16 @@ pub async fn run_untrusted_with(
 ) -> Result<Option<Value>> {
     let args = options.args.clone().unwrap_or_else(|| json!({}));
     let target = options.target.clone();
+    let observer = options.observer.clone();
     let tool = anonymous(code, options)?;
     let mut invoke = InvokeOptions::default();
     invoke.context.target = target;
+    if let Some(observer) = observer {
+        invoke
+            .context
+            .extensions
+            .push((observer::PATH.to_string(), observer));
+    }
     let out = ctx
         .invoke(ToolRef::Def(Arc::new(tool)), args, invoke)
         .await?;

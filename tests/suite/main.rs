@@ -27,6 +27,7 @@
 //! - `layers`: the bottom layers (context, cascade, skills, kernel) name nothing above them.
 //! - `transport`: the contract every transport passes (HTTP now), one harness per transport.
 
+mod agent;
 mod cli;
 mod common;
 mod context;

@@ -6,6 +6,7 @@
 pub mod anthropic;
 pub mod openai;
 pub mod retry;
+pub mod select;
 pub mod sse;
 mod types;
 mod wire;

@@ -1,0 +1,208 @@
+//! The loop: a tool call runs JavaScript in the sandbox, its result goes back to the model,
+//! the model's answer is the skill's result; memory persists across turns; the trace and the
+//! events tell what happened.
+
+use serde_json::{Value, json};
+
+use super::*;
+use crate::model_fake::ModelFake;
+
+#[tokio::test]
+async fn a_tool_call_runs_code_whose_result_goes_back_to_the_model_before_its_answer() {
+    let fake = ModelFake::start(vec![
+        code_turn(
+            "c1",
+            "return await ctx.manager.invoke('add', { a: 2, b: 3 });",
+        ),
+        text_turn("The sum is 5."),
+    ])
+    .await;
+    let project = Project::new();
+    project.skill("add.skill.js", ADD);
+    project.skill(
+        "summer.skill.md",
+        &agent_skill("summer", &fake, "  allowed-tools: add\n", ""),
+    );
+    let probe = Probe::default();
+    let kernel = kernel(&project, &probe);
+
+    let out = run(&kernel, "summer", json!({ "who": "Ada" }))
+        .await
+        .unwrap();
+    assert_eq!(out, Some(json!("The sum is 5.")));
+
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 2);
+    let first = &requests[0].body;
+    assert_eq!(first["model"], "fake-1");
+    assert_eq!(first["tools"][0]["function"]["name"], "invoke");
+    let system = first["messages"][0]["content"].as_str().unwrap();
+    assert!(system.starts_with("Do the task for Ada."), "{system}");
+    assert!(
+        system.contains("### add"),
+        "the tool is documented: {first}"
+    );
+    assert!(
+        first["messages"][1]["content"]
+            .as_str()
+            .unwrap()
+            .contains("\"who\":\"Ada\""),
+        "the user message carries the args"
+    );
+    assert_eq!(tool_result(&fake, 1, "c1"), json!({ "result": 5 }));
+
+    let kinds = probe.kinds();
+    assert_eq!(
+        kinds,
+        [
+            "turn-start",
+            "tool-call",
+            "tool-result",
+            "turn-end",
+            "turn-start",
+            "message",
+            "turn-end"
+        ],
+        "{:?}",
+        probe.trace()
+    );
+    let deltas = probe.trace().iter().filter(|e| e["delta"] == true).count();
+    assert!(deltas >= 1, "streamed text reaches the trace as deltas");
+    assert!(
+        probe
+            .trace()
+            .iter()
+            .all(|e| e["timestamp"].as_u64().is_some())
+    );
+}
+
+#[tokio::test]
+async fn code_that_finishes_ends_the_run_with_its_value_without_another_model_call() {
+    let fake = ModelFake::start(vec![code_turn(
+        "c1",
+        "ctx.manager.finish({ total: await ctx.manager.invoke('add', { a: 1, b: 1 }) });",
+    )])
+    .await;
+    let project = Project::new();
+    project.skill("add.skill.js", ADD);
+    project.skill("finisher.skill.md", &agent_skill("finisher", &fake, "", ""));
+    let kernel = kernel(&project, &Probe::default());
+    let out = run(&kernel, "finisher", json!({})).await.unwrap();
+    assert_eq!(out, Some(json!({ "total": 2 })));
+    assert_eq!(fake.requests().len(), 1);
+}
+
+#[tokio::test]
+async fn memory_persists_across_turns_and_is_seeded_by_the_caller() {
+    let fake = ModelFake::start(vec![
+        code_turn("c1", "memory.count = (memory.count ?? 0) + 1; memory.seen = memory.seed; return memory.count;"),
+        code_turn("c2", "memory.count += 1; return { count: memory.count, seed: memory.seen };"),
+        text_turn("done"),
+    ])
+    .await;
+    let project = Project::new();
+    let kernel = kernel(&project, &Probe::default());
+    let out = kernel
+        .invoke(
+            "agent",
+            json!({
+                "prompt": "p",
+                "config": { "model": "openai/fake-1", "base-url": fake.base() },
+                "memory": { "seed": "from the caller" },
+            }),
+            InvokeOptions::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(out.as_deref(), Some(&json!("done")));
+    assert_eq!(tool_result(&fake, 1, "c1"), json!({ "result": 1 }));
+    assert_eq!(
+        tool_result(&fake, 2, "c2"),
+        json!({ "result": { "count": 2, "seed": "from the caller" } })
+    );
+}
+
+#[tokio::test]
+async fn errors_and_console_output_of_the_code_reach_the_model() {
+    let fake = ModelFake::start(vec![
+        code_turn(
+            "c1",
+            "console.log('looking', 42); throw new Error('no such row');",
+        ),
+        text_turn("I could not find it."),
+    ])
+    .await;
+    let project = Project::new();
+    project.skill("seeker.skill.md", &agent_skill("seeker", &fake, "", ""));
+    let probe = Probe::default();
+    let kernel = kernel(&project, &probe);
+    let out = run(&kernel, "seeker", json!({})).await.unwrap();
+    assert_eq!(out, Some(json!("I could not find it.")));
+    let result = tool_result(&fake, 1, "c1");
+    assert!(
+        result["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("no such row"),
+        "{result}"
+    );
+    assert_eq!(result["logs"], "looking 42");
+    let errors: Vec<Value> = probe
+        .trace()
+        .into_iter()
+        .filter(|e| e["type"] == "tool-result")
+        .collect();
+    assert!(
+        errors[0]["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("no such row")
+    );
+}
+
+#[tokio::test]
+async fn agent_events_reach_the_topic_the_caller_names_in_order() {
+    let fake = ModelFake::start(vec![code_turn("c1", "return 1 + 1;"), text_turn("two")]).await;
+    let project = Project::new();
+    let kernel = kernel(&project, &Probe::default());
+    let bus = kernel
+        .extension::<skillgate::events::Bus>()
+        .unwrap()
+        .clone();
+    let mut watch = bus.watch();
+    kernel
+        .invoke(
+            "agent",
+            json!({
+                "prompt": "p",
+                "config": { "model": "openai/fake-1", "base-url": fake.base() },
+                "events": "agent-progress",
+            }),
+            InvokeOptions::default(),
+        )
+        .await
+        .unwrap();
+    let mut kinds = Vec::new();
+    while let Ok(event) = watch.try_recv() {
+        if event.topic == "agent-progress" {
+            let delta = event.data.as_ref().and_then(|d| d.get("delta")).is_some();
+            if !delta {
+                kinds.push(event.kind.clone());
+            }
+        }
+    }
+    assert_eq!(
+        kinds,
+        [
+            "agent-start",
+            "turn-start",
+            "tool-call",
+            "tool-result",
+            "turn-end",
+            "turn-start",
+            "agent-message",
+            "turn-end",
+            "agent-complete"
+        ]
+    );
+}
