@@ -47,6 +47,7 @@ mod http_topics;
 mod imap;
 mod layers;
 mod model_anthropic;
+mod model_bedrock;
 mod model_fake;
 mod model_openai;
 mod orchestration;

@@ -30,6 +30,9 @@ pub enum Reply {
     Stall(Duration),
     /// 200 `text/event-stream` with these raw bytes.
     Raw(String),
+    /// 200 `application/vnd.amazon.eventstream`: binary frames of `(event type, payload)`;
+    /// an event type starting with `!` is an exception frame of that type.
+    Aws(Vec<(String, Value)>),
 }
 
 /// One request the fake got.
@@ -38,6 +41,8 @@ pub struct Request {
     pub path: String,
     pub headers: HeaderMap,
     pub body: Value,
+    /// The body's bytes as sent (what a signature covers).
+    pub raw: Vec<u8>,
 }
 
 #[derive(Default)]
@@ -84,6 +89,7 @@ async fn answer(
         path: uri.path().to_string(),
         headers,
         body: serde_json::from_slice(&body).unwrap_or(Value::Null),
+        raw: body.to_vec(),
     });
     let reply = inner.script.lock().pop_front();
     let Some(reply) = reply else {
@@ -95,6 +101,10 @@ async fn answer(
             event_stream(text)
         }
         Reply::Raw(text) => event_stream(text),
+        Reply::Aws(events) => Response::builder()
+            .header("content-type", "application/vnd.amazon.eventstream")
+            .body(Body::from(aws_frames(&events)))
+            .unwrap(),
         Reply::Json(value) => Response::builder()
             .header("content-type", "application/json")
             .body(Body::from(value.to_string()))
@@ -263,4 +273,74 @@ pub fn anthropic_tool_use(text: &str, id: &str, name: &str, fragments: &[&str]) 
         ("message_stop", json!({ "type": "message_stop" })),
     ]);
     anthropic(&events)
+}
+
+/// AWS event stream frames (prelude, headers, payload, CRCs) written by the AWS crate.
+fn aws_frames(events: &[(String, Value)]) -> Vec<u8> {
+    use aws_smithy_types::event_stream::{Header, HeaderValue, Message};
+    let mut out = Vec::new();
+    for (kind, payload) in events {
+        let headers = match kind.strip_prefix('!') {
+            Some(exception) => vec![
+                Header::new(":message-type", HeaderValue::String("exception".into())),
+                Header::new(
+                    ":exception-type",
+                    HeaderValue::String(exception.to_string().into()),
+                ),
+            ],
+            None => vec![
+                Header::new(":message-type", HeaderValue::String("event".into())),
+                Header::new(":event-type", HeaderValue::String(kind.clone().into())),
+            ],
+        };
+        let message = Message::new_from_parts(headers, payload.to_string().into_bytes());
+        aws_smithy_eventstream::frame::write_message_to(&message, &mut out).unwrap();
+    }
+    out
+}
+
+/// Bedrock ConverseStream events of a text answer in pieces, with its usage.
+pub fn bedrock_text(pieces: &[&str], input: u64, output: u64) -> Reply {
+    let mut events = vec![("messageStart".to_string(), json!({ "role": "assistant" }))];
+    for piece in pieces {
+        events.push((
+            "contentBlockDelta".into(),
+            json!({ "contentBlockIndex": 0, "delta": { "text": piece } }),
+        ));
+    }
+    events.extend([
+        ("contentBlockStop".into(), json!({ "contentBlockIndex": 0 })),
+        ("messageStop".into(), json!({ "stopReason": "end_turn" })),
+        (
+            "metadata".into(),
+            json!({ "usage": { "inputTokens": input, "outputTokens": output, "totalTokens": input + output }, "metrics": { "latencyMs": 1 } }),
+        ),
+    ]);
+    Reply::Aws(events)
+}
+
+/// Bedrock ConverseStream events of one tool use whose input comes in `fragments`.
+pub fn bedrock_tool_use(id: &str, name: &str, fragments: &[&str]) -> Reply {
+    let mut events = vec![
+        ("messageStart".to_string(), json!({ "role": "assistant" })),
+        (
+            "contentBlockStart".into(),
+            json!({ "contentBlockIndex": 0, "start": { "toolUse": { "toolUseId": id, "name": name } } }),
+        ),
+    ];
+    for fragment in fragments {
+        events.push((
+            "contentBlockDelta".into(),
+            json!({ "contentBlockIndex": 0, "delta": { "toolUse": { "input": fragment } } }),
+        ));
+    }
+    events.extend([
+        ("contentBlockStop".into(), json!({ "contentBlockIndex": 0 })),
+        ("messageStop".into(), json!({ "stopReason": "tool_use" })),
+        (
+            "metadata".into(),
+            json!({ "usage": { "inputTokens": 20, "outputTokens": 8 } }),
+        ),
+    ]);
+    Reply::Aws(events)
 }

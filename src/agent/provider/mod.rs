@@ -4,6 +4,7 @@
 //! `wire` is the HTTP side they share (timeouts, error statuses, `Retry-After`).
 
 pub mod anthropic;
+pub mod bedrock;
 pub mod openai;
 pub mod retry;
 pub mod select;

@@ -7,7 +7,7 @@ use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
 
-use super::{Provider, anthropic, openai};
+use super::{Provider, anthropic, bedrock, openai};
 use crate::agent::config::AgentConfig;
 use crate::error::{Result, SkillError};
 
@@ -55,10 +55,14 @@ pub fn provider_for(
 }
 
 fn bedrock_for(
-    _config: &AgentConfig,
-    _env: &dyn Fn(&str) -> Option<String>,
+    config: &AgentConfig,
+    env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Arc<dyn Provider>> {
-    Err(SkillError::config("the bedrock provider is not built yet"))
+    let settings = bedrock::Settings::from_env(config, env)?;
+    let cache_key = format!("bedrock\n{settings:?}\n{}", settings.secret_fingerprint());
+    Ok(cached(cache_key, || {
+        Arc::new(bedrock::Bedrock::new(settings.clone()))
+    }))
 }
 
 fn cached(key: String, make: impl FnOnce() -> Arc<dyn Provider>) -> Arc<dyn Provider> {

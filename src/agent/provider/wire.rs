@@ -246,6 +246,7 @@ fn too_long(message: &str) -> bool {
         "context window",
         "maximum context",
         "prompt is too long",
+        "input is too long",
         "too many tokens",
     ]
     .iter()
