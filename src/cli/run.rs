@@ -84,15 +84,14 @@ pub async fn run(
     let name = tool.name.clone();
     // Caught before the run starts: a signal during its first steps still stops it cleanly.
     let signals = crate::shutdown::listen();
+    let (options, streaming) = terminal_stream();
     let run = async {
         if interactive {
             kernel
-                .invoke_interactive(ToolRef::Def(tool), args, InvokeOptions::default())
+                .invoke_interactive(ToolRef::Def(tool), args, options)
                 .await
         } else {
-            kernel
-                .invoke(ToolRef::Def(tool), args, InvokeOptions::default())
-                .await
+            kernel.invoke(ToolRef::Def(tool), args, options).await
         }
     };
     let outcome = tokio::select! {
@@ -103,6 +102,15 @@ pub async fn run(
         }
     };
     kernel.bus().shutdown();
+    if let Some(mut streaming) = streaming {
+        // The printer ends when the run's reply channel closes; do not wait on a straggler.
+        if tokio::time::timeout(std::time::Duration::from_millis(500), &mut streaming)
+            .await
+            .is_err()
+        {
+            streaming.abort();
+        }
+    }
     match outcome {
         Ok(result) => {
             print_result(result.as_deref());
@@ -117,6 +125,47 @@ pub async fn run(
             fail(&err, stage)
         }
     }
+}
+
+/// On a terminal, what the run streams back (a model's tokens, `gateway-send` messages) is
+/// printed to stderr as it comes, so stdout keeps only the result.
+fn terminal_stream() -> (InvokeOptions, Option<tokio::task::JoinHandle<()>>) {
+    use crate::gateway::reply::{RESPONSE_PATH, Reply, ReplyPart};
+    use std::io::Write;
+    let mut options = InvokeOptions::default();
+    if !std::io::stderr().is_terminal() {
+        return (options, None);
+    }
+    let (reply, mut parts) = Reply::channel("cli");
+    options
+        .context
+        .extensions
+        .push((RESPONSE_PATH.to_string(), reply));
+    let printer = tokio::spawn(async move {
+        let mut open_line = false;
+        while let Some(part) = parts.recv().await {
+            let mut err = std::io::stderr().lock();
+            match part {
+                ReplyPart::Partial(text) => {
+                    let _ = write!(err, "{text}");
+                    open_line = !text.ends_with('\n');
+                }
+                ReplyPart::Message(message) => {
+                    if open_line {
+                        let _ = writeln!(err);
+                    }
+                    let _ = writeln!(err, "{}", crate::gateway::reply::as_markdown(&message));
+                    open_line = false;
+                }
+                _ => continue,
+            }
+            let _ = err.flush();
+        }
+        if open_line {
+            let _ = writeln!(std::io::stderr());
+        }
+    });
+    (options, Some(printer))
 }
 
 fn is_path(s: &str) -> bool {

@@ -5,7 +5,7 @@
 use serde_json::{Value, json};
 
 use super::*;
-use crate::model_fake::ModelFake;
+use crate::model_fake::{ModelFake, Reply, openai_text};
 
 #[tokio::test]
 async fn a_tool_call_runs_code_whose_result_goes_back_to_the_model_before_its_answer() {
@@ -204,5 +204,90 @@ async fn agent_events_reach_the_topic_the_caller_names_in_order() {
             "turn-end",
             "agent-complete"
         ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn skillgate_run_streams_tokens_on_a_terminal_and_prints_only_the_result_on_stdout() {
+    if std::process::Command::new("script")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("skipped: `script` (util-linux) is not installed to give the run a terminal");
+        return;
+    }
+    let answer = "Streaming works.";
+    let fake = ModelFake::start(vec![
+        Reply::Stream(openai_text(&["Streaming ", "works."], 5, 2)),
+        Reply::Stream(openai_text(&["Streaming ", "works."], 5, 2)),
+    ])
+    .await;
+    let project = Project::new();
+    project.skill("talker.skill.md", &agent_skill("talker", &fake, "", ""));
+    let bin = env!("CARGO_BIN_EXE_skillgate");
+    let dir = project.path().to_path_buf();
+
+    // A terminal: `script` runs the command on a pseudo-terminal (stdout and stderr both).
+    let shell = format!("{bin} --project {} run talker", dir.display());
+    let tty = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("script")
+            .args(["-qec", &shell, "/dev/null"])
+            .env_remove("RUST_LOG")
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let seen = String::from_utf8_lossy(&tty.stdout).to_string();
+    assert!(tty.status.success(), "{seen}");
+    assert_eq!(
+        seen.matches(answer).count(),
+        2,
+        "streamed once, printed once: {seen:?}"
+    );
+
+    // Not a terminal: stdout is the result alone and nothing is streamed.
+    let plain =
+        tokio::task::spawn_blocking(move || crate::common::skillgate(&dir, &["run", "talker"]))
+            .await
+            .unwrap();
+    assert_eq!(crate::common::stdout(&plain).trim(), answer);
+    assert!(!crate::common::stderr(&plain).contains(answer));
+}
+
+#[tokio::test]
+async fn a_model_in_the_main_skill_is_the_project_default() {
+    let fake = ModelFake::start(vec![
+        code_turn(
+            "c1",
+            "return await ctx.manager.invoke('add', { a: 20, b: 22 });",
+        ),
+        text_turn("42"),
+    ])
+    .await;
+    let project = Project::new();
+    project.write(
+        "main.skill.md",
+        &format!(
+            "---\nname: main\ndescription: The project.\nmetadata:\n  role: main\n  model:\n    model: openai/fake-1\n    base-url: {}\n---\n",
+            fake.base()
+        ),
+    );
+    project.skill("add.skill.js", ADD);
+    project.skill(
+        "plain.skill.md",
+        "---\nname: plain\ndescription: No model of its own.\nallowed-tools: add\n---\nAdd the numbers.\n",
+    );
+    let kernel = kernel(&project, &Probe::default());
+    let out = run(&kernel, "plain", json!({})).await.unwrap();
+    assert_eq!(out, Some(json!("42")));
+    let system = fake.requests()[0].body["messages"][0]["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        system.contains("### add"),
+        "top-level allowed-tools constrain: {system}"
     );
 }
