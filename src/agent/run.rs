@@ -14,6 +14,9 @@ use crate::error::{ErrorKind, Result, SkillError};
 use crate::events::{Bus, Event};
 use crate::gateway::reply::{RESPONSE_PATH, Reply, ReplyPart};
 
+/// The topic named in agent events sent only to the run's client (no topic configured).
+pub const REPLY_TOPIC: &str = "agent";
+
 /// Reminders sent for a missing or wrong structured result before the run fails.
 pub const MAX_REMINDERS: u32 = 3;
 
@@ -66,16 +69,27 @@ impl AgentRun {
         }
     }
 
-    /// Emits an agent event (`agent-message`, `tool-call`, ...) to the run's topic.
+    /// Emits an agent event (`agent-message`, `tool-call`, ...) to the run's topic. Without a
+    /// topic, a run started by a transport still sends it to its client (an SSE `event`, a
+    /// WebSocket frame), not durably; text pieces go there as the answer's chunks instead.
     pub async fn emit(&self, kind: &str, data: Value) {
-        let Some(topic) = &self.topic else { return };
-        let Some(bus) = self.ctx.kernel().extension::<Bus>() else {
-            return;
-        };
+        let topic = self.topic.as_deref().unwrap_or(REPLY_TOPIC);
         let mut event = Event::new(topic, kind);
         event.source = Some(self.name.clone());
         event.root_context_id = Some(self.ctx.root_id());
+        let piece = data.get("delta") == Some(&Value::Bool(true));
         event.data = Some(data);
+        if self.topic.is_none() {
+            if let Some(reply) = self.ctx.extension::<Reply>(RESPONSE_PATH)
+                && !piece
+            {
+                reply.offer(ReplyPart::Event(event.to_json()));
+            }
+            return;
+        }
+        let Some(bus) = self.ctx.kernel().extension::<Bus>() else {
+            return;
+        };
         if let Err(err) = bus.emit(&event).await {
             tracing::warn!(topic = %topic, error = %err, "an agent event could not be emitted");
         }

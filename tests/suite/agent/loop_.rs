@@ -291,3 +291,62 @@ async fn a_model_in_the_main_skill_is_the_project_default() {
         "top-level allowed-tools constrain: {system}"
     );
 }
+
+#[tokio::test]
+async fn an_sse_client_sees_the_tokens_the_tool_calls_and_the_result_as_they_happen() {
+    use crate::server::{TestServer, config};
+    let fake = ModelFake::start(vec![
+        code_turn(
+            "c1",
+            "return await ctx.manager.invoke('add', { a: 2, b: 2 });",
+        ),
+        Reply::Stream(openai_text(&["It is ", "four."], 10, 5)),
+    ])
+    .await;
+    let project = Project::new();
+    project.skill("add.skill.js", ADD);
+    project.skill(
+        "counter.skill.md",
+        &agent_skill("counter", &fake, "  allowed-tools: add\n", ""),
+    );
+    let mut server = TestServer::start(project, config()).await;
+    let mut events = server.stream("/invoke/counter", &json!({})).await;
+    let mut got = Vec::new();
+    while let Some(event) = events.next().await {
+        got.push(event);
+    }
+    let order: Vec<String> = got
+        .iter()
+        .map(|e| match e.event.as_str() {
+            "event" => e.data["type"].as_str().unwrap_or_default().to_string(),
+            other => other.to_string(),
+        })
+        .collect();
+    let at = |name: &str| {
+        order
+            .iter()
+            .position(|o| o == name)
+            .unwrap_or_else(|| panic!("{name} in {order:?}"))
+    };
+    assert!(at("tool-call") < at("tool-result"), "{order:?}");
+    assert!(at("tool-result") < at("chunk"), "{order:?}");
+    let chunks: String = got
+        .iter()
+        .filter(|e| e.event == "chunk")
+        .map(|e| e.data.as_str().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(chunks, "It is four.");
+    let result = got
+        .iter()
+        .find(|e| e.event == "tool-result")
+        .map(|e| e.data.clone());
+    assert!(result.is_none(), "tool results travel as agent events");
+    let tool_result = got
+        .iter()
+        .find(|e| e.event == "event" && e.data["type"] == "tool-result")
+        .unwrap();
+    assert_eq!(tool_result.data["data"]["result"], json!({ "result": 4 }));
+    assert_eq!(got.last().unwrap().event, "result");
+    assert_eq!(got.last().unwrap().data, json!({ "result": "It is four." }));
+    server.finish().await;
+}
