@@ -10,10 +10,9 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::wire::{Endpoint, Flow, Wire, clip, tool_input};
+use super::wire::{Endpoint, Flow, Wire, clip, push_turn, tool_calls};
 use super::{
-    Delta, Message, ModelRequest, ModelResponse, Provider, ProviderError, Role, StopReason,
-    ToolCall, Usage,
+    Delta, Message, ModelRequest, ModelResponse, Provider, ProviderError, Role, StopReason, Usage,
 };
 
 const NAME: &str = "anthropic";
@@ -112,14 +111,7 @@ fn turns(messages: &[Message]) -> Vec<Value> {
                 ("assistant", blocks)
             }
         };
-        match turns.last_mut() {
-            Some(last) if last["role"] == role => {
-                if let Some(content) = last["content"].as_array_mut() {
-                    content.extend(blocks);
-                }
-            }
-            _ => turns.push(json!({ "role": role, "content": blocks })),
-        }
+        push_turn(&mut turns, role, blocks);
     }
     turns
 }
@@ -256,14 +248,7 @@ impl Streamed {
     }
 
     fn finish(self, wire: &Wire) -> Result<ModelResponse, ProviderError> {
-        let tool_calls = self
-            .calls
-            .into_values()
-            .map(|(id, name, args)| {
-                let input = tool_input(wire, &name, &args)?;
-                Ok(ToolCall { id, name, input })
-            })
-            .collect::<Result<Vec<_>, ProviderError>>()?;
+        let tool_calls = tool_calls(wire, self.calls)?;
         Ok(ModelResponse {
             text: self.text,
             tool_calls,

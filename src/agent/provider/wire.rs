@@ -284,3 +284,30 @@ pub(super) fn tool_input(wire: &Wire, name: &str, args: &str) -> Result<Value, P
         ))
     })
 }
+
+/// Appends a turn, or joins it to the last one when that has the same role (vendors that want
+/// user and assistant turns to alternate: tool results join the user's turn).
+pub(super) fn push_turn(turns: &mut Vec<Value>, role: &str, blocks: Vec<Value>) {
+    match turns.last_mut() {
+        Some(last) if last["role"] == role => {
+            if let Some(content) = last["content"].as_array_mut() {
+                content.extend(blocks);
+            }
+        }
+        _ => turns.push(serde_json::json!({ "role": role, "content": blocks })),
+    }
+}
+
+/// Streamed tool calls (by block index: id, name, JSON text) as calls with parsed input.
+pub(super) fn tool_calls(
+    wire: &Wire,
+    calls: std::collections::BTreeMap<u64, (String, String, String)>,
+) -> Result<Vec<super::ToolCall>, ProviderError> {
+    calls
+        .into_values()
+        .map(|(id, name, args)| {
+            let input = tool_input(wire, &name, &args)?;
+            Ok(super::ToolCall { id, name, input })
+        })
+        .collect()
+}
