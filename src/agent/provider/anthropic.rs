@@ -5,14 +5,14 @@
 //! reason and usage, `message_stop`, `error`). Base URL and key default to
 //! `ANTHROPIC_BASE_URL` and `ANTHROPIC_API_KEY`.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::wire::{Endpoint, Flow, Wire, clip, push_turn, tool_calls};
+use super::answer::Answer;
+use super::wire::{Endpoint, Flow, Wire, clip, push_turn};
 use super::{
-    Delta, Message, ModelRequest, ModelResponse, Provider, ProviderError, Role, StopReason, Usage,
+    Delta, Message, ModelRequest, ModelResponse, Provider, ProviderError, Role, StopReason,
 };
 
 const NAME: &str = "anthropic";
@@ -158,20 +158,13 @@ impl Provider for Anthropic {
         if !done {
             return Err(wire.malformed("the stream ended before the answer did"));
         }
-        answer.finish(&wire)
+        answer.0.finish(&wire)
     }
 }
 
 /// An answer being put together from events.
 #[derive(Default)]
-struct Streamed {
-    text: String,
-    /// Tool calls by content block index: id, name, JSON so far.
-    calls: BTreeMap<u64, (String, String, String)>,
-    usage: Usage,
-    stop: StopReason,
-    model: String,
-}
+struct Streamed(Answer);
 
 impl Streamed {
     fn take(
@@ -184,21 +177,18 @@ impl Streamed {
         match kind {
             "message_start" => {
                 let message = &data["message"];
-                self.model = message["model"].as_str().unwrap_or_default().to_string();
-                self.usage.input_tokens = message["usage"]["input_tokens"].as_u64().unwrap_or(0);
-                self.usage.output_tokens = message["usage"]["output_tokens"].as_u64().unwrap_or(0);
+                self.0.model = message["model"].as_str().unwrap_or_default().to_string();
+                self.0.usage.input_tokens = message["usage"]["input_tokens"].as_u64().unwrap_or(0);
+                self.0.usage.output_tokens =
+                    message["usage"]["output_tokens"].as_u64().unwrap_or(0);
             }
             "content_block_start" => {
                 let block = &data["content_block"];
                 if block["type"] == "tool_use" {
-                    let index = data["index"].as_u64().unwrap_or(0);
-                    self.calls.insert(
-                        index,
-                        (
-                            block["id"].as_str().unwrap_or_default().to_string(),
-                            block["name"].as_str().unwrap_or_default().to_string(),
-                            String::new(),
-                        ),
+                    self.0.start_call(
+                        data["index"].as_u64().unwrap_or(0),
+                        block["id"].as_str().unwrap_or_default(),
+                        block["name"].as_str().unwrap_or_default(),
                     );
                 }
             }
@@ -206,30 +196,26 @@ impl Streamed {
                 let delta = &data["delta"];
                 match delta["type"].as_str().unwrap_or_default() {
                     "text_delta" => {
-                        let text = delta["text"].as_str().unwrap_or_default();
-                        self.text.push_str(text);
-                        on_delta(Delta::Text(text.to_string()));
+                        self.0
+                            .text(delta["text"].as_str().unwrap_or_default(), on_delta);
                     }
                     "thinking_delta" => {
                         let text = delta["thinking"].as_str().unwrap_or_default();
                         on_delta(Delta::Reasoning(text.to_string()));
                     }
                     "input_json_delta" => {
-                        let index = data["index"].as_u64().unwrap_or(0);
-                        let call = self.calls.get_mut(&index).ok_or_else(|| {
-                            wire.malformed(format!(
-                                "JSON for content block {index}, which is not a tool call"
-                            ))
-                        })?;
-                        call.2
-                            .push_str(delta["partial_json"].as_str().unwrap_or_default());
+                        self.0.call_input(
+                            wire,
+                            data["index"].as_u64().unwrap_or(0),
+                            delta["partial_json"].as_str().unwrap_or_default(),
+                        )?;
                     }
                     _ => {}
                 }
             }
             "message_delta" => {
                 if let Some(reason) = data["delta"]["stop_reason"].as_str() {
-                    self.stop = match reason {
+                    self.0.stop = match reason {
                         "tool_use" => StopReason::ToolUse,
                         "max_tokens" => StopReason::MaxTokens,
                         "refusal" => StopReason::Refused,
@@ -237,7 +223,7 @@ impl Streamed {
                     };
                 }
                 if let Some(n) = data["usage"]["output_tokens"].as_u64() {
-                    self.usage.output_tokens = n;
+                    self.0.usage.output_tokens = n;
                 }
             }
             "message_stop" => return Ok(Flow::Done),
@@ -245,17 +231,5 @@ impl Streamed {
             _ => {}
         }
         Ok(Flow::More)
-    }
-
-    fn finish(self, wire: &Wire) -> Result<ModelResponse, ProviderError> {
-        let tool_calls = tool_calls(wire, self.calls)?;
-        Ok(ModelResponse {
-            text: self.text,
-            tool_calls,
-            usage: self.usage,
-            stop: self.stop,
-            model: self.model,
-            retries: 0,
-        })
     }
 }

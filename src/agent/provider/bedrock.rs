@@ -3,7 +3,6 @@
 //! an AWS event stream (binary frames, `aws-smithy-eventstream`) of `messageStart`,
 //! `contentBlockStart/Delta/Stop`, `messageStop` and `metadata` events, or exception frames.
 
-use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
 use aws_credential_types::Credentials;
@@ -14,7 +13,8 @@ use bytes::BytesMut;
 use futures::StreamExt;
 use serde_json::{Value, json};
 
-use super::wire::{Endpoint, Wire, clip, push_turn, tool_calls};
+use super::answer::Answer;
+use super::wire::{Endpoint, Wire, clip, push_turn};
 use super::{
     Delta, Message, ModelRequest, ModelResponse, Provider, ProviderError, Role, StopReason,
     ToolCall, Usage,
@@ -278,10 +278,8 @@ impl Provider for Bedrock {
             let value = wire.json(response).await?;
             return whole(&wire, &value, &request.model, on_delta);
         }
-        let mut answer = Streamed {
-            model: request.model.clone(),
-            ..Streamed::default()
-        };
+        let mut answer = Streamed::default();
+        answer.answer.model = request.model.clone();
         let mut chunks = response.bytes_stream();
         let mut buffer = BytesMut::new();
         let mut decoder = MessageFrameDecoder::new();
@@ -321,7 +319,7 @@ impl Provider for Bedrock {
                 let kind = header(":event-type").unwrap_or_default();
                 answer.take(&wire, &kind, &payload, on_delta)?;
                 if answer.done {
-                    return answer.finish(&wire);
+                    return answer.answer.finish(&wire);
                 }
             }
         }
@@ -404,12 +402,7 @@ fn whole(
 /// An answer being put together from stream events.
 #[derive(Default)]
 struct Streamed {
-    text: String,
-    /// Tool calls by content block index: id, name, JSON so far.
-    calls: BTreeMap<u64, (String, String, String)>,
-    usage: Usage,
-    stop: StopReason,
-    model: String,
+    answer: Answer,
     stopped: bool,
     done: bool,
 }
@@ -426,39 +419,31 @@ impl Streamed {
         match kind {
             "contentBlockStart" => {
                 if let Some(tool) = data["start"].get("toolUse") {
-                    self.calls.insert(
+                    self.answer.start_call(
                         index,
-                        (
-                            tool["toolUseId"].as_str().unwrap_or_default().to_string(),
-                            tool["name"].as_str().unwrap_or_default().to_string(),
-                            String::new(),
-                        ),
+                        tool["toolUseId"].as_str().unwrap_or_default(),
+                        tool["name"].as_str().unwrap_or_default(),
                     );
                 }
             }
             "contentBlockDelta" => {
                 let delta = &data["delta"];
                 if let Some(text) = delta["text"].as_str() {
-                    self.text.push_str(text);
-                    on_delta(Delta::Text(text.to_string()));
+                    self.answer.text(text, on_delta);
                 } else if let Some(input) = delta["toolUse"]["input"].as_str() {
-                    let call = self.calls.get_mut(&index).ok_or_else(|| {
-                        wire.malformed(format!(
-                            "tool input for content block {index}, which is not a tool call"
-                        ))
-                    })?;
-                    call.2.push_str(input);
+                    self.answer.call_input(wire, index, input)?;
                 } else if let Some(text) = delta["reasoningContent"]["text"].as_str() {
                     on_delta(Delta::Reasoning(text.to_string()));
                 }
             }
             "messageStop" => {
-                self.stop = stop_reason(data["stopReason"].as_str().unwrap_or_default());
+                self.answer.stop = stop_reason(data["stopReason"].as_str().unwrap_or_default());
                 self.stopped = true;
             }
             "metadata" => {
-                self.usage.input_tokens = data["usage"]["inputTokens"].as_u64().unwrap_or(0);
-                self.usage.output_tokens = data["usage"]["outputTokens"].as_u64().unwrap_or(0);
+                let usage = &data["usage"];
+                self.answer.usage.input_tokens = usage["inputTokens"].as_u64().unwrap_or(0);
+                self.answer.usage.output_tokens = usage["outputTokens"].as_u64().unwrap_or(0);
                 // Usage is the last event; an answer without messageStop is cut short.
                 if !self.stopped {
                     return Err(wire.malformed("usage came before the message stopped"));
@@ -468,18 +453,6 @@ impl Streamed {
             _ => {}
         }
         Ok(())
-    }
-
-    fn finish(self, wire: &Wire) -> std::result::Result<ModelResponse, ProviderError> {
-        let tool_calls = tool_calls(wire, self.calls)?;
-        Ok(ModelResponse {
-            text: self.text,
-            tool_calls,
-            usage: self.usage,
-            stop: self.stop,
-            model: self.model,
-            retries: 0,
-        })
     }
 }
 

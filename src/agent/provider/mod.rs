@@ -3,6 +3,7 @@
 //! any of them with backoff on 429 and 5xx; [`sse`] reads the event streams they answer with;
 //! `wire` is the HTTP side they share (timeouts, error statuses, `Retry-After`).
 
+mod answer;
 pub mod anthropic;
 pub mod bedrock;
 pub mod openai;

@@ -297,17 +297,3 @@ pub(super) fn push_turn(turns: &mut Vec<Value>, role: &str, blocks: Vec<Value>) 
         _ => turns.push(serde_json::json!({ "role": role, "content": blocks })),
     }
 }
-
-/// Streamed tool calls (by block index: id, name, JSON text) as calls with parsed input.
-pub(super) fn tool_calls(
-    wire: &Wire,
-    calls: std::collections::BTreeMap<u64, (String, String, String)>,
-) -> Result<Vec<super::ToolCall>, ProviderError> {
-    calls
-        .into_values()
-        .map(|(id, name, args)| {
-            let input = tool_input(wire, &name, &args)?;
-            Ok(super::ToolCall { id, name, input })
-        })
-        .collect()
-}
