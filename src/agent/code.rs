@@ -117,11 +117,8 @@ fn answer(outcome: Result<Value>) -> Value {
         }
         Err(err) => {
             let mut error = json!({ "message": clip(err.message()), "code": err.kind().code() });
-            if let Some(data) = err.data() {
-                let data = data.to_string();
-                if data.len() <= 2_000 {
-                    error["data"] = serde_json::from_str(&data).unwrap_or(Value::Null);
-                }
+            if let Some(data) = err.data().filter(|d| d.to_string().len() <= 2_000) {
+                error["data"] = data.clone();
             }
             json!({ "error": error })
         }

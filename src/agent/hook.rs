@@ -46,11 +46,7 @@ pub(crate) async fn hook(run: Arc<AgentRun>, args: Arc<Value>) -> Result<Option<
             run.record("message", fields).await;
             Ok(None)
         }
-        "reasoning" | "retry" | "context-edit" => {
-            run.record(kind, fields).await;
-            Ok(None)
-        }
-        "tool-call" | "tool-result" => {
+        "reasoning" | "retry" | "context-edit" | "tool-call" | "tool-result" => {
             run.record(kind, fields).await;
             Ok(None)
         }

@@ -16,6 +16,7 @@ use crate::agent::hook;
 use crate::agent::run::AgentRun;
 use crate::context::Context;
 use crate::error::{ErrorKind, Result, SkillError};
+use crate::gateway::reply::{RESPONSE_PATH, Reply};
 use crate::kernel::InvokeOptions;
 use crate::kernel::callbacks::CallbackRef;
 use crate::middleware::{native, native_fn};
@@ -123,6 +124,7 @@ async fn run(ctx: Context, args: Arc<Value>) -> Result<Option<Value>> {
         ctx: ctx.clone(),
         returns,
         topic,
+        reply: ctx.extension::<Reply>(RESPONSE_PATH),
         name: name.clone(),
         state: Mutex::default(),
     });

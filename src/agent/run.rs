@@ -12,7 +12,7 @@ use crate::agent::config::AgentConfig;
 use crate::context::Context;
 use crate::error::{ErrorKind, Result, SkillError};
 use crate::events::{Bus, Event};
-use crate::gateway::reply::{RESPONSE_PATH, Reply, ReplyPart};
+use crate::gateway::reply::{Reply, ReplyPart};
 
 /// The topic named in agent events sent only to the run's client (no topic configured).
 pub const REPLY_TOPIC: &str = "agent";
@@ -30,6 +30,8 @@ pub(crate) struct AgentRun {
     pub returns: Option<(Value, Arc<jsonschema::Validator>)>,
     /// The topic agent events go to.
     pub topic: Option<String>,
+    /// The transport that started the run, if one did (looked up once: every token goes there).
+    pub reply: Option<Arc<Reply>>,
     pub name: String,
     pub state: Mutex<RunState>,
 }
@@ -64,7 +66,7 @@ impl AgentRun {
 
     /// Streams model text to the transport that started the run, if one did.
     pub fn stream_text(&self, text: &str) {
-        if let Some(reply) = self.ctx.extension::<Reply>(RESPONSE_PATH) {
+        if let Some(reply) = &self.reply {
             reply.offer(ReplyPart::Partial(text.to_string()));
         }
     }
@@ -73,18 +75,19 @@ impl AgentRun {
     /// topic, a run started by a transport still sends it to its client (an SSE `event`, a
     /// WebSocket frame), not durably; text pieces go there as the answer's chunks instead.
     pub async fn emit(&self, kind: &str, data: Value) {
+        let piece = data.get("delta") == Some(&Value::Bool(true));
+        let reply_only = match (&self.topic, &self.reply) {
+            (Some(_), _) => None,
+            (None, Some(reply)) if !piece => Some(reply),
+            (None, _) => return,
+        };
         let topic = self.topic.as_deref().unwrap_or(REPLY_TOPIC);
         let mut event = Event::new(topic, kind);
         event.source = Some(self.name.clone());
         event.root_context_id = Some(self.ctx.root_id());
-        let piece = data.get("delta") == Some(&Value::Bool(true));
         event.data = Some(data);
-        if self.topic.is_none() {
-            if let Some(reply) = self.ctx.extension::<Reply>(RESPONSE_PATH)
-                && !piece
-            {
-                reply.offer(ReplyPart::Event(event.to_json()));
-            }
+        if let Some(reply) = reply_only {
+            reply.offer(ReplyPart::Event(event.to_json()));
             return;
         }
         let Some(bus) = self.ctx.kernel().extension::<Bus>() else {
