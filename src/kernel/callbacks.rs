@@ -8,8 +8,11 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 
+use crate::cascade::{self, Resolved};
+use crate::error::Result;
+use crate::skills::index::SearchIndex;
 use crate::skills::tool::Tool;
 
 /// The prefix every callback ref's name starts with.
@@ -18,12 +21,36 @@ pub const PREFIX: &str = "callback-";
 /// The callbacks alive in a kernel.
 #[derive(Default)]
 pub(crate) struct Callbacks {
-    live: RwLock<HashMap<Arc<str>, Arc<Tool>>>,
+    live: RwLock<HashMap<Arc<str>, Arc<Entry>>>,
+}
+
+struct Entry {
+    tool: Arc<Tool>,
+    /// The pipeline last resolved for it, and over which index: a callback is invoked many
+    /// times (an agent's hook, every event of a run) from the same index.
+    resolved: Mutex<Option<(Arc<SearchIndex>, Arc<Resolved>)>>,
 }
 
 impl Callbacks {
-    pub(crate) fn get(&self, name: &str) -> Option<Arc<Tool>> {
-        self.live.read().get(name).cloned()
+    /// The callback `name` and its pipeline over `index`, if it is alive.
+    pub(crate) fn get(
+        &self,
+        name: &str,
+        index: &Arc<SearchIndex>,
+    ) -> Option<Result<(Arc<Tool>, Arc<Resolved>)>> {
+        let entry = self.live.read().get(name).cloned()?;
+        let mut cached = entry.resolved.lock();
+        if let Some((seen, resolved)) = cached.as_ref()
+            && Arc::ptr_eq(seen, index)
+        {
+            return Some(Ok((entry.tool.clone(), resolved.clone())));
+        }
+        let resolved = match cascade::resolved_for(index, &entry.tool) {
+            Ok(resolved) => resolved,
+            Err(err) => return Some(Err(err)),
+        };
+        *cached = Some((index.clone(), resolved.clone()));
+        Some(Ok((entry.tool.clone(), resolved)))
     }
 
     pub(crate) fn insert(self: &Arc<Self>, make: impl FnOnce(&str) -> Tool) -> CallbackRef {
@@ -33,7 +60,11 @@ impl Callbacks {
             tool.name, *name,
             "a callback tool must take the name it is given"
         );
-        self.live.write().insert(name.clone(), Arc::new(tool));
+        let entry = Entry {
+            tool: Arc::new(tool),
+            resolved: Mutex::new(None),
+        };
+        self.live.write().insert(name.clone(), Arc::new(entry));
         CallbackRef {
             name,
             owner: Arc::downgrade(self),

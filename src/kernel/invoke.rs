@@ -199,9 +199,8 @@ fn run(mut request: Request) -> BoxFuture<'static, Result<Output>> {
 fn lookup(request: &Request) -> Result<(Arc<Tool>, Arc<Resolved>)> {
     // 6–7 (authority and cascade) come cached with the index slot.
     let (tool, resolved) = match &request.tool {
-        ToolRef::Name(name) if let Some(tool) = request.kernel.callback(name) => {
-            let resolved = cascade::resolved_for(&request.index, &tool)?;
-            (tool, resolved)
+        ToolRef::Name(name) if let Some(found) = request.kernel.callback(name, &request.index) => {
+            found?
         }
         ToolRef::Name(name) => {
             let slot = request.index.find_slot(name)?;

@@ -226,11 +226,16 @@ impl Kernel {
         self.0.callbacks.insert(make)
     }
 
-    pub(crate) fn callback(&self, name: &str) -> Option<Arc<Tool>> {
+    /// The callback `name`, if it is one and alive, with its pipeline over `index`.
+    pub(crate) fn callback(
+        &self,
+        name: &str,
+        index: &Arc<crate::skills::index::SearchIndex>,
+    ) -> Option<Result<(Arc<Tool>, Arc<crate::cascade::Resolved>)>> {
         if !callbacks::is_callback(name) {
             return None;
         }
-        self.0.callbacks.get(name)
+        self.0.callbacks.get(name, index)
     }
 
     pub(crate) fn schemas(&self) -> &schema::SchemaCache {
