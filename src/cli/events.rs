@@ -187,7 +187,7 @@ async fn dead(store: &Arc<dyn EventStore>, topic: &str, requeue: bool) -> Result
                 .ack(
                     &dead_topic,
                     DEAD_QUEUE,
-                    std::slice::from_ref(&letter.event.id),
+                    std::slice::from_ref(&letter.receipt),
                 )
                 .await
                 .map_err(|e| e.to_string())?;
@@ -255,7 +255,7 @@ async fn soak(
             // comes back), never acked-but-unreported.
             println!("A {n}");
             store
-                .ack(topic, queue, std::slice::from_ref(&delivery.event.id))
+                .ack(topic, queue, std::slice::from_ref(&delivery.receipt))
                 .await
                 .map_err(|e| e.to_string())?;
         }

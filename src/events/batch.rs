@@ -12,39 +12,35 @@ use tokio::sync::{mpsc, oneshot};
 use crate::events::Event;
 use crate::events::store::{StoreError, StoreResult};
 
-/// Most events written in one statement.
-const MAX_BATCH: usize = 128;
+/// Most events written in one statement (a larger `emit_many` is still written whole).
+const MAX_BATCH: usize = 512;
 
 type Reply = oneshot::Sender<Result<(), String>>;
 type Insert = Arc<dyn Fn(Vec<Event>) -> BoxFuture<'static, StoreResult<()>> + Send + Sync>;
 
 /// Hands emits to the writer task and waits for their commit.
 pub struct Batcher {
-    queue: mpsc::Sender<(Event, Reply)>,
+    queue: mpsc::Sender<(Vec<Event>, Reply)>,
 }
 
 impl Batcher {
     /// Starts the writer; `insert` writes a batch in one transaction.
     pub fn spawn(insert: Insert) -> Batcher {
-        let (queue, mut inbox) = mpsc::channel::<(Event, Reply)>(4096);
+        let (queue, mut inbox) = mpsc::channel::<(Vec<Event>, Reply)>(4096);
         tokio::spawn(async move {
-            let mut events = Vec::with_capacity(MAX_BATCH);
-            let mut replies = Vec::with_capacity(MAX_BATCH);
-            while let Some((event, reply)) = inbox.recv().await {
-                events.push(event);
+            let mut replies = Vec::new();
+            while let Some((mut events, reply)) = inbox.recv().await {
                 replies.push(reply);
                 while events.len() < MAX_BATCH {
                     match inbox.try_recv() {
-                        Ok((event, reply)) => {
-                            events.push(event);
+                        Ok((more, reply)) => {
+                            events.extend(more);
                             replies.push(reply);
                         }
                         Err(_) => break,
                     }
                 }
-                let outcome = insert(std::mem::take(&mut events))
-                    .await
-                    .map_err(|e| e.to_string());
+                let outcome = insert(events).await.map_err(|e| e.to_string());
                 for reply in replies.drain(..) {
                     let _ = reply.send(outcome.clone());
                 }
@@ -53,11 +49,14 @@ impl Batcher {
         Batcher { queue }
     }
 
-    /// Writes `event`; returns once its batch committed.
-    pub async fn emit(&self, event: Event) -> StoreResult<()> {
+    /// Writes `events` (one or more, in order); returns once their batch committed.
+    pub async fn emit(&self, events: Vec<Event>) -> StoreResult<()> {
+        if events.is_empty() {
+            return Ok(());
+        }
         let (reply, answer) = oneshot::channel();
         self.queue
-            .send((event, reply))
+            .send((events, reply))
             .await
             .map_err(|_| StoreError::Write("the event writer has stopped".into()))?;
         match answer.await {

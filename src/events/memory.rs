@@ -8,7 +8,7 @@ use parking_lot::Mutex;
 use tokio::sync::broadcast;
 
 use crate::context::id::now_ms;
-use crate::events::store::{Delivery, EventStore, KeyClaim, Limits, StoreResult};
+use crate::events::store::{Delivery, EventStore, KeyClaim, Limits, StoreResult, distinct_topics};
 use crate::events::{Event, dead_letter};
 
 pub struct MemoryStore {
@@ -20,6 +20,8 @@ pub struct MemoryStore {
 #[derive(Default)]
 struct Inner {
     seq: i64,
+    /// The last receipt handed to a queue entry.
+    receipts: u64,
     buffers: HashMap<String, VecDeque<(i64, Event)>>,
     queues: HashMap<(String, String), Queue>,
     /// key -> (fingerprint, expires_ms, response).
@@ -29,14 +31,15 @@ struct Inner {
 #[derive(Default)]
 struct Queue {
     entries: BTreeMap<i64, Entry>,
-    /// Event id -> position, for ack and nack.
-    by_id: HashMap<String, i64>,
+    /// Receipt -> position, for ack and nack.
+    by_receipt: HashMap<u64, i64>,
 }
 
 struct Entry {
     event: Event,
     attempts: u32,
     visible_ms: u64,
+    receipt: u64,
 }
 
 impl MemoryStore {
@@ -61,29 +64,32 @@ impl Inner {
         {
             buffer.pop_front();
         }
+        let receipts = &mut self.receipts;
         for ((topic, _), queue) in self.queues.iter_mut() {
             if *topic == event.topic {
-                queue.insert(seq, event.clone());
+                *receipts += 1;
+                queue.insert(seq, *receipts, event.clone());
             }
         }
     }
 }
 
 impl Queue {
-    fn insert(&mut self, position: i64, event: Event) {
-        self.by_id.insert(event.id.clone(), position);
+    fn insert(&mut self, position: i64, receipt: u64, event: Event) {
+        self.by_receipt.insert(receipt, position);
         self.entries.insert(
             position,
             Entry {
                 event,
                 attempts: 0,
                 visible_ms: 0,
+                receipt,
             },
         );
     }
 
-    fn remove(&mut self, id: &str) -> Option<Entry> {
-        let position = self.by_id.remove(id)?;
+    fn remove(&mut self, receipt: u64) -> Option<Entry> {
+        let position = self.by_receipt.remove(&receipt)?;
         self.entries.remove(&position)
     }
 }
@@ -100,6 +106,19 @@ impl EventStore for MemoryStore {
         Ok(())
     }
 
+    async fn emit_many(&self, events: &[Event]) -> StoreResult<()> {
+        {
+            let mut inner = self.inner.lock();
+            for event in events {
+                inner.emit(event, &self.limits);
+            }
+        }
+        for topic in distinct_topics(events) {
+            let _ = self.wake.send(topic.to_string());
+        }
+        Ok(())
+    }
+
     async fn create_queue(&self, topic: &str, queue: &str, replay: bool) -> StoreResult<bool> {
         let mut inner = self.inner.lock();
         let key = (topic.to_string(), queue.to_string());
@@ -107,10 +126,14 @@ impl EventStore for MemoryStore {
             return Ok(false);
         }
         let mut q = Queue::default();
-        if replay && let Some(buffer) = inner.buffers.get(topic) {
+        let Inner {
+            buffers, receipts, ..
+        } = &mut *inner;
+        if replay && let Some(buffer) = buffers.get(topic) {
             let cutoff = now_ms().saturating_sub(self.limits.buffer_age.as_millis() as u64);
             for (seq, event) in buffer.iter().filter(|(_, e)| e.timestamp >= cutoff) {
-                q.insert(*seq, event.clone());
+                *receipts += 1;
+                q.insert(*seq, *receipts, event.clone());
             }
         }
         inner.queues.insert(key, q);
@@ -168,11 +191,12 @@ impl EventStore for MemoryStore {
                 out.push(Delivery {
                     event: entry.event.clone(),
                     attempts: entry.attempts,
+                    receipt: entry.receipt,
                 });
             }
             for position in expired {
                 if let Some(entry) = q.entries.remove(&position) {
-                    q.by_id.remove(&entry.event.id);
+                    q.by_receipt.remove(&entry.receipt);
                     dead.push(dead_letter(&entry.event, queue, entry.attempts));
                 }
             }
@@ -189,43 +213,64 @@ impl EventStore for MemoryStore {
         Ok(out)
     }
 
-    async fn ack(&self, topic: &str, queue: &str, ids: &[String]) -> StoreResult<Vec<String>> {
+    async fn ack(&self, topic: &str, queue: &str, receipts: &[u64]) -> StoreResult<Vec<u64>> {
         let mut inner = self.inner.lock();
         let key = (topic.to_string(), queue.to_string());
         let Some(q) = inner.queues.get_mut(&key) else {
-            return Ok(ids.to_vec());
+            return Ok(receipts.to_vec());
         };
-        Ok(ids
+        Ok(receipts
             .iter()
-            .filter(|id| q.remove(id).is_none())
-            .cloned()
+            .filter(|r| q.remove(**r).is_none())
+            .copied()
             .collect())
     }
 
-    async fn nack(&self, topic: &str, queue: &str, ids: &[String]) -> StoreResult<Vec<String>> {
+    async fn nack(&self, topic: &str, queue: &str, receipts: &[u64]) -> StoreResult<Vec<u64>> {
         let mut unknown = Vec::new();
         {
             let mut inner = self.inner.lock();
             let key = (topic.to_string(), queue.to_string());
             let Some(q) = inner.queues.get_mut(&key) else {
-                return Ok(ids.to_vec());
+                return Ok(receipts.to_vec());
             };
-            // Last id first, so the first id ends up at the very front.
-            for id in ids.iter().rev() {
-                match q.remove(id) {
+            // Last first, so the first ends up at the very front.
+            for receipt in receipts.iter().rev() {
+                match q.remove(*receipt) {
                     Some(mut entry) => {
                         entry.visible_ms = 0;
                         let front = q.entries.keys().next().copied().unwrap_or(0) - 1;
-                        q.by_id.insert(id.clone(), front);
+                        q.by_receipt.insert(*receipt, front);
                         q.entries.insert(front, entry);
                     }
-                    None => unknown.push(id.clone()),
+                    None => unknown.push(*receipt),
                 }
             }
         }
         let _ = self.wake.send(topic.to_string());
         unknown.reverse();
         Ok(unknown)
+    }
+
+    async fn receipts(
+        &self,
+        topic: &str,
+        queue: &str,
+        ids: &[String],
+    ) -> StoreResult<Vec<(String, u64)>> {
+        let inner = self.inner.lock();
+        let key = (topic.to_string(), queue.to_string());
+        Ok(inner
+            .queues
+            .get(&key)
+            .map(|q| {
+                q.entries
+                    .values()
+                    .filter(|e| ids.contains(&e.event.id))
+                    .map(|e| (e.event.id.clone(), e.receipt))
+                    .collect()
+            })
+            .unwrap_or_default())
     }
 
     async fn buffered(
@@ -279,6 +324,7 @@ impl EventStore for MemoryStore {
                     .map(|e| Delivery {
                         event: e.event.clone(),
                         attempts: e.attempts,
+                        receipt: e.receipt,
                     })
                     .collect()
             })
@@ -289,13 +335,14 @@ impl EventStore for MemoryStore {
         {
             let mut inner = self.inner.lock();
             inner.seq += 1;
-            let seq = inner.seq;
+            inner.receipts += 1;
+            let (seq, receipt) = (inner.seq, inner.receipts);
             let key = (topic.to_string(), queue.to_string());
             inner
                 .queues
                 .entry(key)
                 .or_default()
-                .insert(seq, event.clone());
+                .insert(seq, receipt, event.clone());
         }
         let _ = self.wake.send(topic.to_string());
         Ok(())

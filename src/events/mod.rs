@@ -8,6 +8,7 @@
 //! an entry whose visibility timed out is delivered again after entries claimed meanwhile.
 
 pub mod batch;
+pub mod consumer;
 pub mod memory;
 pub mod open;
 pub mod postgres;
@@ -29,6 +30,7 @@ use tokio_util::sync::CancellationToken;
 use crate::context::id::{next_id, now_ms};
 use crate::error::{ErrorKind, Result, SkillError};
 use crate::kernel::{InvokeOptions, Kernel, KernelBuilder};
+pub use consumer::{Consumer, ConsumerOptions};
 pub use store::{Delivery, EventStore, KeyClaim, Limits, StoreError, WAKE_ALL};
 
 /// The queue that collects an exhausted topic's dead letters (on topic `<topic>.dead`).
@@ -38,6 +40,8 @@ pub const DEFAULT_QUEUE: &str = "default";
 /// How often waiters re-read even without a wakeup (covers visibility timeouts and other
 /// processes on a store without notifications).
 const POLL: Duration = Duration::from_millis(250);
+/// Entries a skill handler's consumer claims ahead (handled one at a time, in order).
+const HANDLER_PREFETCH: usize = 8;
 
 /// The event envelope.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -247,6 +251,37 @@ impl Bus {
         Ok(())
     }
 
+    /// Publishes several events committed together (one statement for the durable stores), in
+    /// order; durable when this returns.
+    pub async fn emit_many(&self, events: &[Event]) -> Result<()> {
+        for event in events {
+            check_name("topic", &event.topic)?;
+        }
+        self.store.emit_many(events).await.map_err(store_error)?;
+        if self.emitted.receiver_count() > 0 {
+            for event in events {
+                let _ = self.emitted.send(Arc::new(event.clone()));
+            }
+        }
+        Ok(())
+    }
+
+    /// A consumer of `queue` (created if missing) that claims ahead in batches of `prefetch`
+    /// and settles acks in batches; it stops with the bus.
+    pub async fn consumer(&self, topic: &str, queue: &str, prefetch: usize) -> Result<Consumer> {
+        self.subscribe_queue(topic, queue, false).await?;
+        Ok(Consumer::start(
+            self.store.clone(),
+            topic,
+            queue,
+            ConsumerOptions {
+                prefetch,
+                visibility: self.config.visibility,
+            },
+            self.stop.child_token(),
+        ))
+    }
+
     /// Events emitted by this process from now on (after they are stored).
     pub fn watch(&self) -> tokio::sync::broadcast::Receiver<Arc<Event>> {
         self.emitted.subscribe()
@@ -376,9 +411,9 @@ impl Bus {
                 .map_err(store_error)?;
             if !got.is_empty() {
                 if ack {
-                    let ids: Vec<String> = got.iter().map(|d| d.event.id.clone()).collect();
+                    let receipts: Vec<u64> = got.iter().map(|d| d.receipt).collect();
                     self.store
-                        .ack(topic, queue, &ids)
+                        .ack(topic, queue, &receipts)
                         .await
                         .map_err(store_error)?;
                 }
@@ -402,17 +437,70 @@ impl Bus {
         }
     }
 
-    /// Acks (or, with `nack`, returns to the front) entries by event id; unknown ids are an
+    /// Acks (or, with `nack`, returns to the front) entries by receipt; unknown receipts are an
     /// error that names them (the known ones are still handled).
-    pub async fn ack(&self, topic: &str, queue: &str, ids: &[String], nack: bool) -> Result<()> {
+    pub async fn ack(&self, topic: &str, queue: &str, receipts: &[u64], nack: bool) -> Result<()> {
         check_name("topic", topic)?;
         check_name("queue", queue)?;
         let unknown = if nack {
-            self.store.nack(topic, queue, ids).await
+            self.store.nack(topic, queue, receipts).await
         } else {
-            self.store.ack(topic, queue, ids).await
+            self.store.ack(topic, queue, receipts).await
         }
         .map_err(store_error)?;
+        if unknown.is_empty() {
+            Ok(())
+        } else {
+            Err(SkillError::new(
+                ErrorKind::InvalidArgs,
+                format!(
+                    "unknown receipt{} {} in queue `{queue}` of `{topic}` (already acked, or never delivered there)",
+                    if unknown.len() == 1 { "" } else { "s" },
+                    unknown.iter().map(|r| format!("`{r}`")).collect::<Vec<_>>().join(", ")
+                ),
+            )
+            .with_data(json!({ "unknown": unknown })))
+        }
+    }
+
+    /// [`Bus::ack`] by event id, for callers that kept only the envelope. An id held by no
+    /// entry of the queue is an error naming it; an id held by two entries (two events that
+    /// happen to share an id) is refused, since acking by id cannot tell them apart: ack those
+    /// by receipt.
+    pub async fn ack_ids(
+        &self,
+        topic: &str,
+        queue: &str,
+        ids: &[String],
+        nack: bool,
+    ) -> Result<()> {
+        check_name("topic", topic)?;
+        check_name("queue", queue)?;
+        let found = self
+            .store
+            .receipts(topic, queue, ids)
+            .await
+            .map_err(store_error)?;
+        let mut receipts = Vec::with_capacity(ids.len());
+        let mut unknown = Vec::new();
+        for id in ids {
+            let mut held = found.iter().filter(|(i, _)| i == id);
+            match (held.next(), held.next()) {
+                (Some((_, receipt)), None) => receipts.push(*receipt),
+                (None, _) => unknown.push(id.clone()),
+                (Some(_), Some(_)) => {
+                    return Err(SkillError::new(
+                        ErrorKind::InvalidArgs,
+                        format!(
+                            "event id `{id}` is held by more than one entry of queue `{queue}` of `{topic}`: settle them by `receipt`"
+                        ),
+                    ));
+                }
+            }
+        }
+        if !receipts.is_empty() {
+            self.ack(topic, queue, &receipts, nack).await?;
+        }
         if unknown.is_empty() {
             Ok(())
         } else {
@@ -447,45 +535,35 @@ struct Worker {
 
 impl Worker {
     async fn run(self) {
-        let mut wakeups = self.bus.store.wakeups();
-        loop {
-            if self.stop.is_cancelled() {
-                return;
-            }
-            let claimed = self
-                .bus
-                .store
-                .claim(&self.topic, &self.queue, 16, self.bus.config.visibility)
-                .await;
-            let batch = match claimed {
-                Ok(batch) => batch,
-                Err(err) => {
-                    tracing::warn!(error = %err, topic = %self.topic, "event handler cannot claim; retrying");
-                    Vec::new()
-                }
-            };
-            let idle = batch.is_empty();
-            for delivery in batch {
-                self.handle(delivery).await;
-            }
-            if idle {
-                tokio::select! {
-                    () = self.stop.cancelled() => return,
-                    () = tokio::time::sleep(POLL) => {}
-                    _ = wakeups.recv() => {}
-                }
+        let consumer = Consumer::start(
+            self.bus.store.clone(),
+            &self.topic,
+            &self.queue,
+            ConsumerOptions {
+                prefetch: HANDLER_PREFETCH,
+                visibility: self.bus.config.visibility,
+            },
+            self.stop.clone(),
+        );
+        while let Some(delivery) = consumer.next().await {
+            let receipt = delivery.receipt;
+            if self.handle(delivery).await {
+                consumer.ack(receipt);
+            } else {
+                consumer.nack(receipt);
             }
         }
+        consumer.close().await;
     }
 
-    async fn handle(&self, delivery: Delivery) {
+    /// Runs the handler on one event: true when it succeeded.
+    async fn handle(&self, delivery: Delivery) -> bool {
         let mut args = delivery.event.to_json();
         if let (Value::Object(map), Some(Value::Object(extra))) = (&mut args, &self.args) {
             for (k, v) in extra {
                 map.entry(k.clone()).or_insert_with(|| v.clone());
             }
         }
-        let id = vec![delivery.event.id.clone()];
         let mut options = InvokeOptions::default();
         options.context.depth = delivery.event.depth;
         let limit = self.bus.config.handler_timeout;
@@ -502,15 +580,12 @@ impl Worker {
                 ),
             )),
         };
-        let settled = match outcome {
-            Ok(_) => self.bus.store.ack(&self.topic, &self.queue, &id).await,
+        match outcome {
+            Ok(_) => true,
             Err(err) => {
                 tracing::warn!(error = %err, topic = %self.topic, handler = %self.reference, "event handler failed; the event will be delivered again");
-                self.bus.store.nack(&self.topic, &self.queue, &id).await
+                false
             }
-        };
-        if let Err(err) = settled {
-            tracing::warn!(error = %err, "could not settle an event; it will come back after its visibility timeout");
         }
     }
 }

@@ -19,7 +19,8 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 use crate::context::id::now_ms;
 use crate::events::batch::Batcher;
 use crate::events::store::{
-    Delivery, EventStore, KeyClaim, Limits, StoreError, StoreResult, WAKE_ALL,
+    Delivery, EventStore, KeyClaim, Limits, StoreError, StoreResult, WAKE_ALL, distinct_topics,
+    missing,
 };
 use crate::events::{DEAD_QUEUE, Event, dead_letter};
 
@@ -126,7 +127,7 @@ impl PostgresStore {
                  SELECT seq FROM sg_deliveries
                  WHERE topic = $1 AND queue = $2 AND visible_ms <= $3 AND attempts >= $4
                  FOR UPDATE SKIP LOCKED)
-             RETURNING body, attempts, position",
+             RETURNING seq, body, attempts, position",
         )
         .bind(topic)
         .bind(queue)
@@ -282,7 +283,7 @@ async fn insert_events(pool: &PgPool, channel: &str, events: &[Event]) -> StoreR
     Ok(())
 }
 
-/// Queue rows (`body, attempts, position`) as deliveries in queue order.
+/// Queue rows (`seq, body, attempts, position`) as deliveries in queue order.
 fn in_order(rows: &[sqlx::postgres::PgRow]) -> StoreResult<Vec<Delivery>> {
     let mut out: Vec<(i64, Delivery)> = rows
         .iter()
@@ -292,6 +293,7 @@ fn in_order(rows: &[sqlx::postgres::PgRow]) -> StoreResult<Vec<Delivery>> {
                 Delivery {
                     event: Event::from_body(row.try_get("body")?)?,
                     attempts: row.try_get::<i32, _>("attempts")? as u32,
+                    receipt: row.try_get::<i64, _>("seq")? as u64,
                 },
             ))
         })
@@ -307,23 +309,31 @@ impl EventStore for PostgresStore {
     }
 
     async fn emit(&self, event: &Event) -> StoreResult<()> {
-        // Group commit: returns once the statement holding this event committed.
-        self.batcher.emit(event.clone()).await?;
-        let count = self.emits.fetch_add(1, Ordering::Relaxed);
-        if count.is_multiple_of(TRIM_EVERY) {
-            let cutoff = self.cutoff();
-            sqlx::query(
-                "DELETE FROM sg_events WHERE topic = $1 AND (created_ms < $2 OR seq <= (
-                     SELECT seq FROM sg_events WHERE topic = $1 ORDER BY seq DESC OFFSET $3 LIMIT 1))",
-            )
-            .bind(&event.topic)
-            .bind(cutoff)
-            .bind(self.limits.buffer_events as i64)
-            .execute(&self.pool)
-            .await?;
+        self.emit_many(std::slice::from_ref(event)).await
+    }
+
+    async fn emit_many(&self, events: &[Event]) -> StoreResult<()> {
+        // Group commit: returns once the statement holding these events committed.
+        self.batcher.emit(events.to_vec()).await?;
+        let n = events.len() as u64;
+        let before = self.emits.fetch_add(n, Ordering::Relaxed);
+        if (before + n) / TRIM_EVERY != before / TRIM_EVERY || before == 0 {
+            for topic in distinct_topics(events) {
+                sqlx::query(
+                    "DELETE FROM sg_events WHERE topic = $1 AND (created_ms < $2 OR seq <= (
+                         SELECT seq FROM sg_events WHERE topic = $1 ORDER BY seq DESC OFFSET $3 LIMIT 1))",
+                )
+                .bind(topic)
+                .bind(self.cutoff())
+                .bind(self.limits.buffer_events as i64)
+                .execute(&self.pool)
+                .await?;
+            }
         }
         // Local waiters need not wait for the notification's round trip.
-        let _ = self.wake.send(event.topic.clone());
+        for topic in distinct_topics(events) {
+            let _ = self.wake.send(topic.to_string());
+        }
         Ok(())
     }
 
@@ -404,7 +414,7 @@ impl EventStore for PostgresStore {
                            WHERE topic = $2 AND queue = $3 AND visible_ms <= $4 AND attempts < $5
                            ORDER BY position LIMIT $6
                            FOR UPDATE SKIP LOCKED)
-             RETURNING body, attempts, position",
+             RETURNING seq, body, attempts, position",
         )
         .bind(now + visibility.as_millis() as i64)
         .bind(topic)
@@ -423,50 +433,63 @@ impl EventStore for PostgresStore {
         Ok(out)
     }
 
-    async fn ack(&self, topic: &str, queue: &str, ids: &[String]) -> StoreResult<Vec<String>> {
-        let gone: Vec<String> = sqlx::query_scalar(
-            "DELETE FROM sg_deliveries WHERE topic = $1 AND queue = $2 AND event_id = ANY($3)
-             RETURNING event_id",
+    async fn ack(&self, topic: &str, queue: &str, receipts: &[u64]) -> StoreResult<Vec<u64>> {
+        // On the claims pool: an ack lost in a server crash only delivers its entry again.
+        let gone: Vec<i64> = sqlx::query_scalar(
+            "DELETE FROM sg_deliveries WHERE seq = ANY($3) AND topic = $1 AND queue = $2
+             RETURNING seq",
+        )
+        .bind(topic)
+        .bind(queue)
+        .bind(as_seqs(receipts))
+        .fetch_all(&self.claims)
+        .await?;
+        Ok(missing(receipts, gone.iter().map(|s| *s as u64)))
+    }
+
+    async fn nack(&self, topic: &str, queue: &str, receipts: &[u64]) -> StoreResult<Vec<u64>> {
+        // One statement: the first receipt lands at the very front, the others after it in
+        // order, all before the entry that was first.
+        let moved: Vec<i64> = sqlx::query_scalar(
+            "WITH front AS (
+                 SELECT COALESCE(MIN(position), 0) AS p FROM sg_deliveries
+                 WHERE topic = $1 AND queue = $2),
+             r AS (SELECT seq, ord FROM UNNEST($3::bigint[]) WITH ORDINALITY AS r(seq, ord))
+             UPDATE sg_deliveries d SET visible_ms = 0, position = front.p - $4 - 1 + r.ord
+             FROM front, r
+             WHERE d.seq = r.seq AND d.topic = $1 AND d.queue = $2
+             RETURNING d.seq",
+        )
+        .bind(topic)
+        .bind(queue)
+        .bind(as_seqs(receipts))
+        .bind(receipts.len() as i64)
+        .fetch_all(&self.claims)
+        .await?;
+        sqlx::query("SELECT pg_notify($1, $2)")
+            .bind(&self.channel)
+            .bind(topic)
+            .execute(&self.claims)
+            .await?;
+        Ok(missing(receipts, moved.iter().map(|s| *s as u64)))
+    }
+
+    async fn receipts(
+        &self,
+        topic: &str,
+        queue: &str,
+        ids: &[String],
+    ) -> StoreResult<Vec<(String, u64)>> {
+        let rows: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT event_id, seq FROM sg_deliveries
+             WHERE topic = $1 AND queue = $2 AND event_id = ANY($3) ORDER BY position",
         )
         .bind(topic)
         .bind(queue)
         .bind(ids)
         .fetch_all(&self.pool)
         .await?;
-        Ok(ids
-            .iter()
-            .filter(|id| !gone.contains(id))
-            .cloned()
-            .collect())
-    }
-
-    async fn nack(&self, topic: &str, queue: &str, ids: &[String]) -> StoreResult<Vec<String>> {
-        let mut tx = self.pool.begin().await?;
-        let mut unknown = Vec::new();
-        for id in ids.iter().rev() {
-            let moved = sqlx::query(
-                "UPDATE sg_deliveries SET visible_ms = 0, position = (
-                     SELECT MIN(position) FROM sg_deliveries WHERE topic = $1 AND queue = $2) - 1
-                 WHERE topic = $1 AND queue = $2 AND event_id = $3",
-            )
-            .bind(topic)
-            .bind(queue)
-            .bind(id)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
-            if moved == 0 {
-                unknown.push(id.clone());
-            }
-        }
-        sqlx::query("SELECT pg_notify($1, $2)")
-            .bind(&self.channel)
-            .bind(topic)
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        unknown.reverse();
-        Ok(unknown)
+        Ok(rows.into_iter().map(|(id, seq)| (id, seq as u64)).collect())
     }
 
     async fn buffered(
@@ -507,7 +530,7 @@ impl EventStore for PostgresStore {
 
     async fn peek(&self, topic: &str, queue: &str, limit: usize) -> StoreResult<Vec<Delivery>> {
         let rows = sqlx::query(
-            "SELECT body, attempts, position FROM sg_deliveries
+            "SELECT seq, body, attempts, position FROM sg_deliveries
              WHERE topic = $1 AND queue = $2 ORDER BY position LIMIT $3",
         )
         .bind(topic)
@@ -633,6 +656,11 @@ impl EventStore for PostgresStore {
             .await?;
         Ok(())
     }
+}
+
+/// Receipts as the store's `BIGINT` sequence values.
+fn as_seqs(receipts: &[u64]) -> Vec<i64> {
+    receipts.iter().map(|r| *r as i64).collect()
 }
 
 /// A row count for `LIMIT`: "no limit" (`usize::MAX`) is `i64::MAX`, not -1, which Postgres

@@ -218,6 +218,7 @@ metadata:
                     let mut e = d.event.to_json();
                     if let Value::Object(map) = &mut e {
                         map.insert("attempts".into(), json!(d.attempts));
+                        map.insert("receipt".into(), json!(d.receipt));
                     }
                     e
                 })
@@ -231,7 +232,7 @@ fn ack() -> Tool {
     native(
         r#"
 name: event-ack
-description: "Acknowledge events taken with `ack: false` (removes them), or `nack: true` to return them to the front of the queue."
+description: "Acknowledge events taken with `ack: false` (removes them), or `nack: true` to return them to the front of the queue. Name them by `receipts` (from event-wait: exact) or by event `ids`."
 metadata:
   tags: [events]
   params:
@@ -239,6 +240,8 @@ metadata:
     properties:
       topic: { type: string }
       queue: { type: string }
+      receipts: { type: array, items: { type: integer, minimum: 0 } }
+      receipt: { type: integer, minimum: 0 }
       ids: { type: array, items: { type: string } }
       id: { type: string }
       nack: { type: boolean }
@@ -259,13 +262,29 @@ metadata:
             if let Some(id) = string(&args, "id") {
                 ids.push(id.to_string());
             }
-            if ids.is_empty() {
-                return Err(bad("event-ack needs `ids` (or `id`)"));
+            let mut receipts: Vec<u64> = args
+                .get("receipts")
+                .and_then(Value::as_array)
+                .map(|a| a.iter().filter_map(Value::as_u64).collect())
+                .unwrap_or_default();
+            if let Some(receipt) = args.get("receipt").and_then(Value::as_u64) {
+                receipts.push(receipt);
+            }
+            if ids.is_empty() && receipts.is_empty() {
+                return Err(bad(
+                    "event-ack needs `receipts` (or `receipt`) or `ids` (or `id`)",
+                ));
             }
             let nack = args.get("nack").and_then(Value::as_bool).unwrap_or(false);
-            bus(&ctx)?.ack(topic, queue, &ids, nack).await?;
+            let bus = bus(&ctx)?;
+            if !receipts.is_empty() {
+                bus.ack(topic, queue, &receipts, nack).await?;
+            }
+            if !ids.is_empty() {
+                bus.ack_ids(topic, queue, &ids, nack).await?;
+            }
             Ok(Some(
-                json!({ if nack { "nacked" } else { "acked" }: ids.len() }),
+                json!({ if nack { "nacked" } else { "acked" }: ids.len() + receipts.len() }),
             ))
         },
     )

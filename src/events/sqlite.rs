@@ -16,7 +16,9 @@ use tokio::sync::broadcast;
 
 use crate::context::id::now_ms;
 use crate::events::batch::Batcher;
-use crate::events::store::{Delivery, EventStore, KeyClaim, Limits, StoreError, StoreResult};
+use crate::events::store::{
+    Delivery, EventStore, KeyClaim, Limits, StoreError, StoreResult, distinct_topics, missing,
+};
 use crate::events::{DEAD_QUEUE, Event, dead_letter};
 
 /// Claims between two sweeps of expired ones.
@@ -61,7 +63,12 @@ impl SqliteStore {
         let writer = pool.clone();
         let batcher = Batcher::spawn(Arc::new(move |events: Vec<Event>| {
             let pool = writer.clone();
-            Box::pin(async move { insert_events(&pool, &events).await })
+            Box::pin(async move {
+                let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+                insert_events(&mut tx, &events).await?;
+                tx.commit().await?;
+                Ok(())
+            })
         }));
         let store = SqliteStore {
             pool,
@@ -114,7 +121,7 @@ impl SqliteStore {
         let expired = sqlx::query(
             "DELETE FROM sg_deliveries
              WHERE topic = ? AND queue = ? AND visible_ms <= ? AND attempts >= ?
-             RETURNING body, attempts, position",
+             RETURNING seq, body, attempts, position",
         )
         .bind(topic)
         .bind(queue)
@@ -153,7 +160,7 @@ impl SqliteStore {
 const INSERT_EVENT: &str =
     "INSERT INTO sg_events (topic, id, body, created_ms) VALUES (?, ?, ?, ?)";
 
-/// Queue rows (`body, attempts, position`) as deliveries in queue order.
+/// Queue rows (`seq, body, attempts, position`) as deliveries in queue order.
 fn in_order(rows: &[sqlx::sqlite::SqliteRow]) -> StoreResult<Vec<Delivery>> {
     let mut out: Vec<(i64, Delivery)> = rows
         .iter()
@@ -163,6 +170,7 @@ fn in_order(rows: &[sqlx::sqlite::SqliteRow]) -> StoreResult<Vec<Delivery>> {
                 Delivery {
                     event: Event::from_body(row.try_get("body")?)?,
                     attempts: row.try_get::<i64, _>("attempts")? as u32,
+                    receipt: row.try_get::<i64, _>("seq")? as u64,
                 },
             ))
         })
@@ -171,19 +179,21 @@ fn in_order(rows: &[sqlx::sqlite::SqliteRow]) -> StoreResult<Vec<Delivery>> {
     Ok(out.into_iter().map(|(_, d)| d).collect())
 }
 
-/// Inserts a batch of events in one statement (its own transaction).
-async fn insert_events(pool: &SqlitePool, events: &[Event]) -> StoreResult<()> {
-    let rows = vec!["(?, ?, ?, ?)"; events.len()].join(", ");
-    let sql = format!("INSERT INTO sg_events (topic, id, body, created_ms) VALUES {rows}");
-    let mut query = sqlx::query(&sql);
-    for event in events {
-        query = query
-            .bind(&event.topic)
-            .bind(&event.id)
-            .bind(event.to_body())
-            .bind(event.timestamp as i64);
+/// Inserts a batch of events, a statement per 256 of them, in the caller's transaction.
+async fn insert_events(tx: &mut Transaction<'static, Sqlite>, events: &[Event]) -> StoreResult<()> {
+    for chunk in events.chunks(256) {
+        let rows = vec!["(?, ?, ?, ?)"; chunk.len()].join(", ");
+        let sql = format!("INSERT INTO sg_events (topic, id, body, created_ms) VALUES {rows}");
+        let mut query = sqlx::query(&sql);
+        for event in chunk {
+            query = query
+                .bind(&event.topic)
+                .bind(&event.id)
+                .bind(event.to_body())
+                .bind(event.timestamp as i64);
+        }
+        query.execute(&mut **tx).await?;
     }
-    query.execute(pool).await?;
     Ok(())
 }
 
@@ -222,13 +232,22 @@ impl EventStore for SqliteStore {
     }
 
     async fn emit(&self, event: &Event) -> StoreResult<()> {
-        // Group commit: returns once the statement holding this event committed.
-        self.batcher.emit(event.clone()).await?;
-        let count = self.emits.fetch_add(1, Ordering::Relaxed);
-        if count.is_multiple_of(TRIM_EVERY) {
-            self.trim(&event.topic).await?;
+        self.emit_many(std::slice::from_ref(event)).await
+    }
+
+    async fn emit_many(&self, events: &[Event]) -> StoreResult<()> {
+        // Group commit: returns once the transaction holding these events committed.
+        self.batcher.emit(events.to_vec()).await?;
+        let n = events.len() as u64;
+        let before = self.emits.fetch_add(n, Ordering::Relaxed);
+        if (before + n) / TRIM_EVERY != before / TRIM_EVERY || before == 0 {
+            for topic in distinct_topics(events) {
+                self.trim(topic).await?;
+            }
         }
-        let _ = self.wake.send(event.topic.clone());
+        for topic in distinct_topics(events) {
+            let _ = self.wake.send(topic.to_string());
+        }
         Ok(())
     }
 
@@ -306,7 +325,7 @@ impl EventStore for SqliteStore {
              WHERE seq IN (SELECT seq FROM sg_deliveries
                            WHERE topic = ?2 AND queue = ?3 AND visible_ms <= ?4 AND attempts < ?5
                            ORDER BY position LIMIT ?6)
-             RETURNING body, attempts, position",
+             RETURNING seq, body, attempts, position",
         )
         .bind(now + visibility.as_millis() as i64)
         .bind(topic)
@@ -325,52 +344,69 @@ impl EventStore for SqliteStore {
         Ok(out)
     }
 
-    async fn ack(&self, topic: &str, queue: &str, ids: &[String]) -> StoreResult<Vec<String>> {
-        let mut gone: Vec<String> = Vec::with_capacity(ids.len());
-        for chunk in ids.chunks(500) {
+    async fn ack(&self, topic: &str, queue: &str, receipts: &[u64]) -> StoreResult<Vec<u64>> {
+        let mut gone: Vec<u64> = Vec::with_capacity(receipts.len());
+        for chunk in receipts.chunks(500) {
             let marks = vec!["?"; chunk.len()].join(", ");
             let sql = format!(
-                "DELETE FROM sg_deliveries WHERE topic = ? AND queue = ? AND event_id IN ({marks})
-                 RETURNING event_id"
+                "DELETE FROM sg_deliveries WHERE seq IN ({marks}) AND topic = ? AND queue = ?
+                 RETURNING seq"
             );
-            let mut query = sqlx::query_scalar::<_, String>(&sql)
-                .bind(topic)
-                .bind(queue);
-            for id in chunk {
-                query = query.bind(id);
+            let mut query = sqlx::query_scalar::<_, i64>(&sql);
+            for receipt in chunk {
+                query = query.bind(*receipt as i64);
             }
-            gone.extend(query.fetch_all(&self.pool).await?);
+            let deleted = query.bind(topic).bind(queue).fetch_all(&self.pool).await?;
+            gone.extend(deleted.into_iter().map(|s| s as u64));
         }
-        Ok(ids
-            .iter()
-            .filter(|id| !gone.contains(id))
-            .cloned()
-            .collect())
+        Ok(missing(receipts, gone))
     }
 
-    async fn nack(&self, topic: &str, queue: &str, ids: &[String]) -> StoreResult<Vec<String>> {
+    async fn nack(&self, topic: &str, queue: &str, receipts: &[u64]) -> StoreResult<Vec<u64>> {
         let mut tx = self.begin().await?;
-        let mut unknown = Vec::new();
-        for id in ids.iter().rev() {
-            let moved = sqlx::query(
+        let mut moved = Vec::with_capacity(receipts.len());
+        // Last first, each to the very front, so the first ends up first.
+        for receipt in receipts.iter().rev() {
+            let done = sqlx::query(
                 "UPDATE sg_deliveries SET visible_ms = 0, position = (
                      SELECT MIN(position) FROM sg_deliveries WHERE topic = ?1 AND queue = ?2) - 1
-                 WHERE topic = ?1 AND queue = ?2 AND event_id = ?3",
+                 WHERE seq = ?3 AND topic = ?1 AND queue = ?2",
             )
             .bind(topic)
             .bind(queue)
-            .bind(id)
+            .bind(*receipt as i64)
             .execute(&mut *tx)
             .await?
             .rows_affected();
-            if moved == 0 {
-                unknown.push(id.clone());
+            if done == 1 {
+                moved.push(*receipt);
             }
         }
         tx.commit().await?;
         let _ = self.wake.send(topic.to_string());
-        unknown.reverse();
-        Ok(unknown)
+        Ok(missing(receipts, moved))
+    }
+
+    async fn receipts(
+        &self,
+        topic: &str,
+        queue: &str,
+        ids: &[String],
+    ) -> StoreResult<Vec<(String, u64)>> {
+        let mut out = Vec::new();
+        for id in ids {
+            let rows: Vec<i64> = sqlx::query_scalar(
+                "SELECT seq FROM sg_deliveries WHERE topic = ? AND queue = ? AND event_id = ?
+                 ORDER BY position",
+            )
+            .bind(topic)
+            .bind(queue)
+            .bind(id)
+            .fetch_all(&self.pool)
+            .await?;
+            out.extend(rows.into_iter().map(|seq| (id.clone(), seq as u64)));
+        }
+        Ok(out)
     }
 
     async fn buffered(
@@ -407,7 +443,7 @@ impl EventStore for SqliteStore {
 
     async fn peek(&self, topic: &str, queue: &str, limit: usize) -> StoreResult<Vec<Delivery>> {
         let rows = sqlx::query(
-            "SELECT body, attempts, position FROM sg_deliveries
+            "SELECT seq, body, attempts, position FROM sg_deliveries
              WHERE topic = ? AND queue = ? ORDER BY position LIMIT ?",
         )
         .bind(topic)

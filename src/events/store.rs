@@ -35,6 +35,10 @@ pub struct Delivery {
     pub event: Event,
     /// How many times this entry has been delivered, this delivery included.
     pub attempts: u32,
+    /// The entry's identity in the store, unique among every entry of every queue and stable
+    /// across redeliveries and nacks: what acks and nacks name. (Event ids are random and could
+    /// in principle repeat; a receipt cannot.)
+    pub receipt: u64,
 }
 
 /// How long buffers keep events and how queue entries are delivered.
@@ -84,6 +88,10 @@ pub trait EventStore: Send + Sync + 'static {
     /// the durable stores) when this returns.
     async fn emit(&self, event: &Event) -> StoreResult<()>;
 
+    /// Stores several events at once, in order, committed together (one statement for the
+    /// durable stores): what a producer with a batch in hand calls instead of `emit` per event.
+    async fn emit_many(&self, events: &[Event]) -> StoreResult<()>;
+
     /// Creates queue `queue` on `topic` if missing (idempotent); with `replay`, a new queue
     /// starts with the topic's buffered events. Returns whether it was created.
     async fn create_queue(&self, topic: &str, queue: &str, replay: bool) -> StoreResult<bool>;
@@ -104,12 +112,21 @@ pub trait EventStore: Send + Sync + 'static {
         visibility: Duration,
     ) -> StoreResult<Vec<Delivery>>;
 
-    /// Removes entries for good. Returns the ids that were not in the queue.
-    async fn ack(&self, topic: &str, queue: &str, ids: &[String]) -> StoreResult<Vec<String>>;
+    /// Removes entries for good, by receipt. Returns the receipts that were not in the queue.
+    async fn ack(&self, topic: &str, queue: &str, receipts: &[u64]) -> StoreResult<Vec<u64>>;
 
-    /// Makes entries visible again at the front of the queue (first id first). Returns the ids
-    /// that were not in the queue.
-    async fn nack(&self, topic: &str, queue: &str, ids: &[String]) -> StoreResult<Vec<String>>;
+    /// Makes entries visible again at the front of the queue (first receipt first). Returns the
+    /// receipts that were not in the queue.
+    async fn nack(&self, topic: &str, queue: &str, receipts: &[u64]) -> StoreResult<Vec<u64>>;
+
+    /// The receipts of the entries of a queue that hold these event ids, as (event id, receipt),
+    /// for callers that settle by event id.
+    async fn receipts(
+        &self,
+        topic: &str,
+        queue: &str,
+        ids: &[String],
+    ) -> StoreResult<Vec<(String, u64)>>;
 
     /// Buffered events of `topic` in emit order, after event `after` if given.
     async fn buffered(
@@ -145,4 +162,25 @@ pub trait EventStore: Send + Sync + 'static {
 
     /// Checks the store answers (a round trip for a database), for readiness probes.
     async fn ping(&self) -> StoreResult<()>;
+}
+
+/// The distinct topics of a batch of events, in first-seen order.
+pub(crate) fn distinct_topics(events: &[Event]) -> Vec<&str> {
+    let mut topics: Vec<&str> = Vec::new();
+    for event in events {
+        if !topics.contains(&event.topic.as_str()) {
+            topics.push(&event.topic);
+        }
+    }
+    topics
+}
+
+/// The receipts, in their order, that are not among `found` (what a statement touched).
+pub(crate) fn missing(receipts: &[u64], found: impl IntoIterator<Item = u64>) -> Vec<u64> {
+    let found: std::collections::HashSet<u64> = found.into_iter().collect();
+    receipts
+        .iter()
+        .filter(|r| !found.contains(r))
+        .copied()
+        .collect()
 }

@@ -38,7 +38,7 @@ async fn consume(store: Arc<dyn EventStore>, topic: &str, queue: &str) -> Vec<(u
         for d in batch {
             seen.push((n_of(&d.event), d.attempts));
             store
-                .ack(topic, queue, std::slice::from_ref(&d.event.id))
+                .ack(topic, queue, std::slice::from_ref(&d.receipt))
                 .await
                 .expect("ack");
         }
@@ -282,7 +282,7 @@ async fn a_postgres_restart_during_consumption_loses_no_event() {
                     Ok(batch) => {
                         for d in batch {
                             if store
-                                .ack("restart", "q", std::slice::from_ref(&d.event.id))
+                                .ack("restart", "q", std::slice::from_ref(&d.receipt))
                                 .await
                                 .is_ok()
                             {

@@ -144,6 +144,12 @@ contract!(
     a_key_is_claimed_once_and_replays_what_its_holder_answered,
     an_expired_claim_is_free_again,
     of_many_processes_claiming_one_key_at_once_one_wins,
+    two_events_sharing_an_id_are_acked_independently_by_receipt,
+    emit_many_stores_a_batch_in_order_in_every_queue,
+    nacking_several_puts_them_at_the_front_in_the_order_given,
+    a_consumer_hands_out_each_entry_once_and_its_acks_remove_them,
+    closing_a_consumer_returns_what_it_prefetched_to_the_front,
+    a_prefetched_entry_whose_claim_grew_old_is_returned_not_handed_out,
 );
 
 fn ns(deliveries: &[skillgate::events::Delivery]) -> Vec<u64> {
@@ -322,7 +328,7 @@ async fn an_acked_event_never_comes_back(b: &Backend) {
     bus.subscribe_queue("done", "q", false).await.unwrap();
     bus.emit(&event("done", 1)).await.unwrap();
     let got = bus.wait("done", "q", GUARD, 10, false).await.unwrap();
-    bus.ack("done", "q", &[got[0].event.id.clone()], false)
+    bus.ack("done", "q", &[got[0].receipt], false)
         .await
         .unwrap();
     let later = bus
@@ -340,9 +346,7 @@ async fn nack_returns_the_event_to_the_front(b: &Backend) {
     }
     let first = bus.wait("nk", "q", GUARD, 2, false).await.unwrap();
     assert_eq!(ns(&first), [1, 2]);
-    bus.ack("nk", "q", &[first[1].event.id.clone()], true)
-        .await
-        .unwrap();
+    bus.ack("nk", "q", &[first[1].receipt], true).await.unwrap();
     let next = bus.wait("nk", "q", GUARD, 10, true).await.unwrap();
     assert_eq!(
         ns(&next),
@@ -362,9 +366,7 @@ async fn the_delivery_limit_moves_an_event_to_the_dead_topic(b: &Backend) {
     for attempt in 1..=2 {
         let got = bus.wait("jobs", "q", GUARD, 1, false).await.unwrap();
         assert_eq!(got[0].attempts, attempt);
-        bus.ack("jobs", "q", &[got[0].event.id.clone()], true)
-            .await
-            .unwrap();
+        bus.ack("jobs", "q", &[got[0].receipt], true).await.unwrap();
     }
     let after = bus
         .wait("jobs", "q", Duration::from_millis(50), 1, false)
@@ -429,11 +431,14 @@ async fn acking_an_unknown_id_is_an_error_naming_it(b: &Backend) {
     let bus = b.bus(Limits::default(), LONG).await;
     bus.subscribe_queue("ack", "q", false).await.unwrap();
     let err = bus
-        .ack("ack", "q", &["deadbeef".into()], false)
+        .ack_ids("ack", "q", &["deadbeef".into()], false)
         .await
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidArgs);
     assert!(err.to_string().contains("`deadbeef`"), "{err}");
+    let err = bus.ack("ack", "q", &[987_654], false).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgs);
+    assert!(err.to_string().contains("`987654`"), "{err}");
 }
 
 async fn an_invalid_topic_is_refused(b: &Backend) {
@@ -815,4 +820,211 @@ fn event_ids_do_not_repeat_among_many_events() {
         let id = skillgate::events::Event::new("t", "k").id;
         assert!(seen.insert(id.clone()), "event id `{id}` was given twice");
     }
+}
+
+async fn two_events_sharing_an_id_are_acked_independently_by_receipt(b: &Backend) {
+    let bus = b.bus(Limits::default(), LONG).await;
+    bus.subscribe_queue("twin", "q", false).await.unwrap();
+    let first = event("twin", 1);
+    let mut second = event("twin", 2);
+    second.id = first.id.clone();
+    bus.emit(&first).await.unwrap();
+    bus.emit(&second).await.unwrap();
+    let got = bus.wait("twin", "q", GUARD, 10, false).await.unwrap();
+    assert_eq!(ns(&got), [1, 2]);
+    assert_ne!(
+        got[0].receipt, got[1].receipt,
+        "each entry has its own receipt"
+    );
+    // By id the two cannot be told apart: refused, and neither is touched.
+    let err = bus
+        .ack_ids("twin", "q", std::slice::from_ref(&first.id), false)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("receipt"), "{err}");
+    assert_eq!(
+        ns(&bus.store().peek("twin", "q", 10).await.unwrap()),
+        [1, 2]
+    );
+    // By receipt, acking the second leaves the first; nacking the first brings back only it.
+    bus.ack("twin", "q", &[got[1].receipt], false)
+        .await
+        .unwrap();
+    assert_eq!(ns(&bus.store().peek("twin", "q", 10).await.unwrap()), [1]);
+    bus.ack("twin", "q", &[got[0].receipt], true).await.unwrap();
+    let again = bus.wait("twin", "q", GUARD, 10, false).await.unwrap();
+    assert_eq!((ns(&again), again[0].receipt), (vec![1], got[0].receipt));
+    // Now the id names one entry: acking by id works.
+    bus.ack_ids("twin", "q", std::slice::from_ref(&first.id), false)
+        .await
+        .unwrap();
+    assert!(bus.store().peek("twin", "q", 10).await.unwrap().is_empty());
+}
+
+async fn emit_many_stores_a_batch_in_order_in_every_queue(b: &Backend) {
+    let bus = b.bus(Limits::default(), LONG).await;
+    bus.subscribe_queue("many", "a", false).await.unwrap();
+    bus.subscribe_queue("many", "b", false).await.unwrap();
+    bus.subscribe_queue("other", "a", false).await.unwrap();
+    let mut batch: Vec<_> = (1..=300).map(|n| event("many", n)).collect();
+    batch.insert(10, event("other", 1000));
+    bus.emit_many(&batch).await.unwrap();
+    let want: Vec<u64> = (1..=300).collect();
+    for queue in ["a", "b"] {
+        let got = bus.wait("many", queue, GUARD, 1000, true).await.unwrap();
+        assert_eq!(ns(&got), want, "queue {queue}");
+    }
+    let other = bus.wait("other", "a", GUARD, 1000, true).await.unwrap();
+    assert_eq!(ns(&other), [1000]);
+    let buffered = bus.store().buffered("many", None, 1000).await.unwrap();
+    assert_eq!(buffered.len(), 300);
+    assert_eq!(buffered[0].data.as_ref().unwrap()["n"], 1);
+    let err = bus
+        .emit_many(&[event("fine", 1), event("Not A Topic", 2)])
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgs);
+    assert!(
+        bus.store()
+            .buffered("fine", None, 10)
+            .await
+            .unwrap()
+            .is_empty(),
+        "a batch with a bad topic stores nothing"
+    );
+}
+
+async fn nacking_several_puts_them_at_the_front_in_the_order_given(b: &Backend) {
+    let bus = b.bus(Limits::default(), LONG).await;
+    bus.subscribe_queue("nks", "q", false).await.unwrap();
+    for n in 1..=6 {
+        bus.emit(&event("nks", n)).await.unwrap();
+    }
+    let got = bus.wait("nks", "q", GUARD, 4, false).await.unwrap();
+    assert_eq!(ns(&got), [1, 2, 3, 4]);
+    // Nacked 4 then 2: both go before 5 and 6 (not back to their old places), 4 first.
+    bus.ack("nks", "q", &[got[3].receipt, got[1].receipt], true)
+        .await
+        .unwrap();
+    let next = bus.wait("nks", "q", GUARD, 10, true).await.unwrap();
+    assert_eq!(ns(&next), [4, 2, 5, 6], "1 and 3 are still in flight");
+}
+
+fn consumer(
+    store: Arc<dyn EventStore>,
+    topic: &str,
+    prefetch: usize,
+    visibility: Duration,
+) -> skillgate::events::Consumer {
+    skillgate::events::Consumer::start(
+        store,
+        topic,
+        "q",
+        skillgate::events::ConsumerOptions {
+            prefetch,
+            visibility,
+        },
+        tokio_util::sync::CancellationToken::new(),
+    )
+}
+
+async fn a_consumer_hands_out_each_entry_once_and_its_acks_remove_them(b: &Backend) {
+    let store = b.open(Limits::default()).await;
+    store.create_queue("cons", "q", false).await.unwrap();
+    let batch: Vec<_> = (1..=200).map(|n| event("cons", n)).collect();
+    store.emit_many(&batch).await.unwrap();
+    let consumer = Arc::new(consumer(store.clone(), "cons", 16, LONG));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let (consumer, seen) = (consumer.clone(), seen.clone());
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let next = tokio::time::timeout(Duration::from_millis(500), consumer.next()).await;
+                let Ok(Some(delivery)) = next else { return };
+                seen.lock()
+                    .push(delivery.event.data.as_ref().unwrap()["n"].as_u64().unwrap());
+                consumer.ack(delivery.receipt);
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    consumer.flush().await;
+    let mut seen = seen.lock().clone();
+    seen.sort_unstable();
+    assert_eq!(
+        seen,
+        (1..=200).collect::<Vec<u64>>(),
+        "each entry exactly once"
+    );
+    assert!(
+        store.peek("cons", "q", 10).await.unwrap().is_empty(),
+        "every ack reached the store"
+    );
+    // Entries emitted while it runs arrive too (the consumer wakes, it does not wait a poll).
+    store.emit(&event("cons", 201)).await.unwrap();
+    let late = tokio::time::timeout(GUARD, consumer.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(late.event.data.as_ref().unwrap()["n"], 201);
+    consumer.close().await;
+}
+
+async fn closing_a_consumer_returns_what_it_prefetched_to_the_front(b: &Backend) {
+    let store = b.open(Limits::default()).await;
+    store.create_queue("shut", "q", false).await.unwrap();
+    for n in 1..=10 {
+        store.emit(&event("shut", n)).await.unwrap();
+    }
+    let consumer = consumer(store.clone(), "shut", 8, LONG);
+    let first = tokio::time::timeout(GUARD, consumer.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(first.event.data.as_ref().unwrap()["n"], 1);
+    consumer.ack(first.receipt);
+    consumer.close().await;
+    assert!(
+        consumer.next().await.is_none(),
+        "a closed consumer hands out nothing"
+    );
+    // Every prefetched entry is visible again at once, in order, before the unclaimed ones.
+    let back = store.claim("shut", "q", 100, LONG).await.unwrap();
+    assert_eq!(ns(&back), (2..=10).collect::<Vec<u64>>());
+}
+
+async fn a_prefetched_entry_whose_claim_grew_old_is_returned_not_handed_out(b: &Backend) {
+    let store = b.open(Limits::default()).await;
+    store.create_queue("stale", "q", false).await.unwrap();
+    for n in 1..=3 {
+        store.emit(&event("stale", n)).await.unwrap();
+    }
+    // Visibility 2 s: an entry held locally for more than 0.5 s is too old to hand out.
+    let consumer = consumer(store.clone(), "stale", 8, Duration::from_secs(2));
+    let first = tokio::time::timeout(GUARD, consumer.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (
+            first.event.data.as_ref().unwrap()["n"].as_u64(),
+            first.attempts
+        ),
+        (Some(1), 1)
+    );
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    // 2 and 3 waited too long: they went back to the store and come again as new claims.
+    let next = tokio::time::timeout(GUARD, consumer.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(next.event.data.as_ref().unwrap()["n"], 2);
+    assert_eq!(
+        next.attempts, 2,
+        "handed out from a fresh claim, not the old one"
+    );
+    consumer.close().await;
 }

@@ -52,6 +52,7 @@ async fn run(
 ) {
     let bus = gateway.kernel.bus().clone();
     let id = delivery.event.id.clone();
+    let receipt = delivery.receipt;
     let data = delivery.event.data.clone().unwrap_or(Value::Null);
     let mail = Mail::from_json(&data["mail"]);
     let skill = data["skill"].as_str().unwrap_or_default().to_string();
@@ -141,7 +142,7 @@ async fn run(
             "an answer was sent to this sender within the reply window; no other now"
         );
     }
-    if let Err(err) = bus.ack(TOPIC, QUEUE, &[id], false).await {
+    if let Err(err) = bus.ack(TOPIC, QUEUE, &[receipt], false).await {
         tracing::warn!(request_id, error = %err, "acking a mail failed; it may be answered again");
     }
 }

@@ -52,6 +52,7 @@ async fn run(
 ) {
     let bus = gateway.kernel.bus().clone();
     let id = delivery.event.id.clone();
+    let receipt = delivery.receipt;
     let data = delivery.event.data.clone().unwrap_or(Value::Null);
     let event_id = data["eventId"].as_str().unwrap_or(&id).to_string();
     let skill = data["skill"].as_str().unwrap_or_default().to_string();
@@ -121,7 +122,7 @@ async fn run(
             slack.auth_failed(gateway);
         }
     }
-    if let Err(err) = bus.ack(TOPIC, QUEUE, &[id], false).await {
+    if let Err(err) = bus.ack(TOPIC, QUEUE, &[receipt], false).await {
         tracing::warn!(event_id, error = %err, "acking a Slack event failed; it may be answered again");
     }
 }

@@ -91,11 +91,11 @@ async fn run(gateway: &Gateway, route: &WebhookRoute, delivery: Delivery, timeou
     };
     match outcome {
         Some(Ok(_)) => {
-            let ids = [event.id.clone()];
+            let receipts = [delivery.receipt];
             if let Err(err) = gateway
                 .kernel
                 .bus()
-                .ack(&route.topic, QUEUE, &ids, false)
+                .ack(&route.topic, QUEUE, &receipts, false)
                 .await
             {
                 tracing::warn!(delivery_id, error = %err, "acking a webhook delivery failed; it may run again");

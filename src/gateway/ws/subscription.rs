@@ -28,6 +28,7 @@ const CLAIM_WAIT: Duration = Duration::from_secs(5);
 struct Held {
     topic: String,
     group: String,
+    receipt: u64,
     _slot: OwnedSemaphorePermit,
 }
 
@@ -104,8 +105,11 @@ impl Subscriptions {
             ));
             return;
         };
-        let ids = [event_id.to_string()];
-        if let Err(err) = self.bus.ack(&held.topic, &held.group, &ids, nack).await {
+        if let Err(err) = self
+            .bus
+            .ack(&held.topic, &held.group, &[held.receipt], nack)
+            .await
+        {
             self.outbox
                 .push(out::error(None, &GatewayError::BadRequest(err.to_string())));
         }
@@ -126,8 +130,11 @@ impl Subscriptions {
             let _ = task.await;
         }
         let held: Vec<(String, Held)> = self.held.lock().drain().collect();
-        for (id, held) in held {
-            let _ = self.bus.ack(&held.topic, &held.group, &[id], true).await;
+        for (_, held) in held {
+            let _ = self
+                .bus
+                .ack(&held.topic, &held.group, &[held.receipt], true)
+                .await;
         }
     }
 }
@@ -207,8 +214,8 @@ async fn consume(
         let deliveries = match got {
             // Stopped while claiming: what was claimed goes back at once.
             Ok(deliveries) if stop.is_cancelled() => {
-                let ids: Vec<String> = deliveries.into_iter().map(|d| d.event.id).collect();
-                let _ = bus.ack(&topic, &group, &ids, true).await;
+                let receipts: Vec<u64> = deliveries.into_iter().map(|d| d.receipt).collect();
+                let _ = bus.ack(&topic, &group, &receipts, true).await;
                 return;
             }
             Ok(deliveries) => deliveries,
@@ -226,21 +233,35 @@ async fn consume(
                     Ok(slot) => slot,
                     // Claimed more than the prefetch allows: it comes back to the queue.
                     Err(_) => {
-                        let _ = bus.ack(&topic, &group, &[delivery.event.id], true).await;
+                        let _ = bus.ack(&topic, &group, &[delivery.receipt], true).await;
                         continue;
                     }
                 },
             };
             let mut frame = out::topic_event(&topic, Some(&group), &delivery.event);
             frame["attempts"] = delivery.attempts.into();
-            held.lock().insert(
-                delivery.event.id.clone(),
-                Held {
-                    topic: topic.clone(),
-                    group: group.clone(),
-                    _slot: slot,
-                },
-            );
+            let duplicate = {
+                let mut held = held.lock();
+                if held.contains_key(&delivery.event.id) {
+                    true
+                } else {
+                    held.insert(
+                        delivery.event.id.clone(),
+                        Held {
+                            topic: topic.clone(),
+                            group: group.clone(),
+                            receipt: delivery.receipt,
+                            _slot: slot,
+                        },
+                    );
+                    false
+                }
+            };
+            if duplicate {
+                // Frames name events by id: a second event with the id of one this socket
+                // holds is left claimed, and comes back after its visibility timeout.
+                continue;
+            }
             outbox.push(frame);
         }
     }
