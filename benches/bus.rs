@@ -4,10 +4,13 @@
 //! - `enqueue`: 4 producers emitting batches of 100 (`emit_many`);
 //! - `drain`: a backlog emitted beforehand, drained by 16 tasks sharing one consumer
 //!   (prefetch 500, each ack sent one by one and flushed in batches);
-//! - `flat out`: 8 producers emitting one event at a time while 1 or 16 tasks consume;
+//! - `flat out`: 8 or 64 producers emitting one event at a time (each waiting for its commit)
+//!   while 1 or 16 tasks consume;
 //! - `steady`: publish → handler latency at a steady 100/s (16 tasks) and 1,000/s (1 task).
 //!
 //! Run: `cargo bench --bench bus` (Postgres rows need `DATABASE_URL`). Prints one table.
+//! `BUS_BENCH="postgres drain"` (any words) keeps only the rows whose store or phase contains
+//! every word.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -24,6 +27,10 @@ use tokio_util::sync::CancellationToken;
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+type Phase = Box<
+    dyn Fn(Arc<dyn EventStore>) -> std::pin::Pin<Box<dyn std::future::Future<Output = Figures>>>,
+>;
 
 /// What a phase measured: a rate, and latencies where the phase has them.
 struct Figures {
@@ -158,16 +165,20 @@ async fn drain(store: Arc<dyn EventStore>, total: u64) -> Figures {
     }
 }
 
-async fn flat_out(store: Arc<dyn EventStore>, consumers: usize, total: u64) -> Figures {
-    const PRODUCERS: u64 = 8;
+async fn flat_out(
+    store: Arc<dyn EventStore>,
+    producers: u64,
+    consumers: usize,
+    total: u64,
+) -> Figures {
     let topic = fresh_topic(&store).await;
     let clock = Arc::new(Clock::default());
     let started = Instant::now();
-    let producers: Vec<_> = (0..PRODUCERS)
+    let producers: Vec<_> = (0..producers)
         .map(|p| {
             let (store, topic, clock) = (store.clone(), topic.clone(), clock.clone());
             tokio::spawn(async move {
-                for n in (p..total).step_by(PRODUCERS as usize) {
+                for n in (p..total).step_by(producers as usize) {
                     clock.send(n);
                     store.emit(&numbered(&topic, n)).await.expect("emit");
                     // The memory store never waits: let the consumers run.
@@ -223,6 +234,17 @@ async fn steady(store: Arc<dyn EventStore>, per_second: u64, tasks: usize, total
     }
 }
 
+/// Whether `BUS_BENCH` asks for this store's phase.
+fn wanted(store: &str, phase: &str) -> bool {
+    match std::env::var("BUS_BENCH") {
+        Ok(words) if !words.trim().is_empty() => words
+            .split([',', ' '])
+            .filter(|w| !w.is_empty())
+            .all(|w| store.contains(w) || phase.contains(w)),
+        _ => true,
+    }
+}
+
 fn row(store: &str, phase: &str, figures: Figures) {
     let (p50, p99) = match figures.latency {
         Some((p50, p99)) => (
@@ -273,33 +295,42 @@ fn main() {
         println!("| store | phase | events/s | p50 | p99 |");
         println!("|---|---|---|---|---|");
         for (name, store, total) in stores {
-            row(
-                name,
-                "enqueue, batches of 100",
-                enqueue(store.clone(), total).await,
-            );
-            row(
-                name,
-                "drain a backlog, 16 consumers",
-                drain(store.clone(), total).await,
-            );
-            for consumers in [1, 16] {
-                row(
-                    name,
-                    &format!("8 producers, {consumers} consumer(s), acks one by one"),
-                    flat_out(store.clone(), consumers, total / 5).await,
-                );
+            let store = &store;
+            let phases: Vec<(String, Phase)> = vec![
+                (
+                    "enqueue, batches of 100".into(),
+                    Box::new(move |s| Box::pin(enqueue(s, total))),
+                ),
+                (
+                    "drain a backlog, 16 consumers".into(),
+                    Box::new(move |s| Box::pin(drain(s, total))),
+                ),
+                (
+                    "8 producers, 1 consumer, acks one by one".into(),
+                    Box::new(move |s| Box::pin(flat_out(s, 8, 1, total / 5))),
+                ),
+                (
+                    "8 producers, 16 consumers, acks one by one".into(),
+                    Box::new(move |s| Box::pin(flat_out(s, 8, 16, total / 5))),
+                ),
+                (
+                    "64 producers, 16 consumers, acks one by one".into(),
+                    Box::new(move |s| Box::pin(flat_out(s, 64, 16, total / 5))),
+                ),
+                (
+                    "steady 100/s, 16 consumers".into(),
+                    Box::new(|s| Box::pin(steady(s, 100, 16, 500))),
+                ),
+                (
+                    "steady 1000/s, 1 consumer, acks one by one".into(),
+                    Box::new(|s| Box::pin(steady(s, 1000, 1, 5000))),
+                ),
+            ];
+            for (phase, run) in phases {
+                if wanted(name, &phase) {
+                    row(name, &phase, run(store.clone()).await);
+                }
             }
-            row(
-                name,
-                "steady 100/s, 16 consumers",
-                steady(store.clone(), 100, 16, 500).await,
-            );
-            row(
-                name,
-                "steady 1000/s, 1 consumer, acks one by one",
-                steady(store.clone(), 1000, 1, 5000).await,
-            );
         }
     });
 }

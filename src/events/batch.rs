@@ -24,28 +24,44 @@ pub struct Batcher {
 }
 
 impl Batcher {
-    /// Starts the writer; `insert` writes a batch in one transaction.
-    pub fn spawn(insert: Insert) -> Batcher {
-        let (queue, mut inbox) = mpsc::channel::<(Vec<Event>, Reply)>(4096);
-        tokio::spawn(async move {
-            let mut replies = Vec::new();
-            while let Some((mut events, reply)) = inbox.recv().await {
-                replies.push(reply);
-                while events.len() < MAX_BATCH {
-                    match inbox.try_recv() {
-                        Ok((more, reply)) => {
-                            events.extend(more);
-                            replies.push(reply);
+    /// Starts `writers` writer tasks; `insert` writes a batch in one transaction. With more
+    /// than one, a batch is written while the next one waits for its commit: concurrent emits
+    /// are not ordered among themselves anyway, and one emitter's next emit only starts after
+    /// its last one committed.
+    pub fn spawn(insert: Insert, writers: usize) -> Batcher {
+        let (queue, inbox) = mpsc::channel::<(Vec<Event>, Reply)>(4096);
+        let inbox = Arc::new(tokio::sync::Mutex::new(inbox));
+        for _ in 0..writers.max(1) {
+            let (inbox, insert) = (inbox.clone(), insert.clone());
+            tokio::spawn(async move {
+                let mut replies = Vec::new();
+                loop {
+                    let mut events = {
+                        let mut inbox = inbox.lock().await;
+                        let Some((mut events, reply)) = inbox.recv().await else {
+                            return;
+                        };
+                        replies.push(reply);
+                        while events.len() < MAX_BATCH {
+                            match inbox.try_recv() {
+                                Ok((more, reply)) => {
+                                    events.extend(more);
+                                    replies.push(reply);
+                                }
+                                Err(_) => break,
+                            }
                         }
-                        Err(_) => break,
+                        events
+                    };
+                    let outcome = insert(std::mem::take(&mut events))
+                        .await
+                        .map_err(|e| e.to_string());
+                    for reply in replies.drain(..) {
+                        let _ = reply.send(outcome.clone());
                     }
                 }
-                let outcome = insert(events).await.map_err(|e| e.to_string());
-                for reply in replies.drain(..) {
-                    let _ = reply.send(outcome.clone());
-                }
-            }
-        });
+            });
+        }
         Batcher { queue }
     }
 

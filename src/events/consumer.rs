@@ -236,10 +236,14 @@ impl Shared {
             match claimed {
                 Ok(batch) if !batch.is_empty() => {
                     let now = Instant::now();
+                    let n = batch.len();
                     self.ready
                         .lock()
                         .extend(batch.into_iter().map(|delivery| (delivery, now)));
-                    self.arrived.notify_waiters();
+                    // One waiter per entry, not every waiter for every batch.
+                    for _ in 0..n {
+                        self.arrived.notify_one();
+                    }
                 }
                 Ok(_) => self.idle(&mut wakeups).await,
                 Err(err) => {

@@ -24,15 +24,14 @@ use crate::events::{DEAD_QUEUE, Event, dead_letter};
 /// Claims between two sweeps of expired ones.
 const CLAIM_SWEEP_EVERY: u64 = 256;
 
-/// Trim a topic's buffer on every this many emits (and on the first).
-const TRIM_EVERY: u64 = 64;
-
 pub struct SqliteStore {
     pool: SqlitePool,
     batcher: Batcher,
     limits: Limits,
     wake: broadcast::Sender<String>,
-    emits: AtomicU64,
+    /// Buffer trims, at most one per topic per interval: reads bound the buffer themselves,
+    /// trimming only collects what they no longer return.
+    trims: crate::events::batch::Throttle,
     /// Keys claimed, to sweep expired claims now and then.
     key_claims: AtomicU64,
     sweeps: crate::events::batch::Throttle,
@@ -56,26 +55,33 @@ impl SqliteStore {
                 SqliteSynchronous::Normal
             })
             .busy_timeout(Duration::from_secs(30));
+        // One connection: SQLite has one writer at a time anyway, and this process's statements
+        // then queue in order instead of sleeping in SQLite's busy handler (whole milliseconds
+        // at a time) while another of its connections holds the lock. Another process on the
+        // same file still waits through `busy_timeout`.
         let pool = SqlitePoolOptions::new()
-            .max_connections(4)
+            .max_connections(1)
             .connect_with(options)
             .await?;
         let writer = pool.clone();
-        let batcher = Batcher::spawn(Arc::new(move |events: Vec<Event>| {
-            let pool = writer.clone();
-            Box::pin(async move {
-                let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
-                insert_events(&mut tx, &events).await?;
-                tx.commit().await?;
-                Ok(())
-            })
-        }));
+        let batcher = Batcher::spawn(
+            Arc::new(move |events: Vec<Event>| {
+                let pool = writer.clone();
+                Box::pin(async move {
+                    let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+                    insert_events(&mut tx, &events).await?;
+                    tx.commit().await?;
+                    Ok(())
+                })
+            }),
+            1,
+        );
         let store = SqliteStore {
             pool,
             batcher,
             limits,
             wake: broadcast::channel(1024).0,
-            emits: AtomicU64::new(0),
+            trims: crate::events::batch::Throttle::default(),
             key_claims: AtomicU64::new(0),
             sweeps: crate::events::batch::Throttle::default(),
         };
@@ -238,10 +244,8 @@ impl EventStore for SqliteStore {
     async fn emit_many(&self, events: &[Event]) -> StoreResult<()> {
         // Group commit: returns once the transaction holding these events committed.
         self.batcher.emit(events.to_vec()).await?;
-        let n = events.len() as u64;
-        let before = self.emits.fetch_add(n, Ordering::Relaxed);
-        if (before + n) / TRIM_EVERY != before / TRIM_EVERY || before == 0 {
-            for topic in distinct_topics(events) {
+        for topic in distinct_topics(events) {
+            if self.trims.due(topic, "") {
                 self.trim(topic).await?;
             }
         }
