@@ -46,6 +46,9 @@ pub struct Entry {
     pub kind: EntryKind,
     /// Injected by a directive (runs after every metadata middleware, in document order).
     pub directive: bool,
+    /// The middleware has nothing to do for the tool whose chain this is (decided when the
+    /// chain was resolved, see `IdleWhen`): the orchestrator steps over it.
+    pub idle: bool,
 }
 
 impl fmt::Debug for Entry {
@@ -74,6 +77,7 @@ impl Entry {
             after: Arc::from([]),
             kind: EntryKind::Tool,
             directive: false,
+            idle: false,
         }
     }
 

@@ -432,8 +432,21 @@ fn compute_resolved(index: &SearchIndex, tool: &Arc<Tool>) -> Result<Resolved> {
             ..Entry::tool(tool.name.as_str(), Arc::new(Value::Null))
         });
     }
-    let entries = order::sort(entries)
+    let mut entries = order::sort(entries)
         .map_err(|e| SkillError::config(format!("pipeline of `{}`: {e}", tool.name)))?;
+    // Built-in middleware with nothing to do for this tool are stepped over, unless something
+    // watches every entry (`$next` hooks) or the metadata changes per invocation.
+    if next_hooks.is_empty() && !merged.dynamic {
+        for entry in entries
+            .iter_mut()
+            .filter(|e| matches!(e.kind, EntryKind::Tool))
+        {
+            entry.idle = index
+                .get(&entry.name)
+                .and_then(|mw| mw.idle_when)
+                .is_some_and(|idle| idle(meta, tool));
+        }
+    }
     Ok(Resolved {
         metadata: Arc::new(Value::Object(meta.clone())),
         entries: Arc::new(entries),

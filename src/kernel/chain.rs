@@ -82,6 +82,8 @@ async fn run_entry(served: &Context, entry: &Entry) -> Result<Ran> {
         EntryKind::Sentinel => return Ok(Ran::Skipped),
         EntryKind::Body => run_body(served).await?.map(Arc::new),
         EntryKind::Fn(f) => f(served.clone()).await?.map(Arc::new),
+        // Nothing to do for this tool: the same as invoking it and having it call `next()`.
+        EntryKind::Tool if entry.idle => return Ok(Ran::Skipped),
         EntryKind::Tool => {
             if in_pipeline_ancestry(served, &entry.name) {
                 let _ = served.log(json!({

@@ -62,4 +62,9 @@ metadata:
             Ok(result.map(|r| (*r).clone()))
         },
     )
+    .idle_when(|metadata, _| {
+        metadata
+            .get("model")
+            .is_none_or(|m| m.is_null() || *m == Value::Bool(false))
+    })
 }

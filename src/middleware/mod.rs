@@ -19,7 +19,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use futures::FutureExt;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use crate::context::Context;
 use crate::error::Result;
@@ -71,6 +71,12 @@ pub fn builtins() -> Vec<Tool> {
 }
 
 /// Continues the served chain and returns undefined, so the served result stays as it is.
+/// An [`IdleWhen`](crate::skills::tool::IdleWhen) for a middleware that only acts when the
+/// served tool's cascade has `key` (not `null`).
+pub(crate) fn idle_without(key: &str, metadata: &Map<String, Value>) -> bool {
+    metadata.get(key).is_none_or(Value::is_null)
+}
+
 pub async fn pass(target: &Context) -> Result<Option<Value>> {
     target.next().await?;
     Ok(None)

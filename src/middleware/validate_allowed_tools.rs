@@ -30,4 +30,5 @@ metadata:
             pass(&target).await
         },
     )
+    .idle_when(|metadata, _| crate::middleware::idle_without("allowed-tools", metadata))
 }

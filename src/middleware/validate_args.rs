@@ -29,4 +29,5 @@ metadata:
             pass(&target).await
         },
     )
+    .idle_when(|metadata, _| crate::middleware::idle_without("params", metadata))
 }

@@ -29,4 +29,5 @@ metadata:
             Ok(None)
         },
     )
+    .idle_when(|metadata, _| crate::middleware::idle_without("returns", metadata))
 }

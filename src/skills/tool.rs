@@ -79,7 +79,17 @@ pub struct Tool {
     /// True when `role: main`: the tool is the authority for the folder it sits in.
     pub is_main: bool,
     pub hidden: bool,
+    /// For a built-in middleware: true when it has nothing to do for a served tool with this
+    /// resolved metadata (see [`IdleWhen`]).
+    pub idle_when: Option<IdleWhen>,
 }
+
+/// Whether a middleware would only pass for a served tool, judged from the served tool's
+/// resolved metadata (`run.middleware`) and declaration alone, when its pipeline is resolved.
+/// The orchestrator then steps over its chain entry instead of invoking it (an invocation that
+/// would only call `next()`); pipelines with `$next` hooks, or with metadata interpolated at
+/// invocation, always invoke every entry, so what hooks and debugging observe is unchanged.
+pub type IdleWhen = fn(&Map<String, Value>, &Tool) -> bool;
 
 /// The keys of `run.tool`; the declaration is closed to any other.
 pub const DECL_KEYS: [&str; 8] = [
@@ -162,7 +172,14 @@ impl Tool {
             prompt,
             body,
             tags,
+            idle_when: None,
         }
+    }
+
+    /// Declares when this middleware has nothing to do (see [`IdleWhen`]).
+    pub fn idle_when(mut self, idle: IdleWhen) -> Tool {
+        self.idle_when = Some(idle);
+        self
     }
 
     /// The directory of the file that declared this tool (`${dir}` in its metadata).

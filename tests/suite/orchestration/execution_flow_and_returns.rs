@@ -249,3 +249,67 @@ async fn every_invocation_runs_the_full_pipeline() {
     assert_eq!(err.kind(), ErrorKind::InvalidArgs);
     assert_eq!(err.tool(), Some("typed"));
 }
+
+/// The entries of `name`'s resolved chain that the orchestrator steps over.
+fn idle_of(kernel: &Kernel, name: &str) -> Vec<String> {
+    let index = kernel.registry().current();
+    let tool = index.find(name).expect("tool exists").clone();
+    let resolved = skillgate::cascade::resolved_for(&index, &tool).expect("pipeline resolves");
+    let mut idle: Vec<String> = resolved
+        .entries
+        .iter()
+        .filter(|e| e.idle)
+        .map(|e| e.name.to_string())
+        .collect();
+    idle.sort();
+    idle
+}
+
+#[tokio::test]
+async fn built_in_middleware_with_nothing_to_do_are_stepped_over_unless_hooks_watch_every_entry() {
+    let p = Project::new();
+    let trace = Trace::default();
+    let spy = native(
+        "name: spy\nmetadata:\n  role: middleware\n  $hook: { $self: $next }\n",
+        |ctx, _args| async move {
+            ctx.ctx_target()?.next().await?;
+            Ok(None)
+        },
+    );
+    let kernel = p
+        .builder()
+        .native(spy)
+        .native(skill("bare", "  tags: [t]\n", &trace))
+        .native(skill(
+            "typed",
+            "  params: { type: object }\n  returns: { type: integer }\n  allowed-tools: [bare]\n",
+            &trace,
+        ))
+        .native(skill("watched", "  spy: true\n", &trace))
+        .build();
+    // Nothing to validate, no policy, no model: four entries have nothing to do.
+    assert_eq!(
+        idle_of(&kernel, "bare"),
+        [
+            "agent-execute",
+            "validate-allowed-tools",
+            "validate-args",
+            "validate-returns"
+        ]
+    );
+    // Each schema and the policy makes its middleware run.
+    assert_eq!(idle_of(&kernel, "typed"), ["agent-execute"]);
+    // A `$next` hook sees every entry: none is stepped over.
+    assert!(idle_of(&kernel, "watched").is_empty());
+    // Stepped over or not, the pipeline does what it did: `typed` still checks its returns.
+    let err = kernel
+        .invoke("typed", json!({}), InvokeOptions::default())
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidReturns);
+    let out = kernel
+        .invoke("bare", json!({}), InvokeOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(plain(out), Some(json!("bare done")));
+}
