@@ -3,6 +3,10 @@
 //!
 //! Labels are bounded: methods are the standard ones or `other`, routes are path templates
 //! (`/invoke/{skill}`) or `unmatched`, skills are registry names.
+//!
+//! The hot path keeps the handles it made: a request or invocation finds its counter and
+//! histogram under one read lock with an Fx hash of borrowed labels, allocating nothing; only
+//! the first of a label set goes through the families (String labels, SipHash).
 
 use std::sync::atomic::AtomicI64;
 use std::time::Duration;
@@ -13,6 +17,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+use rustc_hash::FxHashMap;
 
 use crate::error::ErrorKind;
 
@@ -56,6 +61,31 @@ pub fn method_label(method: &str) -> &'static str {
 
 type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
 
+/// A label set's counter and histogram (shared with the family that exports them).
+type Handles = (Counter, Histogram);
+/// Handles by a small key, then by a name (route template or skill) looked up as `&str`.
+type HandleCache<K> = parking_lot::RwLock<FxHashMap<K, FxHashMap<Box<str>, Handles>>>;
+
+/// The handles under `key` and `name`, made by `make` the first time.
+fn cached<K: std::hash::Hash + Eq + Copy>(
+    cache: &HandleCache<K>,
+    key: K,
+    name: &str,
+    make: impl FnOnce() -> Handles,
+) -> Handles {
+    if let Some(found) = cache.read().get(&key).and_then(|names| names.get(name)) {
+        return found.clone();
+    }
+    let made = make();
+    cache
+        .write()
+        .entry(key)
+        .or_default()
+        .entry(name.into())
+        .or_insert(made)
+        .clone()
+}
+
 fn latency_histogram() -> Histogram {
     // 100 µs to ~6.5 s.
     Histogram::new(exponential_buckets(0.0001, 2.0, 17))
@@ -69,6 +99,10 @@ pub struct Metrics {
     invocations: Family<SkillLabels, Counter>,
     errors: Family<ErrorLabels, Counter>,
     durations: Histograms<SkillLabels>,
+    /// (method, status) then route template.
+    request_handles: HandleCache<(&'static str, u16)>,
+    /// Transport then skill.
+    invocation_handles: HandleCache<Box<str>>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -131,25 +165,32 @@ impl Metrics {
             invocations,
             errors,
             durations,
+            request_handles: Default::default(),
+            invocation_handles: Default::default(),
         }
     }
 
     /// Counts one finished HTTP request. `route` must be a template, never a raw path.
     pub fn request(&self, method: &str, route: &str, status: u16, elapsed: Duration) {
-        let labels = RouteLabels {
-            method: method_label(method).to_string(),
-            route: route.to_string(),
-        };
-        self.latency
-            .get_or_create(&labels)
-            .observe(elapsed.as_secs_f64());
-        self.requests
-            .get_or_create(&RequestLabels {
-                method: labels.method,
-                route: labels.route,
-                status,
-            })
-            .inc();
+        let method = method_label(method);
+        let (count, latency) = cached(&self.request_handles, (method, status), route, || {
+            let labels = RouteLabels {
+                method: method.to_string(),
+                route: route.to_string(),
+            };
+            let latency = self.latency.get_or_create(&labels).clone();
+            let count = self
+                .requests
+                .get_or_create(&RequestLabels {
+                    method: labels.method,
+                    route: labels.route,
+                    status,
+                })
+                .clone();
+            (count, latency)
+        });
+        latency.observe(elapsed.as_secs_f64());
+        count.inc();
     }
 
     /// +1 / -1 requests in flight (from a request's head until its response body ends).
@@ -170,23 +211,41 @@ impl Metrics {
         error: Option<ErrorKind>,
         elapsed: Duration,
     ) {
-        let labels = SkillLabels {
-            skill: skill.to_string(),
-            transport: transport.to_string(),
-        };
-        self.durations
-            .get_or_create(&labels)
-            .observe(elapsed.as_secs_f64());
+        let found = self
+            .invocation_handles
+            .read()
+            .get(transport)
+            .and_then(|skills| skills.get(skill))
+            .cloned();
+        let (count, duration) = found.unwrap_or_else(|| {
+            let labels = SkillLabels {
+                skill: skill.to_string(),
+                transport: transport.to_string(),
+            };
+            let made = (
+                self.invocations.get_or_create(&labels).clone(),
+                self.durations.get_or_create(&labels).clone(),
+            );
+            self.invocation_handles
+                .write()
+                .entry(transport.into())
+                .or_default()
+                .entry(skill.into())
+                .or_insert(made)
+                .clone()
+        });
+        duration.observe(elapsed.as_secs_f64());
+        // Errors are the rare path: through the family.
         if let Some(kind) = error {
             self.errors
                 .get_or_create(&ErrorLabels {
-                    skill: labels.skill.clone(),
-                    transport: labels.transport.clone(),
+                    skill: skill.to_string(),
+                    transport: transport.to_string(),
                     kind: kind.code().to_string(),
                 })
                 .inc();
         }
-        self.invocations.get_or_create(&labels).inc();
+        count.inc();
     }
 
     /// The Prometheus text exposition.
