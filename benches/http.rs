@@ -244,7 +244,7 @@ fn main() {
             );
         }
         println!(
-            "gateway / bare: {:.0}% of the bare handler's requests/s (target at least 50%)",
+            "gateway / bare: {:.0}% of the bare handler's requests/s (target at least 60%)",
             100.0 * gateway_rps / bare_rps
         );
     });
