@@ -220,6 +220,28 @@ fn store_error(err: StoreError) -> SkillError {
     }
 }
 
+/// Ok when nothing was `unknown`; else the error naming the receipts or ids (`what`) that no
+/// entry of the queue held.
+fn unknown_settled<T: std::fmt::Display + Serialize>(
+    what: &str,
+    unknown: &[T],
+    topic: &str,
+    queue: &str,
+) -> Result<()> {
+    if unknown.is_empty() {
+        return Ok(());
+    }
+    Err(SkillError::new(
+        ErrorKind::InvalidArgs,
+        format!(
+            "unknown {what}{} {} in queue `{queue}` of `{topic}` (already acked, or never delivered there)",
+            if unknown.len() == 1 { "" } else { "s" },
+            unknown.iter().map(|u| format!("`{u}`")).collect::<Vec<_>>().join(", ")
+        ),
+    )
+    .with_data(json!({ "unknown": unknown })))
+}
+
 /// The queue a skill handler's events go through.
 pub fn handler_queue(reference: &str) -> String {
     format!("handler:{reference}")
@@ -243,12 +265,7 @@ impl Bus {
 
     /// Publishes an event; durable when this returns.
     pub async fn emit(&self, event: &Event) -> Result<()> {
-        check_name("topic", &event.topic)?;
-        self.store.emit(event).await.map_err(store_error)?;
-        if self.emitted.receiver_count() > 0 {
-            let _ = self.emitted.send(Arc::new(event.clone()));
-        }
-        Ok(())
+        self.emit_many(std::slice::from_ref(event)).await
     }
 
     /// Publishes several events committed together (one statement for the durable stores), in
@@ -448,19 +465,7 @@ impl Bus {
             self.store.ack(topic, queue, receipts).await
         }
         .map_err(store_error)?;
-        if unknown.is_empty() {
-            Ok(())
-        } else {
-            Err(SkillError::new(
-                ErrorKind::InvalidArgs,
-                format!(
-                    "unknown receipt{} {} in queue `{queue}` of `{topic}` (already acked, or never delivered there)",
-                    if unknown.len() == 1 { "" } else { "s" },
-                    unknown.iter().map(|r| format!("`{r}`")).collect::<Vec<_>>().join(", ")
-                ),
-            )
-            .with_data(json!({ "unknown": unknown })))
-        }
+        unknown_settled("receipt", &unknown, topic, queue)
     }
 
     /// [`Bus::ack`] by event id, for callers that kept only the envelope. An id held by no
@@ -501,19 +506,7 @@ impl Bus {
         if !receipts.is_empty() {
             self.ack(topic, queue, &receipts, nack).await?;
         }
-        if unknown.is_empty() {
-            Ok(())
-        } else {
-            Err(SkillError::new(
-                ErrorKind::InvalidArgs,
-                format!(
-                    "unknown event id{} {} in queue `{queue}` of `{topic}` (already acked, or never delivered there)",
-                    if unknown.len() == 1 { "" } else { "s" },
-                    unknown.iter().map(|i| format!("`{i}`")).collect::<Vec<_>>().join(", ")
-                ),
-            )
-            .with_data(json!({ "unknown": unknown })))
-        }
+        unknown_settled("event id", &unknown, topic, queue)
     }
 
     /// Stops every handler worker and wakes every waiter.

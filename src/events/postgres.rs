@@ -136,6 +136,20 @@ impl PostgresStore {
         now_ms().saturating_sub(self.limits.buffer_age.as_millis() as u64) as i64
     }
 
+    /// Drops buffered events past the count and age limits.
+    async fn trim(&self, topic: &str) -> StoreResult<()> {
+        sqlx::query(
+            "DELETE FROM sg_events WHERE topic = $1 AND (created_ms < $2 OR seq <= (
+                 SELECT seq FROM sg_events WHERE topic = $1 ORDER BY seq DESC OFFSET $3 LIMIT 1))",
+        )
+        .bind(topic)
+        .bind(self.cutoff())
+        .bind(self.limits.buffer_events as i64)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
     /// Moves entries that used up their deliveries to the `dead` queue of `<topic>.dead`.
     async fn sweep_dead(&self, topic: &str, queue: &str, now: i64) -> StoreResult<()> {
         let mut tx = self.pool.begin().await?;
@@ -166,7 +180,7 @@ impl PostgresStore {
             .bind(now)
             .execute(&mut *tx)
             .await?;
-            self.emit_tx(&mut tx, &letter, false).await?;
+            self.emit_tx(&mut tx, &letter).await?;
         }
         tx.commit().await?;
         Ok(())
@@ -180,7 +194,6 @@ impl PostgresStore {
         &self,
         tx: &mut Transaction<'static, Postgres>,
         event: &Event,
-        trim: bool,
     ) -> StoreResult<()> {
         let body = event.to_body();
         // The same per-topic lock as a batch takes (see `insert_events`).
@@ -207,18 +220,6 @@ impl PostgresStore {
         .bind(&event.topic)
         .execute(&mut **tx)
         .await?;
-        if trim {
-            let cutoff = now_ms().saturating_sub(self.limits.buffer_age.as_millis() as u64) as i64;
-            sqlx::query(
-                "DELETE FROM sg_events WHERE topic = $1 AND (created_ms < $2 OR seq <= (
-                     SELECT seq FROM sg_events WHERE topic = $1 ORDER BY seq DESC OFFSET $3 LIMIT 1))",
-            )
-            .bind(&event.topic)
-            .bind(cutoff)
-            .bind(self.limits.buffer_events as i64)
-            .execute(&mut **tx)
-            .await?;
-        }
         sqlx::query("SELECT pg_notify($1, $2)")
             .bind(&self.channel)
             .bind(&event.topic)
@@ -334,15 +335,7 @@ impl EventStore for PostgresStore {
         self.batcher.emit(events.to_vec()).await?;
         for topic in distinct_topics(events) {
             if self.trims.due(topic, "") {
-                sqlx::query(
-                    "DELETE FROM sg_events WHERE topic = $1 AND (created_ms < $2 OR seq <= (
-                         SELECT seq FROM sg_events WHERE topic = $1 ORDER BY seq DESC OFFSET $3 LIMIT 1))",
-                )
-                .bind(topic)
-                .bind(self.cutoff())
-                .bind(self.limits.buffer_events as i64)
-                .execute(&self.pool)
-                .await?;
+                self.trim(topic).await?;
             }
         }
         // Local waiters need not wait for the notification's round trip.

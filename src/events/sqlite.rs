@@ -146,7 +146,7 @@ impl SqliteStore {
             .bind(now)
             .execute(&mut *tx)
             .await?;
-            emit_tx(&mut tx, &letter, &self.limits, false).await?;
+            emit_tx(&mut tx, &letter).await?;
             dead_topics.push(letter.topic);
         }
         tx.commit().await?;
@@ -203,12 +203,7 @@ async fn insert_events(tx: &mut Transaction<'static, Sqlite>, events: &[Event]) 
     Ok(())
 }
 
-async fn emit_tx(
-    tx: &mut Transaction<'static, Sqlite>,
-    event: &Event,
-    limits: &Limits,
-    trim: bool,
-) -> StoreResult<()> {
+async fn emit_tx(tx: &mut Transaction<'static, Sqlite>, event: &Event) -> StoreResult<()> {
     sqlx::query(INSERT_EVENT)
         .bind(&event.topic)
         .bind(&event.id)
@@ -216,18 +211,6 @@ async fn emit_tx(
         .bind(event.timestamp as i64)
         .execute(&mut **tx)
         .await?;
-    if trim {
-        let cutoff = now_ms().saturating_sub(limits.buffer_age.as_millis() as u64) as i64;
-        sqlx::query(
-            "DELETE FROM sg_events WHERE topic = ?1 AND (created_ms < ?2 OR seq <= (
-                 SELECT seq FROM sg_events WHERE topic = ?1 ORDER BY seq DESC LIMIT 1 OFFSET ?3))",
-        )
-        .bind(&event.topic)
-        .bind(cutoff)
-        .bind(limits.buffer_events as i64)
-        .execute(&mut **tx)
-        .await?;
-    }
     Ok(())
 }
 
