@@ -6,6 +6,7 @@
 pub mod args;
 pub mod events;
 pub mod exit;
+pub mod init;
 pub mod keys;
 mod redact;
 pub mod run;
@@ -92,8 +93,18 @@ pub enum Command {
     /// Check the Slack settings and bot token: `skillgate slack check`.
     #[command(subcommand)]
     Slack(slack::SlackCommand),
-    /// Create or update the event store's tables.
-    Migrate,
+    /// Start a new project in a folder: a main skill, examples, `skillgate.yaml`.
+    Init(init::InitArgs),
+    /// Create or update the event store's tables (safe with many replicas at once);
+    /// `--check` only reports what is pending and exits 1 if anything is.
+    Migrate(MigrateArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct MigrateArgs {
+    /// Change nothing: list the migrations the store has not applied, exit 1 if there are any.
+    #[arg(long)]
+    pub check: bool,
 }
 
 impl Cli {
@@ -123,7 +134,9 @@ pub async fn main(cli: Cli) -> ExitCode {
     let log = cli.log_config();
     // The commands that run skills or touch the store read the config file first.
     let file = match &cli.command {
-        Command::Keys(_) | Command::Skills(_) => crate::config::ConfigFile::default(),
+        Command::Keys(_) | Command::Skills(_) | Command::Init(_) => {
+            crate::config::ConfigFile::default()
+        }
         _ => match crate::config::ConfigFile::read(&cli.project, cli.config.as_deref()) {
             Ok(file) => file,
             Err(mut errors) => {
@@ -170,13 +183,15 @@ pub async fn main(cli: Cli) -> ExitCode {
             .await
         }
         Command::Keys(cmd) => keys::run(cmd),
+        Command::Init(args) => init::run(args, &cli.project),
         Command::Slack(cmd) => slack::run(&cli.project, &file, cmd).await,
         Command::Skills(cmd) => skills::run(&cli.project, cmd),
         Command::Events(cmd) => match open_store(&cli, &store).await {
             Some(opened) => events::run(opened, cmd).await,
             None => ExitCode::from(FAILED),
         },
-        Command::Migrate => match open_store(&cli, &store).await {
+        Command::Migrate(args) if args.check => check_migrations(&cli, &store).await,
+        Command::Migrate(_) => match open_store(&cli, &store).await {
             Some(opened) => {
                 println!(
                     "{} event store {} is up to date",
@@ -187,6 +202,35 @@ pub async fn main(cli: Cli) -> ExitCode {
             }
             None => ExitCode::from(FAILED),
         },
+    }
+}
+
+/// `migrate --check`: lists the pending migrations without applying them; 0 when there are
+/// none, 1 when there are (a deploy step can refuse to roll out), 2 when the store cannot be
+/// read.
+async fn check_migrations(cli: &Cli, store: &crate::config::StoreSettings) -> ExitCode {
+    let url = store.url();
+    match crate::events::migrations::pending(&url, &cli.project).await {
+        Ok(pending) if pending.is_empty() => {
+            println!("event store {} is up to date", redact::url(&url));
+            ExitCode::SUCCESS
+        }
+        Ok(pending) => {
+            println!(
+                "event store {} has {} pending migration(s):",
+                redact::url(&url),
+                pending.len()
+            );
+            for migration in &pending {
+                println!("  {migration}");
+            }
+            ExitCode::from(FAILED)
+        }
+        Err(err) => {
+            let said = format!("cannot read the event store `{url}`: {err}");
+            eprintln!("error: {}", redact::message(&said, &url));
+            ExitCode::from(USAGE)
+        }
     }
 }
 

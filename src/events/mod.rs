@@ -10,6 +10,7 @@
 pub mod batch;
 pub mod consumer;
 pub mod memory;
+pub mod migrations;
 pub mod open;
 pub mod postgres;
 pub mod skills;

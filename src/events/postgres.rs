@@ -68,9 +68,17 @@ impl PostgresStore {
                 .max_connections(1)
                 .connect_with(options.clone())
                 .await?;
-            bootstrap
-                .execute(format!("CREATE SCHEMA IF NOT EXISTS {schema}").as_str())
+            // `CREATE SCHEMA IF NOT EXISTS` is not safe against itself: two replicas starting at
+            // once can both find the schema missing and one fails on the catalog's unique index.
+            // A transaction-scoped advisory lock makes them take turns.
+            let mut tx = bootstrap.begin().await?;
+            sqlx::query("SELECT pg_advisory_xact_lock(hashtext('skillgate.schema:' || $1))")
+                .bind(schema)
+                .execute(&mut *tx)
                 .await?;
+            tx.execute(format!("CREATE SCHEMA IF NOT EXISTS {schema}").as_str())
+                .await?;
+            tx.commit().await?;
             bootstrap.close().await;
             options = options.options([("search_path", schema)]);
         }
@@ -661,9 +669,7 @@ impl EventStore for PostgresStore {
     }
 
     async fn migrate(&self) -> StoreResult<()> {
-        sqlx::migrate!("./migrations/postgres")
-            .run(&self.pool)
-            .await?;
+        crate::events::migrations::POSTGRES.run(&self.pool).await?;
         Ok(())
     }
 }

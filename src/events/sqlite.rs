@@ -547,9 +547,7 @@ impl EventStore for SqliteStore {
     }
 
     async fn migrate(&self) -> StoreResult<()> {
-        sqlx::migrate!("./migrations/sqlite")
-            .run(&self.pool)
-            .await?;
+        crate::events::migrations::SQLITE.run(&self.pool).await?;
         Ok(())
     }
 }

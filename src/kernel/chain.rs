@@ -32,7 +32,9 @@ async fn next(ctx: Context) -> Result<Output> {
         return Err(ctx.fail(err));
     }
     loop {
-        match ctx.chain_step() {
+        // One `run_entry` await for both kinds of entry keeps this future small: it is nested
+        // once per middleware layer.
+        let ran = match ctx.chain_step() {
             Step::Done => return Ok(ctx.result()),
             Step::Again => continue,
             Step::Hook {
@@ -41,7 +43,8 @@ async fn next(ctx: Context) -> Result<Output> {
                 entry,
                 depth,
             } => {
-                let out = run_hook(&ctx, &hook, trigger, entry).await;
+                // Boxed: hooks are rare, and their future is as large as the rest of `next`.
+                let out = Box::pin(run_hook(&ctx, &hook, trigger, entry)).await;
                 if trigger == "$next" {
                     ctx.drop_skipped_entry(depth);
                 }
@@ -52,22 +55,16 @@ async fn next(ctx: Context) -> Result<Output> {
                 if let Some(err) = ctx.abort_error() {
                     return Err(ctx.fail(err));
                 }
-                let entry = &list[i];
-                match run_entry(&ctx, entry).await? {
-                    Ran::Value(out) => {
-                        ctx.settle(out);
-                        return Ok(ctx.result());
-                    }
-                    Ran::Skipped => continue,
-                }
+                run_entry(&ctx, &list[i]).await?
             }
-            Step::Pending(entry) => match run_entry(&ctx, &entry).await? {
-                Ran::Value(out) => {
-                    ctx.settle(out);
-                    return Ok(ctx.result());
-                }
-                Ran::Skipped => continue,
-            },
+            Step::Pending(entry) => run_entry(&ctx, &entry).await?,
+        };
+        match ran {
+            Ran::Value(out) => {
+                ctx.settle(out);
+                return Ok(ctx.result());
+            }
+            Ran::Skipped => continue,
         }
     }
 }
@@ -102,7 +99,12 @@ async fn run_entry(served: &Context, entry: &Entry) -> Result<Ran> {
                 middleware = &*entry.name,
                 skill = served.tool_name(),
             );
-            let run = served.invoke_entry(&entry.name, entry.args.clone(), Map::new(), Map::new());
+            let run = served.invoke_entry(
+                entry.name.clone(),
+                entry.args.clone(),
+                Map::new(),
+                Map::new(),
+            );
             in_span(span, run).await?
         }
     };
@@ -170,7 +172,7 @@ async fn run_hook(
     let mut nonlocals = Map::new();
     nonlocals.insert("debug".into(), Value::Bool(false));
     served
-        .invoke_entry(&hook.name, args, locals, nonlocals)
+        .invoke_entry(hook.name.clone(), args, locals, nonlocals)
         .await
 }
 

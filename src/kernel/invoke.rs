@@ -90,7 +90,7 @@ impl Context {
     /// Invokes a chain entry's tool for the served context `self`.
     pub(crate) fn invoke_entry(
         &self,
-        name: &str,
+        name: Arc<str>,
         args: Arc<Value>,
         locals: Map<String, Value>,
         nonlocals: Map<String, Value>,
@@ -103,7 +103,7 @@ impl Context {
             kernel: self.0.kernel.clone(),
             caller: Some(self.clone()),
             index: self.index(),
-            tool: ToolRef::Name(Arc::from(name)),
+            tool: ToolRef::Name(name),
             args,
             options,
             interactive: false,

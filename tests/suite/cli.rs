@@ -251,3 +251,99 @@ fn serve_help_groups_its_options_under_headings() {
         }
     }
 }
+
+#[test]
+fn init_writes_a_project_that_runs_at_once() {
+    let parent = tempfile::tempdir().unwrap();
+    let dir = parent.path().join("hello-project");
+    let out = crate::common::skillgate(parent.path(), &["init", dir.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    for file in [
+        "main.skill.md",
+        "skills/greet.skill.md",
+        "skills/word-count.skill.js",
+        "skillgate.yaml",
+        ".gitignore",
+    ] {
+        assert!(dir.join(file).is_file(), "{file} was not written");
+    }
+    assert!(
+        std::fs::read_to_string(dir.join(".gitignore"))
+            .unwrap()
+            .contains("/.skillgate/")
+    );
+    // The main skill, the markdown example and the JavaScript example all run in it.
+    let out = crate::common::skillgate(&dir, &["run"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stdout(&out).contains("Hello, world!"), "{}", stdout(&out));
+    let out = crate::common::skillgate(&dir, &["run", "greet", "--name", "Ada"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stdout(&out).contains("Hello, Ada!"), "{}", stdout(&out));
+    let out = crate::common::skillgate(&dir, &["run", "word-count", "--text", "one two three"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("\"words\": 3") || stdout(&out).contains("\"words\":3"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[test]
+fn init_refuses_to_overwrite_a_project_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("skillgate.yaml"), "# mine\n").unwrap();
+    let out = crate::common::skillgate(dir.path(), &["init"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("skillgate.yaml"), "{}", stderr(&out));
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("skillgate.yaml")).unwrap(),
+        "# mine\n"
+    );
+    assert!(!dir.path().join("main.skill.md").exists());
+}
+
+#[test]
+fn init_config_reads_cleanly_with_every_transport_uncommented() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = crate::common::skillgate(dir.path(), &["init"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // Uncomment each section as a user would: drop the `# ` before section headers and the
+    // lines indented under them (comments inside stay comments).
+    let text = std::fs::read_to_string(dir.path().join("skillgate.yaml")).unwrap();
+    let sections = ["http:", "websocket:", "store:", "slack:", "email:"];
+    let mut uncommented = String::new();
+    for line in text.lines() {
+        let body = line.strip_prefix("# ");
+        let keep = match body {
+            Some(b) if sections.iter().any(|s| b.starts_with(s)) || b.starts_with("  ") => b,
+            _ => line,
+        };
+        uncommented.push_str(keep);
+        uncommented.push('\n');
+    }
+    for section in sections {
+        assert!(
+            uncommented.contains(&format!("\n{section}")),
+            "{section} missing:\n{uncommented}"
+        );
+    }
+    std::fs::write(dir.path().join("skillgate.yaml"), &uncommented).unwrap();
+    let out = skillgate_command(dir.path())
+        .env(
+            "SKILLGATE_API_KEYS",
+            "ci=sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+        )
+        .env("DATABASE_URL", "memory")
+        .env("SLACK_BOT_TOKEN", "xoxb-test")
+        .env("SLACK_SIGNING_SECRET", "secret")
+        .env("SMTP_RELAY_URL", "smtp://127.0.0.1:2525")
+        .args(["migrate", "--check"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}\n{uncommented}",
+        stderr(&out)
+    );
+}

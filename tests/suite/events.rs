@@ -1028,3 +1028,28 @@ async fn a_prefetched_entry_whose_claim_grew_old_is_returned_not_handed_out(b: &
     );
     consumer.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_stores_opened_at_once_on_a_fresh_schema_all_create_and_migrate_it() {
+    let Some(Backend::Postgres { url, schema }) = Backend::postgres() else {
+        return;
+    };
+    // Replicas starting together: the schema is created and migrated once, none fails on the
+    // race `CREATE SCHEMA IF NOT EXISTS` and the migrations would otherwise have.
+    let opens = (0..8).map(|_| PostgresStore::connect(&url, Some(&schema), Limits::default()));
+    let stores = futures::future::join_all(opens).await;
+    let stores: Vec<PostgresStore> = stores
+        .into_iter()
+        .map(|s| s.expect("every replica opens the store"))
+        .collect();
+    stores[0].emit(&event("fresh", 1)).await.unwrap();
+    let buffered = stores[7].buffered("fresh", None, 10).await.unwrap();
+    assert_eq!(buffered.len(), 1);
+    let pending = skillgate::events::migrations::pending(
+        &format!("{url}?options=-c%20search_path%3D{schema}"),
+        std::path::Path::new("."),
+    )
+    .await
+    .unwrap();
+    assert!(pending.is_empty(), "{pending:?}");
+}

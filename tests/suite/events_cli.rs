@@ -121,6 +121,112 @@ fn migrate_creates_the_embedded_store_in_the_project() {
 }
 
 #[test]
+fn migrate_check_lists_pending_migrations_and_exits_1_until_they_are_applied_on_every_store() {
+    for store in Store::all() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = |args: &[&str]| skillgate_on(dir.path(), &store, args);
+        let out = run(&["migrate", "--check"]);
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "{}: {}",
+            store.name(),
+            stderr(&out)
+        );
+        let said = stdout(&out);
+        assert!(
+            said.contains("pending migration"),
+            "{}: {said}",
+            store.name()
+        );
+        assert!(said.contains("0001 events"), "{}: {said}", store.name());
+        // Checking changes nothing: the embedded store's file is not even created.
+        if store.url.is_none() {
+            assert!(!dir.path().join(".skillgate/events.db").exists());
+        }
+        assert_eq!(run(&["migrate", "--check"]).status.code(), Some(1));
+        let out = run(&["migrate"]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}: {}",
+            store.name(),
+            stderr(&out)
+        );
+        let out = run(&["migrate", "--check"]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}: {}",
+            store.name(),
+            stdout(&out)
+        );
+        assert!(stdout(&out).contains("is up to date"), "{}", store.name());
+    }
+}
+
+#[test]
+fn migrate_check_on_an_unreachable_store_exits_2_without_the_password() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut command = skillgate_command(dir.path());
+    command.env_remove("DATABASE_URL");
+    let out = command
+        .args([
+            "--store",
+            "postgres://someone:hunter2@127.0.0.1:1/none",
+            "migrate",
+            "--check",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("cannot read the event store"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!stderr(&out).contains("hunter2"), "{}", stderr(&out));
+}
+
+#[test]
+fn replicas_starting_at_once_on_a_fresh_postgres_database_all_migrate_it() {
+    let Some(store) = Store::all().into_iter().find(|s| s.url.is_some()) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    // Eight processes race to create the tables (the migrator's advisory lock makes them take
+    // turns) and, with a schema in the URL, the schema itself.
+    let url = format!(
+        "{}?options=-c%20search_path%3Dreplicas",
+        store.url.as_ref().unwrap()
+    );
+    admin_query(store.url.as_ref().unwrap(), "CREATE SCHEMA replicas");
+    let children: Vec<_> = (0..8)
+        .map(|_| {
+            let mut command = skillgate_command(dir.path());
+            command.env_remove("DATABASE_URL");
+            command
+                .args(["--store", url.as_str(), "migrate"])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for child in children {
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    }
+    let mut command = skillgate_command(dir.path());
+    command.env_remove("DATABASE_URL");
+    let out = command
+        .args(["--store", url.as_str(), "migrate", "--check"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+}
+
+#[test]
 fn replay_prints_the_buffer_in_emit_order_and_from_an_id_on_every_store() {
     for store in Store::all() {
         let dir = tempfile::tempdir().unwrap();
