@@ -40,6 +40,7 @@ pub mod events;
 pub mod gateway;
 pub mod kernel;
 pub mod middleware;
+pub mod reload;
 pub mod sandbox;
 pub mod shutdown;
 pub mod skills;

@@ -28,6 +28,10 @@ pub struct ServeArgs {
     pub http: HttpSettings,
     #[command(flatten)]
     pub websocket: WsSettings,
+    /// Watch the skill folders, the main skill and the config file, and reload the skills when
+    /// they change (SIGHUP reloads either way).
+    #[arg(long, env = "SKILLGATE_WATCH", default_value_t = true, action = clap::ArgAction::Set)]
+    pub watch: bool,
 }
 
 pub async fn serve(
@@ -48,6 +52,7 @@ pub async fn serve(
         .log_config(log)
         .bus(bus)
         .max_depth(max_depth)
+        .extension(Arc::new(crate::reload::ReloadState::default()))
         .build();
     let index = kernel.registry().current();
     for failure in index.failures() {
@@ -92,6 +97,16 @@ pub async fn serve(
     };
     // Caught before the start line: whoever reads it may signal at once.
     let signals = crate::shutdown::listen();
+    // Every transport stops together on SIGINT/SIGTERM; the shutdown is announced once.
+    let stop = CancellationToken::new();
+    // Skills reload on changes and SIGHUP (also caught before the start line).
+    let reloader = crate::reload::spawn(
+        kernel.clone(),
+        project.to_path_buf(),
+        file.path.clone(),
+        args.watch,
+        stop.clone(),
+    );
     let addr = server.local_addr();
     let smtp = server
         .email_addr()
@@ -110,8 +125,6 @@ pub async fn serve(
             "warning: listening on {addr} without API keys; set SKILLGATE_API_KEYS before exposing the server"
         );
     }
-    // Every transport stops together on SIGINT/SIGTERM; the shutdown is announced once.
-    let stop = CancellationToken::new();
     let transports: Vec<Box<dyn Transport>> = vec![Box::new(server)];
     let watcher = {
         let stop = stop.clone();
@@ -135,6 +148,7 @@ pub async fn serve(
         // Every transport ended on its own (the error is logged): no signal to wait for.
         watcher.abort();
     }
+    reloader.abort();
     kernel.bus().shutdown();
     let cut_off: Vec<String> = reports
         .iter()

@@ -106,6 +106,38 @@ impl Registry {
         index
     }
 
+    /// Re-reads every skill folder like [`Registry::reload`], but keeps the current set when the
+    /// new one has a load failure the current one does not (a broken edit): then the rejected
+    /// index is returned as the error, its failures saying what broke. Skills that were already
+    /// broken do not block a reload.
+    pub fn try_reload(&self) -> Result<Arc<SearchIndex>, Arc<SearchIndex>> {
+        let current = self.current();
+        let generation = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
+        let config = self.config.read().clone();
+        let candidate = Arc::new(build(
+            generation,
+            &config,
+            &config.skill_dirs,
+            &self.natives.read(),
+        ));
+        let known = |name: &str, message: &str| {
+            current
+                .failures()
+                .iter()
+                .any(|f| f.name == name && f.error.message() == message)
+        };
+        let broken = candidate
+            .failures()
+            .iter()
+            .any(|f| !known(&f.name, f.error.message()));
+        if broken {
+            return Err(candidate);
+        }
+        *self.current.write() = candidate.clone();
+        self.custom.lock().clear();
+        Ok(candidate)
+    }
+
     /// Adds (or replaces) a native tool and starts a new generation.
     pub fn register(&self, tool: Tool) -> Arc<SearchIndex> {
         {

@@ -52,6 +52,7 @@ mod model_fake;
 mod model_openai;
 mod orchestration;
 mod process;
+mod reload;
 mod replicas;
 mod sandbox;
 mod security;

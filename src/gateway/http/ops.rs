@@ -53,6 +53,10 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
         "store": store,
         "skills": skills,
         "transports": transports,
+        // The last hot reload, when the server reloads (`null` before the first).
+        "reload": kernel
+            .extension::<crate::reload::ReloadState>()
+            .map(|state| state.to_json()),
     });
     (status, axum::Json(body)).into_response()
 }

@@ -1,0 +1,210 @@
+//! Hot reload: `skillgate serve` picks up edited skills (watched, and on SIGHUP), a broken edit
+//! keeps the running set and `/readyz` shows it, and runs in flight finish on the skills they
+//! started with.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use skillgate::InvokeOptions;
+
+use crate::common::{Project, http_client, native};
+use crate::process::{Served, serve};
+
+fn greet(version: &str) -> String {
+    format!("---\nname: greet\ndescription: Greets.\n---\nHello from {version}.\n")
+}
+
+async fn invoke_greet(served: &Served) -> Value {
+    http_client()
+        .post(served.url("/invoke/greet"))
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+async fn readyz(served: &Served) -> Value {
+    http_client()
+        .get(served.url("/readyz"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+/// Polls `check` until it holds, for up to 20 s; returns the last value it saw.
+async fn eventually<F, Fut>(what: &str, mut check: F) -> Value
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = (bool, Value)>,
+{
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (ok, seen) = check().await;
+        if ok {
+            return seen;
+        }
+        assert!(Instant::now() < deadline, "{what}; last seen: {seen}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn an_edited_skill_is_served_to_new_requests_without_a_restart() {
+    let project = Project::new();
+    project.skill("greet.skill.md", &greet("v1"));
+    let served = serve(project.path(), &["--bind", "127.0.0.1:0"], &[]);
+    assert_eq!(invoke_greet(&served).await["result"], "Hello from v1.\n");
+    project.skill("greet.skill.md", &greet("v2"));
+    eventually("the edit is served", || async {
+        let body = invoke_greet(&served).await;
+        (body["result"] == "Hello from v2.\n", body)
+    })
+    .await;
+    // A skill added to the folder is found too.
+    project.skill(
+        "added.skill.md",
+        "---\nname: added\ndescription: New.\n---\nI am new.\n",
+    );
+    eventually("the new skill is served", || async {
+        let body: Value = http_client()
+            .post(served.url("/invoke/added"))
+            .json(&json!({}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        (body["result"] == "I am new.\n", body)
+    })
+    .await;
+    let ready = readyz(&served).await;
+    assert_eq!(ready["reload"]["ok"], true, "{ready}");
+    assert_eq!(ready["reload"]["trigger"], "watch", "{ready}");
+}
+
+#[tokio::test]
+async fn a_broken_edit_keeps_the_running_skills_logs_where_and_readyz_shows_it() {
+    let project = Project::new();
+    project.skill("greet.skill.md", &greet("v1"));
+    let served = serve(project.path(), &["--bind", "127.0.0.1:0"], &[]);
+    project.skill(
+        "greet.skill.md",
+        "---\nname: greet\nmetadata: [unclosed\n---\nHello from broken.\n",
+    );
+    let ready = eventually("readyz reports the failed reload", || async {
+        let ready = readyz(&served).await;
+        (ready["reload"]["ok"] == false, ready)
+    })
+    .await;
+    assert_eq!(ready["reload"]["failures"], json!(["greet"]), "{ready}");
+    // The old set still serves, and the server stays ready.
+    assert_eq!(ready["status"], "ready", "{ready}");
+    assert_eq!(invoke_greet(&served).await["result"], "Hello from v1.\n");
+    // The log names the file and the line.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut logged = Vec::new();
+    while Instant::now() < deadline {
+        while let Ok(line) = served.stderr.try_recv() {
+            logged.push(line);
+        }
+        if logged.iter().any(|l| l.contains("skills not reloaded")) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let line = logged
+        .iter()
+        .find(|l| l.contains("skills not reloaded"))
+        .unwrap_or_else(|| panic!("no reload error logged: {logged:?}"));
+    assert!(line.contains("greet.skill.md:3"), "{line}");
+    // Fixed, it is picked up.
+    project.skill("greet.skill.md", &greet("v3"));
+    eventually("the fix is served", || async {
+        let body = invoke_greet(&served).await;
+        (body["result"] == "Hello from v3.\n", body)
+    })
+    .await;
+    assert_eq!(readyz(&served).await["reload"]["ok"], true);
+}
+
+#[tokio::test]
+async fn sighup_reloads_the_skills_when_watching_is_off() {
+    let project = Project::new();
+    project.skill("greet.skill.md", &greet("v1"));
+    let served = serve(
+        project.path(),
+        &["--bind", "127.0.0.1:0", "--watch", "false"],
+        &[],
+    );
+    project.skill("greet.skill.md", &greet("v2"));
+    let pid = served.child.id().to_string();
+    let status = std::process::Command::new("kill")
+        .args(["-HUP", &pid])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    eventually("SIGHUP reloads", || async {
+        let body = invoke_greet(&served).await;
+        (body["result"] == "Hello from v2.\n", body)
+    })
+    .await;
+    let ready = readyz(&served).await;
+    assert_eq!(ready["reload"]["trigger"], "SIGHUP", "{ready}");
+    // SIGHUP did not end the process: it stops cleanly on SIGTERM.
+    let (code, _) = served.stop();
+    assert_eq!(code, Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_in_flight_finishes_on_the_skills_it_started_with() {
+    let project = Project::new();
+    project.skill("greet.skill.md", &greet("v1"));
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let waiting = Arc::new(tokio::sync::Notify::new());
+    let (gate2, waiting2) = (gate.clone(), waiting.clone());
+    let kernel = project
+        .builder()
+        .native(native(
+            "name: slow-caller\ndescription: Waits, then invokes greet.",
+            move |ctx, _args| {
+                let (gate, waiting) = (gate2.clone(), waiting2.clone());
+                async move {
+                    let opened = gate.notified();
+                    waiting.notify_one();
+                    opened.await;
+                    let out = ctx
+                        .invoke("greet", json!({}), InvokeOptions::default())
+                        .await?;
+                    Ok(out.map(|v| (*v).clone()))
+                }
+            },
+        ))
+        .build();
+    let run = tokio::spawn({
+        let kernel = kernel.clone();
+        async move {
+            kernel
+                .invoke("slow-caller", json!({}), InvokeOptions::default())
+                .await
+        }
+    });
+    waiting.notified().await;
+    project.skill("greet.skill.md", &greet("v2"));
+    kernel.registry().try_reload().ok().expect("the edit loads");
+    let fresh = kernel
+        .invoke("greet", json!({}), InvokeOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(fresh.as_deref(), Some(&json!("Hello from v2.\n")));
+    gate.notify_one();
+    let old = run.await.unwrap().unwrap();
+    assert_eq!(old.as_deref(), Some(&json!("Hello from v1.\n")));
+}
