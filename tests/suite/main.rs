@@ -32,6 +32,7 @@ mod cli;
 mod common;
 mod context;
 mod deep;
+mod deploy;
 mod directives;
 mod durability;
 mod email;
