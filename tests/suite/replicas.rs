@@ -2,6 +2,7 @@
 //! duplicate after its server was killed with SIGKILL and restarted (SQLite and Postgres), and
 //! an event emitted through one replica reaches a subscriber on another (Postgres).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -349,5 +350,129 @@ fn the_same_slack_event_sent_to_two_replicas_and_retried_is_answered_once() {
         assert_eq!(posts.len(), 1);
         tokio::time::sleep(Duration::from_millis(500)).await;
         assert_eq!(fake.calls("chat.postMessage").len(), 1, "one reply in all");
+    });
+}
+
+/// What the clients of [`load`] saw from one replica.
+#[derive(Default, Debug)]
+struct Seen {
+    answered: usize,
+    /// Connection refused or reset: the request was never taken, or died with its replica.
+    refused: usize,
+    /// Any other answer: a wrong status or body. Must stay empty.
+    wrong: Vec<String>,
+}
+
+/// `clients` tasks send `POST /invoke/hello` round robin to `addrs` until `stop`; each answer is
+/// checked against the name it asked for.
+async fn load(
+    addrs: Vec<String>,
+    clients: usize,
+    stop: tokio_util::sync::CancellationToken,
+) -> Vec<Seen> {
+    let seen = Arc::new(parking_lot::Mutex::new(
+        (0..addrs.len())
+            .map(|_| Seen::default())
+            .collect::<Vec<_>>(),
+    ));
+    let tasks: Vec<_> = (0..clients)
+        .map(|client| {
+            let (addrs, seen, stop) = (addrs.clone(), seen.clone(), stop.clone());
+            tokio::spawn(async move {
+                let http = crate::common::http_client();
+                let mut n = client;
+                while !stop.is_cancelled() {
+                    let i = n % addrs.len();
+                    let name = format!("c{client}n{n}");
+                    let sent = http
+                        .post(format!("http://{}/invoke/hello", addrs[i]))
+                        .json(&json!({ "name": name }))
+                        .send()
+                        .await;
+                    let outcome = match sent {
+                        Ok(response) => {
+                            let status = response.status();
+                            let body: Value = response.json().await.unwrap_or(Value::Null);
+                            if status == 200 && body["result"] == format!("Hello, {name}!\n") {
+                                Ok(())
+                            } else {
+                                Err(Some(format!("{status} {body}")))
+                            }
+                        }
+                        Err(_) => Err(None),
+                    };
+                    let mut seen = seen.lock();
+                    match outcome {
+                        Ok(()) => seen[i].answered += 1,
+                        Err(None) => seen[i].refused += 1,
+                        Err(Some(wrong)) => seen[i].wrong.push(wrong),
+                    }
+                    drop(seen);
+                    n += 1;
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    Arc::try_unwrap(seen).ok().unwrap().into_inner()
+}
+
+#[test]
+fn replicas_under_load_answer_every_request_they_take_when_one_is_killed_and_one_restarted() {
+    let Some(store) = postgres() else {
+        return;
+    };
+    run(async {
+        let project = crate::common::hello_project();
+        // The rate limit counts per client address, and every client here is 127.0.0.1.
+        let unlimited = [("SKILLGATE_RATE_LIMIT", "0")];
+        let replicas: Vec<Served> = (0..3)
+            .map(|_| start_with_env(&project, &store, &unlimited))
+            .collect();
+        let addrs: Vec<String> = replicas.iter().map(|r| r.addr.clone()).collect();
+        let mut replicas = replicas.into_iter();
+        let (first, second, third) = (
+            replicas.next().unwrap(),
+            replicas.next().unwrap(),
+            replicas.next().unwrap(),
+        );
+        let stop = tokio_util::sync::CancellationToken::new();
+        let running = tokio::spawn(load(addrs, 6, stop.clone()));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        // SIGKILL one replica under load.
+        third.kill();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        // A rolling restart of another: SIGTERM drains what it took, then it comes back.
+        let (code, _) = first.stop();
+        assert_eq!(code, Some(0), "the stopped replica drained cleanly");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        stop.cancel();
+        let seen = running.await.unwrap();
+        for (i, replica) in seen.iter().enumerate() {
+            assert!(
+                replica.wrong.is_empty(),
+                "replica {i} answered wrongly: {:?}",
+                &replica.wrong[..replica.wrong.len().min(5)]
+            );
+        }
+        // The replica that stayed up answered everything sent to it.
+        assert!(seen[1].answered > 0, "{seen:?}");
+        assert_eq!(seen[1].refused, 0, "{seen:?}");
+        assert!(seen[0].answered > 0 && seen[2].answered > 0, "{seen:?}");
+        // The restarted replica serves again, on the same store.
+        let again = start_with_env(&project, &store, &unlimited);
+        let body: Value = crate::common::http_client()
+            .post(again.url("/invoke/hello"))
+            .json(&json!({ "name": "back" }))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(body["result"], "Hello, back!\n");
+        drop(second);
     });
 }
