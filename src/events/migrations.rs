@@ -7,10 +7,11 @@
 
 use std::path::Path;
 
+use sqlx::Connection;
 use sqlx::migrate::Migrator;
-use sqlx::{Connection, Row};
 
-use crate::events::store::{StoreError, StoreResult};
+use crate::events::open::{StoreUrl, parse};
+use crate::events::store::StoreResult;
 
 /// The Postgres migrations, embedded in the binary.
 pub static POSTGRES: Migrator = sqlx::migrate!("./migrations/postgres");
@@ -34,57 +35,46 @@ impl std::fmt::Display for Pending {
 /// changed (a SQLite file that does not exist yet has every migration pending). The memory
 /// store has none.
 pub async fn pending(url: &str, project: &Path) -> StoreResult<Vec<Pending>> {
-    if url == "memory" || url == "memory://" {
-        return Ok(Vec::new());
-    }
-    if let Some(path) = url.strip_prefix("sqlite://") {
-        let path = project.join(path.strip_suffix("?synchronous=full").unwrap_or(path));
-        if !path.exists() {
-            return Ok(not_in(&SQLITE, &[]));
-        }
-        let options = sqlx::sqlite::SqliteConnectOptions::new()
-            .filename(&path)
-            .read_only(true);
-        let mut conn = sqlx::SqliteConnection::connect_with(&options).await?;
-        let exists: Option<String> = sqlx::query_scalar(
-            "SELECT name FROM sqlite_master WHERE type = 'table' AND name = '_sqlx_migrations'",
-        )
-        .fetch_optional(&mut conn)
-        .await?;
-        let applied = match exists {
-            Some(_) => applied_versions(&mut conn).await?,
-            None => Vec::new(),
-        };
-        conn.close().await?;
-        return Ok(not_in(&SQLITE, &applied));
-    }
-    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        let mut conn = sqlx::PgConnection::connect(url).await?;
-        let exists: bool = sqlx::query_scalar("SELECT to_regclass('_sqlx_migrations') IS NOT NULL")
-            .fetch_one(&mut conn)
+    match parse(url, project)? {
+        StoreUrl::Memory => Ok(Vec::new()),
+        StoreUrl::Sqlite { path, .. } => {
+            if !path.exists() {
+                return Ok(not_in(&SQLITE, &[]));
+            }
+            let options = sqlx::sqlite::SqliteConnectOptions::new()
+                .filename(&path)
+                .read_only(true);
+            let mut conn = sqlx::SqliteConnection::connect_with(&options).await?;
+            let exists: Option<String> = sqlx::query_scalar(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name = '_sqlx_migrations'",
+            )
+            .fetch_optional(&mut conn)
             .await?;
-        let applied = if exists {
-            let rows = sqlx::query("SELECT version FROM _sqlx_migrations WHERE success")
-                .fetch_all(&mut conn)
-                .await?;
-            rows.iter().map(|r| r.get::<i64, _>(0)).collect()
-        } else {
-            Vec::new()
-        };
-        conn.close().await?;
-        return Ok(not_in(&POSTGRES, &applied));
+            let applied = match exists {
+                Some(_) => sqlx::query_scalar(APPLIED).fetch_all(&mut conn).await?,
+                None => Vec::new(),
+            };
+            conn.close().await?;
+            Ok(not_in(&SQLITE, &applied))
+        }
+        StoreUrl::Postgres(url) => {
+            let mut conn = sqlx::PgConnection::connect(url).await?;
+            let exists: bool =
+                sqlx::query_scalar("SELECT to_regclass('_sqlx_migrations') IS NOT NULL")
+                    .fetch_one(&mut conn)
+                    .await?;
+            let applied = match exists {
+                true => sqlx::query_scalar(APPLIED).fetch_all(&mut conn).await?,
+                false => Vec::new(),
+            };
+            conn.close().await?;
+            Ok(not_in(&POSTGRES, &applied))
+        }
     }
-    Err(StoreError::Invalid(format!(
-        "unknown event store `{url}`: use `memory`, `sqlite://<file>` or `postgres://...`"
-    )))
 }
 
-async fn applied_versions(conn: &mut sqlx::SqliteConnection) -> StoreResult<Vec<i64>> {
-    let rows = sqlx::query("SELECT version FROM _sqlx_migrations WHERE success")
-        .fetch_all(conn)
-        .await?;
-    Ok(rows.iter().map(|r| r.get::<i64, _>(0)).collect())
-}
+/// The versions sqlx's migration table records as applied.
+const APPLIED: &str = "SELECT version FROM _sqlx_migrations WHERE success";
 
 /// The migrations of `set` whose version is not in `applied`.
 fn not_in(set: &Migrator, applied: &[i64]) -> Vec<Pending> {

@@ -1,7 +1,7 @@
 //! Opens the event store a URL names: `memory`, `sqlite://<file>` (the default,
 //! `.skillgate/events.db` in the project), or `postgres://...`.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::events::memory::MemoryStore;
@@ -12,27 +12,49 @@ use crate::events::store::{EventStore, Limits, StoreError, StoreResult};
 /// The store URL used when none is configured.
 pub const DEFAULT_STORE: &str = "sqlite://.skillgate/events.db";
 
-/// Opens (and migrates) the store `url` names; relative SQLite paths are taken from `project`.
-pub async fn open_store(
-    url: &str,
-    project: &Path,
-    limits: Limits,
-) -> StoreResult<Arc<dyn EventStore>> {
+/// The store a URL names.
+pub(crate) enum StoreUrl<'a> {
+    Memory,
+    /// A SQLite file (relative paths taken from the project); `full` for `?synchronous=full`.
+    Sqlite {
+        path: PathBuf,
+        full: bool,
+    },
+    Postgres(&'a str),
+}
+
+/// Reads `url`; relative SQLite paths are taken from `project`.
+pub(crate) fn parse<'a>(url: &'a str, project: &Path) -> StoreResult<StoreUrl<'a>> {
     if url == "memory" || url == "memory://" {
-        return Ok(Arc::new(MemoryStore::new(limits)));
+        return Ok(StoreUrl::Memory);
     }
     if let Some(path) = url.strip_prefix("sqlite://") {
         let (path, full) = match path.strip_suffix("?synchronous=full") {
             Some(p) => (p, true),
             None => (path, false),
         };
-        let path = project.join(path);
-        return Ok(Arc::new(SqliteStore::open(&path, limits, full).await?));
+        return Ok(StoreUrl::Sqlite {
+            path: project.join(path),
+            full,
+        });
     }
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        return Ok(Arc::new(PostgresStore::connect(url, None, limits).await?));
+        return Ok(StoreUrl::Postgres(url));
     }
     Err(StoreError::Invalid(format!(
         "unknown event store `{url}`: use `memory`, `sqlite://<file>` or `postgres://...`"
     )))
+}
+
+/// Opens (and migrates) the store `url` names; relative SQLite paths are taken from `project`.
+pub async fn open_store(
+    url: &str,
+    project: &Path,
+    limits: Limits,
+) -> StoreResult<Arc<dyn EventStore>> {
+    Ok(match parse(url, project)? {
+        StoreUrl::Memory => Arc::new(MemoryStore::new(limits)),
+        StoreUrl::Sqlite { path, full } => Arc::new(SqliteStore::open(&path, limits, full).await?),
+        StoreUrl::Postgres(url) => Arc::new(PostgresStore::connect(url, None, limits).await?),
+    })
 }

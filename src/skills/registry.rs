@@ -93,17 +93,27 @@ impl Registry {
 
     /// Re-reads every skill folder and starts a new generation; caches of the old one go away.
     pub fn reload(&self) -> Arc<SearchIndex> {
+        let index = self.build_next();
+        self.install(index.clone());
+        index
+    }
+
+    /// The index of a new generation over the default search paths, not installed yet.
+    fn build_next(&self) -> Arc<SearchIndex> {
         let generation = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
         let config = self.config.read().clone();
-        let index = Arc::new(build(
+        Arc::new(build(
             generation,
             &config,
             &config.skill_dirs,
             &self.natives.read(),
-        ));
-        *self.current.write() = index.clone();
+        ))
+    }
+
+    /// Makes `index` the current one; the custom-path indexes of the old generation go away.
+    fn install(&self, index: Arc<SearchIndex>) {
+        *self.current.write() = index;
         self.custom.lock().clear();
-        index
     }
 
     /// Re-reads every skill folder like [`Registry::reload`], but keeps the current set when the
@@ -112,14 +122,7 @@ impl Registry {
     /// broken do not block a reload.
     pub fn try_reload(&self) -> Result<Arc<SearchIndex>, Arc<SearchIndex>> {
         let current = self.current();
-        let generation = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
-        let config = self.config.read().clone();
-        let candidate = Arc::new(build(
-            generation,
-            &config,
-            &config.skill_dirs,
-            &self.natives.read(),
-        ));
+        let candidate = self.build_next();
         let known = |name: &str, message: &str| {
             current
                 .failures()
@@ -133,8 +136,7 @@ impl Registry {
         if broken {
             return Err(candidate);
         }
-        *self.current.write() = candidate.clone();
-        self.custom.lock().clear();
+        self.install(candidate.clone());
         Ok(candidate)
     }
 

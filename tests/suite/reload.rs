@@ -15,9 +15,9 @@ fn greet(version: &str) -> String {
     format!("---\nname: greet\ndescription: Greets.\n---\nHello from {version}.\n")
 }
 
-async fn invoke_greet(served: &Served) -> Value {
+async fn invoke(served: &Served, skill: &str) -> Value {
     http_client()
-        .post(served.url("/invoke/greet"))
+        .post(served.url(&format!("/invoke/{skill}")))
         .json(&json!({}))
         .send()
         .await
@@ -60,10 +60,10 @@ async fn an_edited_skill_is_served_to_new_requests_without_a_restart() {
     let project = Project::new();
     project.skill("greet.skill.md", &greet("v1"));
     let served = serve(project.path(), &["--bind", "127.0.0.1:0"], &[]);
-    assert_eq!(invoke_greet(&served).await["result"], "Hello from v1.\n");
+    assert_eq!(invoke(&served, "greet").await["result"], "Hello from v1.\n");
     project.skill("greet.skill.md", &greet("v2"));
     eventually("the edit is served", || async {
-        let body = invoke_greet(&served).await;
+        let body = invoke(&served, "greet").await;
         (body["result"] == "Hello from v2.\n", body)
     })
     .await;
@@ -73,15 +73,7 @@ async fn an_edited_skill_is_served_to_new_requests_without_a_restart() {
         "---\nname: added\ndescription: New.\n---\nI am new.\n",
     );
     eventually("the new skill is served", || async {
-        let body: Value = http_client()
-            .post(served.url("/invoke/added"))
-            .json(&json!({}))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let body = invoke(&served, "added").await;
         (body["result"] == "I am new.\n", body)
     })
     .await;
@@ -107,7 +99,7 @@ async fn a_broken_edit_keeps_the_running_skills_logs_where_and_readyz_shows_it()
     assert_eq!(ready["reload"]["failures"], json!(["greet"]), "{ready}");
     // The old set still serves, and the server stays ready.
     assert_eq!(ready["status"], "ready", "{ready}");
-    assert_eq!(invoke_greet(&served).await["result"], "Hello from v1.\n");
+    assert_eq!(invoke(&served, "greet").await["result"], "Hello from v1.\n");
     // The log names the file and the line.
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut logged = Vec::new();
@@ -128,7 +120,7 @@ async fn a_broken_edit_keeps_the_running_skills_logs_where_and_readyz_shows_it()
     // Fixed, it is picked up.
     project.skill("greet.skill.md", &greet("v3"));
     eventually("the fix is served", || async {
-        let body = invoke_greet(&served).await;
+        let body = invoke(&served, "greet").await;
         (body["result"] == "Hello from v3.\n", body)
     })
     .await;
@@ -152,7 +144,7 @@ async fn sighup_reloads_the_skills_when_watching_is_off() {
         .unwrap();
     assert!(status.success());
     eventually("SIGHUP reloads", || async {
-        let body = invoke_greet(&served).await;
+        let body = invoke(&served, "greet").await;
         (body["result"] == "Hello from v2.\n", body)
     })
     .await;
