@@ -121,12 +121,20 @@ pub fn spawn(
                 }
                 () = next_hangup(&mut hangup) => "SIGHUP",
             };
-            let (kernel, project, config) = (kernel.clone(), project.clone(), config.clone());
+            let (project, config) = (project.clone(), config.clone());
             // Loading skills reads files and runs `.skill.js` top levels: off the runtime.
-            let _ = tokio::task::spawn_blocking(move || {
-                reload(&kernel, &project, config.as_deref(), trigger)
-            })
-            .await;
+            let applied = {
+                let kernel = kernel.clone();
+                tokio::task::spawn_blocking(move || {
+                    reload(&kernel, &project, config.as_deref(), trigger)
+                })
+                .await
+            };
+            if matches!(applied, Ok(true)) {
+                // Routes the edit added get their workers (those it removed keep theirs until
+                // the next start).
+                crate::events::routes::subscribe_declared(&kernel).await;
+            }
         }
     })
 }

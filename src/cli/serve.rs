@@ -107,13 +107,21 @@ pub async fn serve(
         args.watch,
         stop.clone(),
     );
+    // Event-driven skills get their workers now, not at their first invocation; a durable
+    // handler queue left from before a restart gets its worker back too.
+    let routed = crate::events::routes::subscribe_declared(&kernel).await;
     let addr = server.local_addr();
     let smtp = server
         .email_addr()
         .map(|smtp| format!(" and smtp://{smtp}"))
         .unwrap_or_default();
+    let routed = if routed > 0 {
+        format!(", {routed} event route(s)")
+    } else {
+        String::new()
+    };
     eprintln!(
-        "skillgate: listening on http://{addr}{smtp} ({skills} skills, {store_kind} event store {store_label}, {})",
+        "skillgate: listening on http://{addr}{smtp} ({skills} skills{routed}, {store_kind} event store {store_label}, {})",
         if open {
             "no API keys: every path is open".to_string()
         } else {
@@ -169,7 +177,7 @@ pub async fn serve(
     }
 }
 
-/// The mistakes in the routes the project's skills declare (`web.routes`, `web.route`).
+/// The mistakes in the routes the project's skills declare (`web`, `webhook`, `event`).
 pub fn route_errors(project: &Path) -> ConfigErrors {
     let kernel = crate::builtins::builder(project).build();
     route_mistakes(&kernel.registry().current(), project)
@@ -183,6 +191,9 @@ fn route_mistakes(index: &crate::skills::index::SearchIndex, project: &Path) -> 
     let web = routes::collect(index, project).unwrap_or_default();
     let taken = |path: &str| routes::is_reserved(path) || web.iter().any(|r| r.path == path);
     for message in crate::gateway::webhook::routes::collect(index, project, &taken).1 {
+        errors.push(None, "", message);
+    }
+    for message in crate::events::routes::collect(index).1 {
         errors.push(None, "", message);
     }
     errors

@@ -13,6 +13,7 @@ pub mod memory;
 pub mod migrations;
 pub mod open;
 pub mod postgres;
+pub mod routes;
 pub mod skills;
 pub mod sqlite;
 pub mod store;

@@ -9,8 +9,7 @@ use serde_json::{Value, json};
 use crate::context::Context;
 use crate::error::{ErrorKind, Result, SkillError};
 use crate::events::{
-    Bus, DEFAULT_QUEUE, SYSTEM_EMIT_PATH, SystemEmit, check_name, event_from_args,
-    is_reserved_topic,
+    Bus, DEFAULT_QUEUE, SYSTEM_EMIT_PATH, SystemEmit, event_from_args, is_reserved_topic,
 };
 use crate::middleware::{native, pass};
 use crate::skills::tool::Tool;
@@ -303,49 +302,22 @@ metadata:
         |ctx, args| async move {
             let target = ctx.ctx_target()?;
             let bus = bus(&ctx)?;
-            let mut routes: Vec<(String, String, Option<Value>)> = Vec::new();
-            if let Some(list) = args.get("routes") {
-                let Value::Array(items) = list else {
-                    return Err(target.fail(bad("`event.routes` must be a list of { topic, ref }")));
-                };
-                for item in items {
-                    let (Some(topic), Some(reference)) =
-                        (string(item, "topic"), string(item, "ref"))
-                    else {
-                        return Err(target.fail(bad(format!(
-                            "`event.routes` entry needs `topic` and `ref`: {item}"
-                        ))));
-                    };
-                    routes.push((topic.into(), reference.into(), item.get("args").cloned()));
-                }
-            }
-            match args.get("route") {
-                None | Some(Value::Null) => {}
-                Some(Value::String(topic)) => {
-                    routes.push((topic.clone(), target.tool_name().into(), None))
-                }
-                Some(spec) => match string(spec, "topic") {
-                    Some(topic) => routes.push((
-                        topic.into(),
-                        target.tool_name().into(),
-                        spec.get("args").cloned(),
-                    )),
-                    None => {
-                        return Err(target.fail(bad(format!(
-                            "`event.route` must be a topic or {{ topic }}: {spec}"
-                        ))));
-                    }
-                },
-            }
-            for (topic, reference, extra) in routes {
-                check_name("topic", &topic).map_err(|e| target.fail(e))?;
+            let routes = crate::events::routes::parse(&args, target.tool_name())
+                .map_err(|e| target.fail(bad(e)))?;
+            for route in routes {
                 target
                     .index()
-                    .find(&reference)
+                    .find(&route.reference)
                     .map_err(|e| target.fail(e))?;
-                bus.subscribe_handler(ctx.kernel(), &topic, &reference, extra, false)
-                    .await
-                    .map_err(|e| target.fail(e))?;
+                bus.subscribe_handler(
+                    ctx.kernel(),
+                    &route.topic,
+                    &route.reference,
+                    route.args,
+                    false,
+                )
+                .await
+                .map_err(|e| target.fail(e))?;
             }
             pass(&target).await
         },

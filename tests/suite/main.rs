@@ -36,6 +36,7 @@ mod deploy;
 mod directives;
 mod durability;
 mod email;
+mod event_routes;
 mod events;
 mod events_cli;
 mod hooks;
