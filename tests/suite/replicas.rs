@@ -1,6 +1,7 @@
 //! `skillgate serve` processes on one store: a WebSocket subscriber resumes with no gap and no
 //! duplicate after its server was killed with SIGKILL and restarted (SQLite and Postgres), and
-//! an event emitted through one replica reaches a subscriber on another (Postgres).
+//! an event emitted through one replica reaches a subscriber on another (Postgres); replicas
+//! under load and under faults answer every request they take and handle every routed event.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -475,4 +476,177 @@ fn replicas_under_load_answer_every_request_they_take_when_one_is_killed_and_one
         assert_eq!(body["result"], "Hello, back!\n");
         drop(second);
     });
+}
+
+/// A project whose main skill routes `jobs` to `on-job`, which works for about 40 ms and emits
+/// `done` with the event's `n`, the replica it ran on (`REPLICA` in its environment) and when it
+/// started and ended.
+fn jobs_project() -> Project {
+    let project = Project::new();
+    project.write(
+        "main.skill.md",
+        "---\nname: main\nmetadata:\n  role: main\n  $private: [role]\n  event:\n    routes:\n      - { topic: jobs, ref: on-job, args: { replica: \"${env.REPLICA}\" } }\n---\nmain\n",
+    );
+    project.skill(
+        "on-job.skill.js",
+        "export const frontmatter = { name: 'on-job' };\n\
+         export default async (ctx, args) => {\n\
+           const start = Date.now();\n\
+           while (Date.now() < start + 40) {}\n\
+           await ctx.manager.invoke('event-emit', { topic: 'done', data: { n: args.data.n, replica: args.replica, start, end: Date.now() } });\n\
+           return 'ok';\n\
+         };\n",
+    );
+    project
+}
+
+/// One handler run: which event, on which replica, from when to when (ms).
+#[derive(Debug, Clone)]
+struct Run {
+    n: u64,
+    replica: String,
+    start: u64,
+    end: u64,
+}
+
+/// Every `done` event in the store so far.
+fn runs(project: &Project, store: &Store) -> Vec<Run> {
+    let mut command = crate::common::skillgate_command(project.path());
+    command.args([
+        "--store",
+        store.url.as_deref().unwrap(),
+        "events",
+        "replay",
+        "done",
+    ]);
+    let out = command.output().expect("skillgate events replay");
+    assert!(out.status.success(), "{}", crate::common::stderr(&out));
+    crate::common::stdout(&out)
+        .lines()
+        .map(|line| {
+            let e: Value = serde_json::from_str(line).expect("an envelope");
+            let d = &e["data"];
+            Run {
+                n: d["n"].as_u64().unwrap(),
+                replica: d["replica"].as_str().unwrap().to_string(),
+                start: d["start"].as_u64().unwrap(),
+                end: d["end"].as_u64().unwrap(),
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn replicas_handle_every_event_at_least_once_and_no_event_on_two_at_once_when_one_is_killed() {
+    let Some(store) = postgres() else {
+        return;
+    };
+    let project = jobs_project();
+    let replicas: Vec<Served> = (0..3)
+        .map(|i| {
+            let name = format!("r{i}");
+            start_with_env(
+                &project,
+                &store,
+                &[
+                    ("REPLICA", name.as_str()),
+                    ("SKILLGATE_RATE_LIMIT", "0"),
+                    // A killed replica's claimed events come back after 2 s, not 30.
+                    ("SKILLGATE_VISIBILITY", "2000"),
+                ],
+            )
+        })
+        .collect();
+    for replica in &replicas {
+        assert!(
+            replica.started.contains("1 event route(s)"),
+            "{}",
+            replica.started
+        );
+    }
+    let total = 200u64;
+    let addrs: Vec<String> = replicas[..2].iter().map(|r| r.addr.clone()).collect();
+    let mut replicas = replicas.into_iter();
+    let (first, second, third) = (
+        replicas.next().unwrap(),
+        replicas.next().unwrap(),
+        replicas.next().unwrap(),
+    );
+    run(async {
+        let next = Arc::new(std::sync::atomic::AtomicU64::new(1));
+        let emitters: Vec<_> = (0..8)
+            .map(|_| {
+                let (next, addrs) = (next.clone(), addrs.clone());
+                tokio::spawn(async move {
+                    let http = crate::common::http_client();
+                    loop {
+                        let n = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        if n > total {
+                            return;
+                        }
+                        let addr = &addrs[(n % 2) as usize];
+                        let response = http
+                            .post(format!("http://{addr}/invoke/event-emit"))
+                            .json(&json!({ "topic": "jobs", "data": { "n": n } }))
+                            .send()
+                            .await
+                            .expect("the survivors take every emit");
+                        assert_eq!(response.status(), 200);
+                    }
+                })
+            })
+            .collect();
+        for emitter in emitters {
+            emitter.await.unwrap();
+        }
+        // The handlers are slower than the emitters: a backlog waits. SIGKILL a replica while
+        // it holds claims and has a run in flight.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        third.kill();
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let runs = loop {
+        let runs = runs(&project, &store);
+        let handled: std::collections::HashSet<u64> = runs.iter().map(|r| r.n).collect();
+        if handled.len() as u64 == total || std::time::Instant::now() > deadline {
+            break runs;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    let handled: std::collections::BTreeSet<u64> = runs.iter().map(|r| r.n).collect();
+    let missing: Vec<u64> = (1..=total).filter(|n| !handled.contains(n)).collect();
+    assert!(missing.is_empty(), "events never handled: {missing:?}");
+    let on: std::collections::BTreeSet<&str> = runs.iter().map(|r| r.replica.as_str()).collect();
+    assert!(
+        on.contains("r2"),
+        "the killed replica had handled some first: {on:?}"
+    );
+    assert!(on.contains("r0") && on.contains("r1"), "{on:?}");
+    let count = |name: &str| runs.iter().filter(|r| r.replica == name).count();
+    eprintln!(
+        "{} runs of {total} events: r0 {}, r1 {}, r2 {} (killed)",
+        runs.len(),
+        count("r0"),
+        count("r1"),
+        count("r2")
+    );
+    // Runs of one event never overlap: a second delivery starts only after the first ended
+    // (or its replica died).
+    let mut by_event: std::collections::HashMap<u64, Vec<&Run>> = Default::default();
+    for r in &runs {
+        by_event.entry(r.n).or_default().push(r);
+    }
+    for (n, list) in &by_event {
+        for (i, a) in list.iter().enumerate() {
+            for b in &list[i + 1..] {
+                assert!(
+                    a.end <= b.start || b.end <= a.start,
+                    "event {n} ran on {} and {} at once: {a:?} {b:?}",
+                    a.replica,
+                    b.replica
+                );
+            }
+        }
+    }
+    drop((first, second));
 }
