@@ -264,8 +264,8 @@ fn get(_: &Bridge, ctx: &Context, p: Option<Value>, _: Option<Value>) -> Result<
 
 fn set(b: &Bridge, ctx: &Context, p: Option<Value>, v: Option<Value>) -> Result<Option<Value>> {
     let p = path(p, "set")?;
-    refs::check_set(b.untrusted, &p)?;
     let v = v.unwrap_or(Value::Null);
+    refs::check_set(b.untrusted, &p, &v)?;
     // Each segment of the path is a level above the value.
     if p.split('.').count() + depth(&v) > MAX_DEPTH {
         return Err(SkillError::failed(format!(

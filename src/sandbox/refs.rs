@@ -4,8 +4,9 @@
 //! `inline://` and `file://` URIs, filesystem paths and anything else are refused before any
 //! lookup. More doors are closed for the same reason: untrusted code cannot clear its mark
 //! (`locals.internals.untrustedRef`); cannot `refresh()`, which would re-resolve tools through
-//! search paths it could have pointed anywhere with `locals.config.paths`; and cannot pass invoke
-//! options (`$context` in args, `options.context`), which would steer what it invokes. The mark
+//! search paths it could have pointed anywhere with `locals.config.paths`; cannot pass invoke
+//! options (`$context` in args, `options.context`) nor write `nonlocals.middleware` (which
+//! cascades into every child), which would steer what it invokes. The mark
 //! is a property of the code's own calls only: the tools it invokes get contexts of their own
 //! without it.
 
@@ -59,16 +60,48 @@ pub(crate) fn check_options(untrusted: bool, options: Option<&serde_json::Value>
     Ok(())
 }
 
-/// Refuses writes that would lift the untrusted mark.
-pub(crate) fn check_set(untrusted: bool, path: &str) -> Result<()> {
-    let lifts = path == "locals.internals.untrustedRef" || path == "locals.internals";
-    if untrusted && lifts {
-        return Err(SkillError::new(
-            ErrorKind::Denied,
-            format!("untrusted code cannot change `{path}`"),
-        ));
+/// Context paths untrusted code may not write: its mark, and the middleware seeds and search
+/// settings that would steer what the tools it invokes run (`nonlocals.middleware` cascades into
+/// every child's chain, where a `paths` or `cwd` entry would have a bare name resolved from a
+/// folder the code chose).
+const GUARDED: [&str; 5] = [
+    "locals.internals",
+    "nonlocals.middleware",
+    "locals.middleware",
+    "locals.config.paths",
+    "locals.config.cwd",
+];
+
+/// Refuses writes that would lift the untrusted mark or seed middleware and search paths:
+/// a guarded path, anything below one, or an object written above one that holds it.
+pub(crate) fn check_set(untrusted: bool, path: &str, value: &serde_json::Value) -> Result<()> {
+    if !untrusted {
+        return Ok(());
     }
-    Ok(())
+    let hit = GUARDED.iter().find(|guarded| {
+        let below_or_at = path == **guarded
+            || path
+                .strip_prefix(**guarded)
+                .is_some_and(|rest| rest.starts_with('.'));
+        // `set('nonlocals', { middleware })`: the guarded key arrives inside the value.
+        let above = guarded
+            .strip_prefix(path)
+            .and_then(|rest| rest.strip_prefix('.'))
+            .is_some_and(|rest| lookup(value, rest).is_some());
+        below_or_at || above
+    });
+    match hit {
+        Some(guarded) => Err(SkillError::new(
+            ErrorKind::Denied,
+            format!("untrusted code cannot change `{guarded}`"),
+        )
+        .with_data(serde_json::json!({ "rule": "untrusted-set", "path": guarded }))),
+        None => Ok(()),
+    }
+}
+
+fn lookup<'a>(value: &'a serde_json::Value, dotted: &str) -> Option<&'a serde_json::Value> {
+    dotted.split('.').try_fold(value, |v, key| v.get(key))
 }
 
 /// Refuses `refresh()` to untrusted code.
@@ -122,16 +155,54 @@ mod tests {
     #[test]
     fn trusted_code_is_not_restricted_by_the_ref_rule() {
         assert!(check_ref(false, "file:///x.skill.md").is_ok());
-        assert!(check_set(false, "locals.internals.untrustedRef").is_ok());
+        assert!(
+            check_set(
+                false,
+                "locals.internals.untrustedRef",
+                &serde_json::json!(false)
+            )
+            .is_ok()
+        );
+        assert!(check_set(false, "nonlocals.middleware", &serde_json::json!([])).is_ok());
         assert!(check_refresh(false).is_ok());
     }
 
     #[test]
     fn untrusted_code_cannot_lift_its_mark_or_refresh() {
-        assert!(check_set(true, "locals.internals.untrustedRef").is_err());
-        assert!(check_set(true, "locals.internals").is_err());
-        assert!(check_set(true, "locals.scratch").is_ok());
+        let v = serde_json::json!(1);
+        assert!(check_set(true, "locals.internals.untrustedRef", &v).is_err());
+        assert!(check_set(true, "locals.internals", &v).is_err());
+        assert!(check_set(true, "locals.scratch", &v).is_ok());
         assert!(check_refresh(true).is_err());
+    }
+
+    #[test]
+    fn untrusted_code_cannot_seed_middleware_or_search_paths_at_or_below_or_above_them() {
+        use serde_json::json;
+        for (path, value) in [
+            (
+                "nonlocals.middleware",
+                json!([{ "name": "paths", "args": ["/tmp"] }]),
+            ),
+            ("nonlocals.middleware.0", json!({ "name": "cwd" })),
+            ("nonlocals", json!({ "middleware": [] })),
+            ("locals.middleware", json!([])),
+            ("locals.config.paths", json!(["/tmp"])),
+            ("locals.config.cwd", json!("/")),
+            ("locals.config", json!({ "cwd": "/" })),
+            ("locals", json!({ "config": { "paths": [] } })),
+        ] {
+            let err = check_set(true, path, &value).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::Denied, "{path}");
+        }
+        for (path, value) in [
+            ("nonlocals.topic", json!("x")),
+            ("nonlocals", json!({ "topic": "x" })),
+            ("locals.config.model", json!("m")),
+            ("locals.middlewares", json!(1)),
+        ] {
+            assert!(check_set(true, path, &value).is_ok(), "{path}");
+        }
     }
 
     #[test]

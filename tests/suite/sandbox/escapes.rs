@@ -299,3 +299,52 @@ async fn untrusted_code_in_middleware_mode_serves_its_target_under_the_same_rule
     .unwrap();
     assert_eq!(out, Some(json!("body text / denied")));
 }
+
+#[tokio::test]
+async fn untrusted_code_cannot_seed_paths_middleware_into_what_it_invokes() {
+    let p = js_project(&[("target.skill.js", "export default () => 'project';")]);
+    // A folder with a `target` of its own, which a `paths` seed would have the child load.
+    let elsewhere = tempfile::tempdir().unwrap();
+    std::fs::write(
+        elsewhere.path().join("target.skill.js"),
+        "export default () => 'elsewhere';",
+    )
+    .unwrap();
+    let folder = serde_json::to_string(&elsewhere.path().display().to_string()).unwrap();
+    let seed = format!("[{{ name: 'paths', args: [{folder}] }}]");
+    // Trusted code may: the seed is real, and this is what it does.
+    p.skill(
+        "trusted-seeder.skill.js",
+        &format!(
+            "export default async (ctx) => {{ ctx.manager.set('nonlocals.middleware', {seed}); return await ctx.manager.invoke('target'); }};"
+        ),
+    );
+    let k = kernel(&p, None, Seen::default());
+    assert_eq!(
+        run(&k, "trusted-seeder", json!({})).await.unwrap(),
+        Some(json!("elsewhere"))
+    );
+    let code = format!(
+        r#"const tries = {{}};
+           const attempt = async (name, f) => {{ try {{ tries[name] = await f(); }} catch (e) {{ tries[name] = e.code; }} }};
+           await attempt('options', () => ctx.manager.invoke('target', {{}}, {{ context: {{ locals: {{ middleware: {seed} }} }} }}));
+           await attempt('$context', () => ctx.manager.invoke('target', {{ $context: {{ middleware: {seed} }} }}));
+           await attempt('nonlocals', () => {{ ctx.manager.set('nonlocals.middleware', {seed}); return 'set'; }});
+           await attempt('nonlocals-object', () => {{ ctx.manager.set('nonlocals', {{ middleware: {seed} }}); return 'set'; }});
+           await attempt('proxy', () => {{ ctx.nonlocals.middleware = {seed}; return 'set'; }});
+           tries.after = await ctx.manager.invoke('target');
+           return tries;"#
+    );
+    let out = untrusted(&k, &code, json!({})).await.unwrap().unwrap();
+    assert_eq!(
+        out,
+        json!({
+            "options": "denied",
+            "$context": "denied",
+            "nonlocals": "denied",
+            "nonlocals-object": "denied",
+            "proxy": "denied",
+            "after": "project",
+        })
+    );
+}
