@@ -137,6 +137,7 @@ contract!(
     a_skill_handler_gets_each_event_and_a_failing_one_is_retried_then_dead,
     event_skills_work_through_the_pipeline,
     the_event_middleware_routes_topics_to_skills,
+    event_unsubscribe_removes_one_handler_a_queue_or_every_handler,
     follow_resumes_after_an_id_with_no_gap_and_no_duplicate,
     follow_sees_events_another_process_emits,
     follow_from_an_id_that_left_the_buffer_starts_at_the_oldest_and_says_so,
@@ -215,14 +216,33 @@ async fn wait_with_nothing_times_out_empty(b: &Backend) {
 async fn wait_wakes_when_an_event_arrives(b: &Backend) {
     let bus = b.bus(Limits::default(), LONG).await;
     bus.subscribe_queue("t", "q", false).await.unwrap();
-    let waiter = {
-        let bus = bus.clone();
-        tokio::spawn(async move { bus.wait("t", "q", GUARD, 10, true).await })
-    };
+    let kernel = Project::new().builder().bus(bus.clone()).build();
+    // The `event-wait` skill, waiting up to an hour: only the event can end it within the
+    // guard.
+    let waiter = tokio::spawn(async move {
+        kernel
+            .invoke(
+                "event-wait",
+                json!({"topic": "t", "queue": "q", "timeout": 3_600_000}),
+                InvokeOptions::default(),
+            )
+            .await
+            .map(plain)
+    });
     tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(
+        !waiter.is_finished(),
+        "the wait returned with nothing there"
+    );
     bus.emit(&event("t", 7)).await.unwrap();
-    let got = waiter.await.unwrap().unwrap();
-    assert_eq!(ns(&got), [7]);
+    let got = tokio::time::timeout(GUARD, waiter)
+        .await
+        .expect("event-wait woke when the event arrived, long before its timeout")
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(got[0]["data"]["n"], 7, "{got}");
+    bus.shutdown();
 }
 
 async fn a_consumer_group_delivers_each_event_to_one_consumer(b: &Backend) {
@@ -341,17 +361,20 @@ async fn an_acked_event_never_comes_back(b: &Backend) {
 async fn nack_returns_the_event_to_the_front(b: &Backend) {
     let bus = b.bus(Limits::default(), LONG).await;
     bus.subscribe_queue("nk", "q", false).await.unwrap();
-    for n in 1..=3 {
+    for n in 1..=4 {
         bus.emit(&event("nk", n)).await.unwrap();
     }
-    let first = bus.wait("nk", "q", GUARD, 2, false).await.unwrap();
-    assert_eq!(ns(&first), [1, 2]);
-    bus.ack("nk", "q", &[first[1].receipt], true).await.unwrap();
+    let first = bus.wait("nk", "q", GUARD, 3, false).await.unwrap();
+    assert_eq!(ns(&first), [1, 2, 3]);
+    // 1 goes back first, then 3: at the front 3 comes before 1; at its old place it would
+    // come after.
+    bus.ack("nk", "q", &[first[0].receipt], true).await.unwrap();
+    bus.ack("nk", "q", &[first[2].receipt], true).await.unwrap();
     let next = bus.wait("nk", "q", GUARD, 10, true).await.unwrap();
     assert_eq!(
         ns(&next),
-        [2, 3],
-        "nacked 2 first, then 3; 1 is still in flight"
+        [3, 1, 4],
+        "the last nacked is first, then the one nacked before; 2 is still in flight"
     );
 }
 
@@ -630,6 +653,70 @@ async fn the_event_middleware_routes_topics_to_skills(b: &Backend) {
             ("on-deploy".to_string(), "deploy".to_string())
         ]
     );
+    bus.shutdown();
+}
+
+async fn event_unsubscribe_removes_one_handler_a_queue_or_every_handler(b: &Backend) {
+    let bus = b.bus(Limits::default(), LONG).await;
+    let handled: Arc<Mutex<Vec<(String, u64)>>> = Arc::default();
+    let record = |name: &'static str| {
+        let handled = handled.clone();
+        move |_ctx: skillgate::Context, args: Arc<Value>| {
+            let handled = handled.clone();
+            async move {
+                handled
+                    .lock()
+                    .push((name.to_string(), args["data"]["n"].as_u64().unwrap()));
+                Ok(None)
+            }
+        }
+    };
+    let kernel = Project::new()
+        .builder()
+        .bus(bus.clone())
+        .native(native("name: first\n", record("first")))
+        .native(native("name: second\n", record("second")))
+        .build();
+    let call = |tool: &'static str, args: Value| {
+        let kernel = kernel.clone();
+        async move {
+            kernel
+                .invoke(tool, args, InvokeOptions::default())
+                .await
+                .map(plain)
+                .unwrap()
+                .unwrap()
+        }
+    };
+    let queues = || async { bus.store().queues("u").await.unwrap() };
+    for handler in ["first", "second"] {
+        call("event-subscribe", json!({"topic": "u", "ref": handler})).await;
+    }
+    call("event-subscribe", json!({"topic": "u", "queue": "inbox"})).await;
+    let mut all = queues().await;
+    all.sort();
+    assert_eq!(all, ["handler:first", "handler:second", "inbox"]);
+    // One handler: `second` gets the next event, `first` does not.
+    let out = call("event-unsubscribe", json!({"topic": "u", "ref": "first"})).await;
+    assert_eq!(out, json!({"removed": 1}));
+    bus.emit(&event("u", 1)).await.unwrap();
+    let deadline = tokio::time::Instant::now() + GUARD;
+    while handled.lock().is_empty() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(*handled.lock(), [("second".to_string(), 1)]);
+    // A named queue: gone, with what it held.
+    let out = call("event-unsubscribe", json!({"topic": "u", "queue": "inbox"})).await;
+    assert_eq!(out, json!({"removed": 1}));
+    assert_eq!(queues().await, ["handler:second"]);
+    // Every handler of the topic.
+    call("event-subscribe", json!({"topic": "u", "ref": "first"})).await;
+    let out = call("event-unsubscribe", json!({"topic": "u"})).await;
+    assert_eq!(out, json!({"removed": 2}));
+    assert!(queues().await.is_empty());
+    // Nothing left to remove.
+    let out = call("event-unsubscribe", json!({"topic": "u", "ref": "first"})).await;
+    assert_eq!(out, json!({"removed": 0}));
     bus.shutdown();
 }
 

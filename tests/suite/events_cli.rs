@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::common::{sigterm, skillgate_command, stderr, stdout};
+use crate::common::{skillgate_command, stderr, stdout};
 use crate::events::Backend;
 
 /// Where the command line keeps events: the project's embedded SQLite file (`url` none), or a
@@ -371,8 +371,9 @@ fn dead_letters_round_trip(store: &Store) {
     assert_eq!(back[0]["data"]["n"], 7);
 }
 
-#[test]
-fn sigterm_emits_the_shutdown_event_before_exiting() {
+/// `skillgate run` waiting on an event gets `signal`: it emits `shutdown` naming it, then exits
+/// with 128 + the signal's number.
+fn a_signal_emits_the_shutdown_event_before_exiting(signal: &str, code: i32) {
     let dir = tempfile::tempdir().unwrap();
     let mut child = skillgate_command(dir.path())
         .args([
@@ -396,13 +397,28 @@ fn sigterm_emits_the_shutdown_event_before_exiting() {
         std::thread::sleep(Duration::from_millis(20));
     }
     std::thread::sleep(Duration::from_millis(300));
-    sigterm(&child);
-    let code = child.wait().expect("wait").code();
-    assert_eq!(code, Some(143), "exit code for SIGTERM");
+    let name = signal.trim_start_matches("SIG");
+    let sent = std::process::Command::new("kill")
+        .args([format!("-{name}"), child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(sent.success());
+    let exit = child.wait().expect("wait").code();
+    assert_eq!(exit, Some(code), "exit code for {signal}");
     let events = lines(&skillgate(dir.path(), &["events", "replay", "shutdown"]));
     assert_eq!(events.len(), 1);
     assert_eq!(events[0]["type"], "signal");
-    assert_eq!(events[0]["data"]["signal"], "SIGTERM");
+    assert_eq!(events[0]["data"]["signal"], signal);
+}
+
+#[test]
+fn sigterm_emits_the_shutdown_event_before_exiting() {
+    a_signal_emits_the_shutdown_event_before_exiting("SIGTERM", 143);
+}
+
+#[test]
+fn sigint_emits_the_shutdown_event_before_exiting() {
+    a_signal_emits_the_shutdown_event_before_exiting("SIGINT", 130);
 }
 
 #[test]

@@ -400,6 +400,42 @@ async fn observe_invokes_its_ref_on_enter_and_exit_with_tool_args_result_and_con
 }
 
 #[tokio::test]
+async fn observe_with_a_topic_emits_enter_and_exit_as_events_on_it() {
+    use skillgate::events::KernelBus;
+    let p = Project::new();
+    let kernel = p
+        .builder()
+        .native(native(
+            "name: s\nmetadata:\n  observe: { topic: audit }\n",
+            |_ctx, args| async move { Ok(Some(json!({"echo": args["q"]}))) },
+        ))
+        .build();
+    let bus = kernel.bus().clone();
+    bus.subscribe_queue("audit", "q", false).await.unwrap();
+    kernel
+        .invoke("s", json!({"q": 3}), InvokeOptions::default())
+        .await
+        .unwrap();
+    let events = bus
+        .wait("audit", "q", std::time::Duration::from_secs(30), 10, true)
+        .await
+        .unwrap();
+    let data: Vec<Value> = events
+        .iter()
+        .map(|d| d.event.data.clone().unwrap_or(Value::Null))
+        .collect();
+    assert_eq!(data.len(), 2, "{data:?}");
+    for (event, phase) in data.iter().zip(["enter", "exit"]) {
+        assert_eq!(event["phase"], json!(phase), "{data:?}");
+        assert_eq!(event["tool"], json!("s"));
+        assert_eq!(event["args"], json!({"q": 3}));
+        assert!(event["contextId"].is_string());
+    }
+    assert_eq!(data[1]["result"], json!({"echo": 3}));
+    assert!(events.iter().all(|d| d.event.topic == "audit"));
+}
+
+#[tokio::test]
 async fn observe_reports_the_error_phase_when_the_pipeline_fails() {
     let p = Project::new();
     let trace = Trace::default();

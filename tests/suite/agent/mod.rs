@@ -3,6 +3,7 @@
 //! self-recursion, the untrusted-ref rule and the model hook hold.
 
 mod discovery;
+mod execute;
 mod hooks;
 mod limits;
 mod loop_;
