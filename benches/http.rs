@@ -26,9 +26,8 @@ use skillgate::gateway::Gateway;
 use skillgate::gateway::http::{HttpConfig, Server};
 use skillgate::gateway::metrics::Metrics;
 use skillgate::middleware::native;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
+use common::conn::Conn;
 use common::env_or;
 
 #[global_allocator]
@@ -74,60 +73,11 @@ fn start_servers(project: &std::path::Path) -> (SocketAddr, SocketAddr) {
     rx.recv().expect("servers started")
 }
 
-const BODY: &str = "{}";
+/// The request both servers answer.
+const NOOP: [(&str, &str); 1] = [("/invoke/noop", "{}")];
 
-fn request(addr: SocketAddr) -> Vec<u8> {
-    format!(
-        "POST /invoke/noop HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{BODY}",
-        BODY.len()
-    )
-    .into_bytes()
-}
-
-/// One keep-alive connection: sends a request, reads one whole response, returns its body.
-struct Conn {
-    stream: TcpStream,
-    buf: Vec<u8>,
-    request: Vec<u8>,
-}
-
-impl Conn {
-    async fn open(addr: SocketAddr) -> Conn {
-        let stream = TcpStream::connect(addr).await.expect("connect");
-        stream.set_nodelay(true).unwrap();
-        Conn {
-            stream,
-            buf: Vec::with_capacity(4096),
-            request: request(addr),
-        }
-    }
-
-    async fn round_trip(&mut self) -> Vec<u8> {
-        self.stream.write_all(&self.request).await.expect("write");
-        self.buf.clear();
-        loop {
-            let mut chunk = [0u8; 4096];
-            let n = self.stream.read(&mut chunk).await.expect("read");
-            assert!(n > 0, "the server closed the connection");
-            self.buf.extend_from_slice(&chunk[..n]);
-            if let Some(end) = find(&self.buf, b"\r\n\r\n") {
-                let head = String::from_utf8_lossy(&self.buf[..end]).to_ascii_lowercase();
-                assert!(head.starts_with("http/1.1 200"), "{head}");
-                let length: usize = head
-                    .lines()
-                    .find_map(|l| l.strip_prefix("content-length:"))
-                    .map(|v| v.trim().parse().unwrap())
-                    .expect("content-length");
-                if self.buf.len() >= end + 4 + length {
-                    return self.buf[end + 4..end + 4 + length].to_vec();
-                }
-            }
-        }
-    }
-}
-
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
+async fn open(addr: SocketAddr) -> Conn {
+    Conn::open(addr, &NOOP).await.expect("connect")
 }
 
 /// Back-to-back requests on `conns` connections for `secs`: requests per second.
@@ -136,10 +86,10 @@ async fn saturate(addr: SocketAddr, conns: usize, secs: u64) -> f64 {
     let tasks: Vec<_> = (0..conns)
         .map(|_| {
             tokio::spawn(async move {
-                let mut conn = Conn::open(addr).await;
+                let mut conn = open(addr).await;
                 let mut n = 0u64;
                 while Instant::now() < deadline {
-                    conn.round_trip().await;
+                    conn.round_trip().await.expect("200");
                     n += 1;
                 }
                 n
@@ -163,13 +113,13 @@ async fn paced(addr: SocketAddr, conns: usize, rate: f64, secs: u64) -> Vec<u64>
     let tasks: Vec<_> = (0..conns)
         .map(|i| {
             tokio::spawn(async move {
-                let mut conn = Conn::open(addr).await;
+                let mut conn = open(addr).await;
                 let mut latencies = Vec::new();
                 // Stagger the connections across one interval.
                 let mut due = start + per_conn.mul_f64(i as f64 / conns as f64);
                 while due < end {
                     tokio::time::sleep_until(due.into()).await;
-                    conn.round_trip().await;
+                    conn.round_trip().await.expect("200");
                     latencies.push(due.elapsed().as_micros() as u64);
                     due += per_conn;
                 }
@@ -212,8 +162,9 @@ fn main() {
     client.block_on(async {
         // Both answer the same JSON.
         let a: Value =
-            serde_json::from_slice(&Conn::open(gateway).await.round_trip().await).unwrap();
-        let b: Value = serde_json::from_slice(&Conn::open(bare).await.round_trip().await).unwrap();
+            serde_json::from_slice(&open(gateway).await.round_trip().await.unwrap()).unwrap();
+        let b: Value =
+            serde_json::from_slice(&open(bare).await.round_trip().await.unwrap()).unwrap();
         assert_eq!(a, b, "the two servers must answer the same body");
         // Warm up.
         saturate(gateway, conns, 1).await;

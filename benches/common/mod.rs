@@ -4,6 +4,8 @@
 //! of its own that is dropped afterwards), and a process's resident memory.
 #![allow(dead_code)]
 
+pub mod conn;
+
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
