@@ -22,6 +22,7 @@ pub fn builder(project_dir: impl Into<PathBuf>) -> KernelBuilder {
         .builtins(crate::events::skills::tools())
         .builtins(crate::gateway::send::tools())
         .builtins(crate::agent::tools())
+        .builtins(crate::schedule::tools::tools())
         .script_parser(crate::sandbox::load)
         .extension(bus)
 }

@@ -41,6 +41,7 @@ pub mod gateway;
 pub mod kernel;
 pub mod middleware;
 pub mod reload;
+pub mod schedule;
 pub mod sandbox;
 pub mod shutdown;
 pub mod skills;

@@ -134,6 +134,7 @@ pub fn spawn(
                 // Routes the edit added get their workers (those it removed keep theirs until
                 // the next start).
                 crate::events::routes::subscribe_declared(&kernel).await;
+                crate::schedule::runner::sync_declared(&kernel).await;
             }
         }
     })

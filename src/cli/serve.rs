@@ -110,16 +110,23 @@ pub async fn serve(
     // Event-driven skills get their workers now, not at their first invocation; a durable
     // handler queue left from before a restart gets its worker back too.
     let routed = crate::events::routes::subscribe_declared(&kernel).await;
+    // Declared schedules are written to the store; every replica then fires what is due, each
+    // firing on one of them.
+    let scheduled = crate::schedule::runner::sync_declared(&kernel).await;
+    let scheduler = crate::schedule::runner::spawn(kernel.clone(), stop.clone());
     let addr = server.local_addr();
     let smtp = server
         .email_addr()
         .map(|smtp| format!(" and smtp://{smtp}"))
         .unwrap_or_default();
-    let routed = if routed > 0 {
+    let mut routed = if routed > 0 {
         format!(", {routed} event route(s)")
     } else {
         String::new()
     };
+    if scheduled > 0 {
+        routed.push_str(&format!(", {scheduled} declared schedule(s)"));
+    }
     eprintln!(
         "skillgate: listening on http://{addr}{smtp} ({skills} skills{routed}, {store_kind} event store {store_label}, {})",
         if open {
@@ -157,6 +164,7 @@ pub async fn serve(
         watcher.abort();
     }
     reloader.abort();
+    scheduler.abort();
     kernel.bus().shutdown();
     let cut_off: Vec<String> = reports
         .iter()
@@ -194,6 +202,9 @@ fn route_mistakes(index: &crate::skills::index::SearchIndex, project: &Path) -> 
         errors.push(None, "", message);
     }
     for message in crate::events::routes::collect(index).1 {
+        errors.push(None, "", message);
+    }
+    for message in crate::schedule::runner::declared(index, 0).1 {
         errors.push(None, "", message);
     }
     errors

@@ -284,6 +284,11 @@ impl Context {
         self.0.state.lock().locals.untrusted_ref = true;
     }
 
+    /// Whether this context's own `invoke` calls are marked untrusted.
+    pub fn is_untrusted(&self) -> bool {
+        self.0.state.lock().locals.untrusted_ref
+    }
+
     /// Installs the `allowed-tools` policy checked on every `invoke` from this context.
     pub fn restrict_tools(&self, policy: Option<Arc<AllowedTools>>) {
         self.0.state.lock().locals.allowed_tools = policy;

@@ -8,7 +8,9 @@ use parking_lot::Mutex;
 use tokio::sync::broadcast;
 
 use crate::context::id::now_ms;
-use crate::events::store::{Delivery, EventStore, KeyClaim, Limits, StoreResult, distinct_topics};
+use crate::events::store::{
+    Delivery, EventStore, KeyClaim, Limits, StoreResult, StoredSchedule, distinct_topics,
+};
 use crate::events::{Event, dead_letter};
 
 pub struct MemoryStore {
@@ -26,6 +28,7 @@ struct Inner {
     queues: HashMap<(String, String), Queue>,
     /// key -> (fingerprint, expires_ms, response).
     claims: HashMap<String, (String, u64, Option<String>)>,
+    schedules: std::collections::BTreeMap<String, StoredSchedule>,
 }
 
 #[derive(Default)]
@@ -390,6 +393,49 @@ impl EventStore for MemoryStore {
     async fn release_key(&self, key: &str) -> StoreResult<()> {
         self.inner.lock().claims.remove(key);
         Ok(())
+    }
+
+    async fn put_schedule(&self, name: &str, spec: &str, next_ms: Option<i64>) -> StoreResult<bool> {
+        let mut inner = self.inner.lock();
+        if inner.schedules.get(name).is_some_and(|s| s.spec == spec) {
+            return Ok(false);
+        }
+        inner.schedules.insert(
+            name.to_string(),
+            StoredSchedule {
+                name: name.to_string(),
+                spec: spec.to_string(),
+                next_ms,
+                runs: 0,
+            },
+        );
+        Ok(true)
+    }
+
+    async fn delete_schedule(&self, name: &str) -> StoreResult<bool> {
+        Ok(self.inner.lock().schedules.remove(name).is_some())
+    }
+
+    async fn schedules(&self) -> StoreResult<Vec<StoredSchedule>> {
+        Ok(self.inner.lock().schedules.values().cloned().collect())
+    }
+
+    async fn take_firing(
+        &self,
+        name: &str,
+        due_ms: i64,
+        next_ms: Option<i64>,
+        ran: bool,
+    ) -> StoreResult<bool> {
+        let mut inner = self.inner.lock();
+        match inner.schedules.get_mut(name) {
+            Some(s) if s.next_ms == Some(due_ms) => {
+                s.next_ms = next_ms;
+                s.runs += i64::from(ran);
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
     }
 
     async fn migrate(&self) -> StoreResult<()> {

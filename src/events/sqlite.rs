@@ -17,7 +17,7 @@ use tokio::sync::broadcast;
 use crate::context::id::now_ms;
 use crate::events::batch::Batcher;
 use crate::events::store::{
-    Delivery, EventStore, KeyClaim, Limits, StoreError, StoreResult, distinct_topics, missing,
+    Delivery, EventStore, KeyClaim, Limits, StoreError, StoreResult, StoredSchedule, distinct_topics, missing,
 };
 use crate::events::{DEAD_QUEUE, Event, dead_letter};
 
@@ -539,6 +539,63 @@ impl EventStore for SqliteStore {
             .execute(&self.pool)
             .await?;
         Ok(())
+    }
+
+    async fn put_schedule(&self, name: &str, spec: &str, next_ms: Option<i64>) -> StoreResult<bool> {
+        let written = sqlx::query(
+            "INSERT INTO sg_schedules (name, spec, next_ms, runs) VALUES (?1, ?2, ?3, 0)
+             ON CONFLICT (name) DO UPDATE SET spec = excluded.spec, next_ms = excluded.next_ms, runs = 0
+                 WHERE sg_schedules.spec <> excluded.spec",
+        )
+        .bind(name)
+        .bind(spec)
+        .bind(next_ms)
+        .execute(&self.pool)
+        .await?;
+        Ok(written.rows_affected() > 0)
+    }
+
+    async fn delete_schedule(&self, name: &str) -> StoreResult<bool> {
+        let deleted = sqlx::query("DELETE FROM sg_schedules WHERE name = ?1")
+            .bind(name)
+            .execute(&self.pool)
+            .await?;
+        Ok(deleted.rows_affected() > 0)
+    }
+
+    async fn schedules(&self) -> StoreResult<Vec<StoredSchedule>> {
+        let rows = sqlx::query("SELECT name, spec, next_ms, runs FROM sg_schedules ORDER BY name")
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(StoredSchedule {
+                    name: row.try_get("name")?,
+                    spec: row.try_get("spec")?,
+                    next_ms: row.try_get("next_ms")?,
+                    runs: row.try_get("runs")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn take_firing(
+        &self,
+        name: &str,
+        due_ms: i64,
+        next_ms: Option<i64>,
+        ran: bool,
+    ) -> StoreResult<bool> {
+        let taken = sqlx::query(
+            "UPDATE sg_schedules SET next_ms = ?3, runs = runs + ?4 WHERE name = ?1 AND next_ms = ?2",
+        )
+        .bind(name)
+        .bind(due_ms)
+        .bind(next_ms)
+        .bind(i64::from(ran))
+        .execute(&self.pool)
+        .await?;
+        Ok(taken.rows_affected() == 1)
     }
 
     async fn ping(&self) -> StoreResult<()> {

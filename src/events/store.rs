@@ -75,6 +75,17 @@ pub enum KeyClaim {
     },
 }
 
+/// A schedule as the store keeps it (`spec` is JSON the store does not read).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredSchedule {
+    pub name: String,
+    pub spec: String,
+    /// When it fires next (ms since the epoch); `None` once it has run its `times`.
+    pub next_ms: Option<i64>,
+    /// How many firings have been taken.
+    pub runs: i64,
+}
+
 /// Wildcard wakeup: every waiter re-reads (sent after a reconnect, when notifications may
 /// have been lost).
 pub const WAKE_ALL: &str = "*";
@@ -153,6 +164,28 @@ pub trait EventStore: Send + Sync + 'static {
 
     /// Gives a claim up (the work was not done: the next caller may claim it).
     async fn release_key(&self, key: &str) -> StoreResult<()>;
+
+    /// Adds schedule `name`, or replaces it when its `spec` changed (the count starts again);
+    /// the same spec again is left as it is, so a restart keeps its next firing. Returns
+    /// whether anything was written.
+    async fn put_schedule(&self, name: &str, spec: &str, next_ms: Option<i64>) -> StoreResult<bool>;
+
+    /// Removes schedule `name`. Returns whether it existed.
+    async fn delete_schedule(&self, name: &str) -> StoreResult<bool>;
+
+    /// Every schedule, by name.
+    async fn schedules(&self) -> StoreResult<Vec<StoredSchedule>>;
+
+    /// Takes the firing of `name` due at `due_ms`: moves its next firing to `next_ms` (counting
+    /// a run when `ran`), only if it is still due at `due_ms`. One caller wins across every
+    /// process on the store; the others get false.
+    async fn take_firing(
+        &self,
+        name: &str,
+        due_ms: i64,
+        next_ms: Option<i64>,
+        ran: bool,
+    ) -> StoreResult<bool>;
 
     /// Live wakeups: the topic of every new or returned entry (`WAKE_ALL` after a reconnect).
     fn wakeups(&self) -> broadcast::Receiver<String>;

@@ -1,0 +1,6 @@
+//! Schedules: skills fired on cron expressions or intervals, declared in `metadata.schedule` or
+//! made with `schedule-create`, kept in the event store and fired by `skillgate serve`.
+
+pub mod runner;
+pub mod spec;
+pub mod tools;

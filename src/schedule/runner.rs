@@ -1,0 +1,173 @@
+//! Firing schedules under `skillgate serve`: the schedules skills declare are written to the
+//! store at start (and after a reload), and a loop takes each due firing with a compare-and-set
+//! on the store, so on many replicas each firing runs on exactly one of them.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::context::id::now_ms;
+use crate::events::{EventStore, KernelBus};
+use crate::kernel::{InvokeOptions, Kernel};
+use crate::schedule::spec::{GRACE_MS, Missed, Spec};
+use crate::skills::index::SearchIndex;
+
+/// How often the store is read for due firings at most (a firing is at most this late, plus
+/// the run's start).
+const TICK: Duration = Duration::from_millis(200);
+
+/// The schedules the skills of `index` declare (`metadata.schedule`: one, or a list), named
+/// after their skill (`<skill>` or `<skill>#<i>`), and every mistake with its file.
+pub fn declared(index: &SearchIndex, now: i64) -> (Vec<(String, Spec)>, Vec<String>) {
+    let mut found = Vec::new();
+    let mut errors = Vec::new();
+    for tool in index.tools() {
+        let Some(value) = tool.metadata.get("schedule").filter(|v| !v.is_null()) else {
+            continue;
+        };
+        let at = format!("{}: metadata.schedule", tool.location());
+        let items: Vec<(String, &Value)> = match value {
+            Value::Array(list) => list
+                .iter()
+                .enumerate()
+                .map(|(i, v)| (format!("{}#{i}", tool.name), v))
+                .collect(),
+            one => vec![(tool.name.clone(), one)],
+        };
+        for (name, item) in items {
+            match Spec::parse(item, &tool.name, now) {
+                Ok(mut spec) => {
+                    spec.declared = true;
+                    found.push((name, spec));
+                }
+                Err(e) => errors.push(format!("{at}: {e}")),
+            }
+        }
+    }
+    (found, errors)
+}
+
+/// Writes the declared schedules to the store and removes declared ones no skill declares any
+/// more. A schedule whose declaration did not change keeps its next firing (and interval grid).
+pub async fn sync_declared(kernel: &Kernel) -> usize {
+    let store = kernel.bus().store().clone();
+    let now = now_ms() as i64;
+    let (found, errors) = declared(&kernel.registry().current(), now);
+    for error in errors {
+        tracing::error!("schedule not applied: {error}");
+    }
+    let stored = match store.schedules().await {
+        Ok(stored) => stored,
+        Err(e) => {
+            tracing::error!("cannot read the schedules: {e}");
+            return 0;
+        }
+    };
+    let names: BTreeSet<&str> = found.iter().map(|(n, _)| n.as_str()).collect();
+    for old in &stored {
+        let declared = Spec::from_stored(&old.spec).is_ok_and(|s| s.declared);
+        if declared && !names.contains(old.name.as_str()) {
+            let _ = store.delete_schedule(&old.name).await;
+        }
+    }
+    for (name, spec) in &found {
+        // An unchanged declaration keeps the interval anchor it was first stored with.
+        let same = stored.iter().find(|s| &s.name == name).and_then(|s| {
+            Spec::from_stored(&s.spec)
+                .ok()
+                .filter(|old| same_declaration(old, spec))
+        });
+        if same.is_some() {
+            continue;
+        }
+        if let Err(e) = store
+            .put_schedule(name, &spec.to_stored(), spec.next_after(now))
+            .await
+        {
+            tracing::error!(schedule = %name, "schedule not stored: {e}");
+        }
+    }
+    found.len()
+}
+
+/// Equal but for the interval's anchor (which is when it was first read).
+fn same_declaration(a: &Spec, b: &Spec) -> bool {
+    use crate::schedule::spec::When;
+    let mut b = b.clone();
+    if let (When::Every { start: anchor, .. }, When::Every { start, .. }) = (&a.when, &mut b.when)
+    {
+        *start = *anchor;
+    }
+    *a == b
+}
+
+/// Fires due schedules until `stop`.
+pub fn spawn(kernel: Kernel, stop: CancellationToken) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let store = kernel.bus().store().clone();
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(TICK) => {}
+            }
+            if let Err(e) = fire_due(&kernel, &store).await {
+                tracing::warn!("schedules: {e}");
+            }
+        }
+    })
+}
+
+/// Takes and starts every firing due now; returns how many this process took.
+pub async fn fire_due(
+    kernel: &Kernel,
+    store: &Arc<dyn EventStore>,
+) -> Result<usize, crate::events::StoreError> {
+    let now = now_ms() as i64;
+    let mut taken = 0;
+    for stored in store.schedules().await? {
+        let Some(due) = stored.next_ms.filter(|due| *due <= now) else {
+            continue;
+        };
+        let spec = match Spec::from_stored(&stored.spec) {
+            Ok(spec) => spec,
+            Err(e) => {
+                tracing::error!(schedule = %stored.name, "unreadable schedule: {e}");
+                continue;
+            }
+        };
+        let missed = now - due > GRACE_MS;
+        let run = !(missed && spec.missed == Missed::Skip);
+        let done = run && spec.times.is_some_and(|t| stored.runs + 1 >= t);
+        // Missed slots collapse into this one: the next firing is the first after now.
+        let next = if done { None } else { spec.next_after(now) };
+        if !store.take_firing(&stored.name, due, next, run).await? {
+            continue; // another replica took it
+        }
+        if !run {
+            tracing::info!(schedule = %stored.name, late_ms = now - due, "missed firing skipped");
+            continue;
+        }
+        taken += 1;
+        let kernel = kernel.clone();
+        let name = stored.name.clone();
+        tokio::spawn(async move {
+            let mut options = InvokeOptions::default();
+            options.context.nonlocals.insert(
+                "schedule".into(),
+                json!({ "name": name, "scheduledAt": due, "firedAt": now, "missed": missed }),
+            );
+            let args = if spec.args.is_null() {
+                json!({})
+            } else {
+                spec.args.clone()
+            };
+            if let Err(e) = kernel.invoke(spec.reference.as_str(), args, options).await {
+                tracing::warn!(schedule = %name, skill = %spec.reference, "scheduled run failed: {e}");
+            }
+        });
+    }
+    Ok(taken)
+}
