@@ -395,7 +395,12 @@ impl EventStore for MemoryStore {
         Ok(())
     }
 
-    async fn put_schedule(&self, name: &str, spec: &str, next_ms: Option<i64>) -> StoreResult<bool> {
+    async fn put_schedule(
+        &self,
+        name: &str,
+        spec: &str,
+        next_ms: Option<i64>,
+    ) -> StoreResult<bool> {
         let mut inner = self.inner.lock();
         if inner.schedules.get(name).is_some_and(|s| s.spec == spec) {
             return Ok(false);

@@ -19,8 +19,8 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 use crate::context::id::now_ms;
 use crate::events::batch::Batcher;
 use crate::events::store::{
-    Delivery, EventStore, KeyClaim, Limits, StoreError, StoreResult, StoredSchedule, WAKE_ALL, distinct_topics,
-    missing,
+    Delivery, EventStore, KeyClaim, Limits, StoreError, StoreResult, StoredSchedule, WAKE_ALL,
+    distinct_topics, missing,
 };
 use crate::events::{DEAD_QUEUE, Event, dead_letter};
 
@@ -663,7 +663,12 @@ impl EventStore for PostgresStore {
         Ok(())
     }
 
-    async fn put_schedule(&self, name: &str, spec: &str, next_ms: Option<i64>) -> StoreResult<bool> {
+    async fn put_schedule(
+        &self,
+        name: &str,
+        spec: &str,
+        next_ms: Option<i64>,
+    ) -> StoreResult<bool> {
         let written = sqlx::query(
             "INSERT INTO sg_schedules (name, spec, next_ms, runs) VALUES ($1, $2, $3, 0)
              ON CONFLICT (name) DO UPDATE SET spec = excluded.spec, next_ms = excluded.next_ms, runs = 0

@@ -168,7 +168,8 @@ pub trait EventStore: Send + Sync + 'static {
     /// Adds schedule `name`, or replaces it when its `spec` changed (the count starts again);
     /// the same spec again is left as it is, so a restart keeps its next firing. Returns
     /// whether anything was written.
-    async fn put_schedule(&self, name: &str, spec: &str, next_ms: Option<i64>) -> StoreResult<bool>;
+    async fn put_schedule(&self, name: &str, spec: &str, next_ms: Option<i64>)
+    -> StoreResult<bool>;
 
     /// Removes schedule `name`. Returns whether it existed.
     async fn delete_schedule(&self, name: &str) -> StoreResult<bool>;

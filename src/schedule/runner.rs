@@ -97,8 +97,7 @@ pub async fn sync_declared(kernel: &Kernel) -> usize {
 fn same_declaration(a: &Spec, b: &Spec) -> bool {
     use crate::schedule::spec::When;
     let mut b = b.clone();
-    if let (When::Every { start: anchor, .. }, When::Every { start, .. }) = (&a.when, &mut b.when)
-    {
+    if let (When::Every { start: anchor, .. }, When::Every { start, .. }) = (&a.when, &mut b.when) {
         *start = *anchor;
     }
     *a == b

@@ -89,8 +89,10 @@ impl Spec {
             }
         };
         for key in fields.keys() {
-            if !["cron", "every", "tz", "args", "times", "missed", "ref", "name"]
-                .contains(&key.as_str())
+            if ![
+                "cron", "every", "tz", "args", "times", "missed", "ref", "name",
+            ]
+            .contains(&key.as_str())
             {
                 return Err(format!(
                     "unknown field `{key}` (cron, every, tz, args, times, missed)"
@@ -100,8 +102,9 @@ impl Spec {
         let tz = match fields.get("tz") {
             None | Some(Value::Null) => None,
             Some(Value::String(tz)) => {
-                chrono_tz::Tz::from_str(tz)
-                    .map_err(|_| format!("`tz`: unknown time zone `{tz}` (an IANA name such as Europe/Paris)"))?;
+                chrono_tz::Tz::from_str(tz).map_err(|_| {
+                    format!("`tz`: unknown time zone `{tz}` (an IANA name such as Europe/Paris)")
+                })?;
                 Some(tz.clone())
             }
             Some(other) => return Err(format!("`tz` must be a time zone name, got {other}")),
@@ -153,7 +156,10 @@ impl Spec {
                     .as_deref()
                     .and_then(|t| chrono_tz::Tz::from_str(t).ok())
                     .unwrap_or(chrono_tz::UTC);
-                let after = Utc.timestamp_millis_opt(after_ms).single()?.with_timezone(&tz);
+                let after = Utc
+                    .timestamp_millis_opt(after_ms)
+                    .single()?
+                    .with_timezone(&tz);
                 cron.find_next_occurrence(&after, false)
                     .ok()
                     .map(|t| t.timestamp_millis())
@@ -228,7 +234,9 @@ fn text_when(text: &str, now: i64) -> Result<When, String> {
 /// An interval: milliseconds, or `500ms`, `10s`, `5m`, `2h`, `1d`; at least 100 ms.
 fn interval(value: &Value) -> Result<i64, String> {
     let ms = match value {
-        Value::Number(n) => n.as_i64().ok_or_else(|| format!("{n} is not whole milliseconds"))?,
+        Value::Number(n) => n
+            .as_i64()
+            .ok_or_else(|| format!("{n} is not whole milliseconds"))?,
         Value::String(s) => {
             let s = s.trim();
             let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
@@ -248,9 +256,14 @@ fn interval(value: &Value) -> Result<i64, String> {
                     ));
                 }
             };
-            n.checked_mul(scale).ok_or_else(|| format!("`{s}` is too long"))?
+            n.checked_mul(scale)
+                .ok_or_else(|| format!("`{s}` is too long"))?
         }
-        other => return Err(format!("must be milliseconds or a duration string, got {other}")),
+        other => {
+            return Err(format!(
+                "must be milliseconds or a duration string, got {other}"
+            ));
+        }
     };
     if ms < 100 {
         return Err(format!("{ms} ms is shorter than the 100 ms minimum"));
@@ -277,19 +290,31 @@ mod tests {
         assert_eq!(spec.next_after(NOW + 10_000), Some(NOW + 20_000));
         assert_eq!(spec.next_after(NOW + 25_001), Some(NOW + 30_000));
         let text = Spec::parse(&json!("@every 500ms"), "s", NOW).unwrap();
-        assert_eq!(text.when, When::Every { ms: 500, start: NOW });
+        assert_eq!(
+            text.when,
+            When::Every {
+                ms: 500,
+                start: NOW
+            }
+        );
     }
 
     #[test]
     fn a_cron_expression_fires_in_its_time_zone() {
         // 09:00 on weekdays in Paris is 08:00 UTC in winter.
-        let spec = Spec::parse(&json!({ "cron": "0 9 * * 1-5", "tz": "Europe/Paris" }), "s", NOW)
-            .unwrap();
+        let spec = Spec::parse(
+            &json!({ "cron": "0 9 * * 1-5", "tz": "Europe/Paris" }),
+            "s",
+            NOW,
+        )
+        .unwrap();
         let next = spec.next_after(NOW).unwrap();
         let at = Utc.timestamp_millis_opt(next).unwrap();
         assert_eq!(at.to_rfc3339(), "2023-11-15T08:00:00+00:00");
         let utc = Spec::parse(&json!("0 9 * * 1-5"), "s", NOW).unwrap();
-        let at = Utc.timestamp_millis_opt(utc.next_after(NOW).unwrap()).unwrap();
+        let at = Utc
+            .timestamp_millis_opt(utc.next_after(NOW).unwrap())
+            .unwrap();
         assert_eq!(at.to_rfc3339(), "2023-11-15T09:00:00+00:00");
         let seconds = Spec::parse(&json!("*/1 * * * * *"), "s", NOW).unwrap();
         assert_eq!(seconds.next_after(NOW), Some(NOW + 1_000));

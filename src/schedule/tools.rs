@@ -96,7 +96,8 @@ metadata:
                 .put_schedule(&name, &spec.to_stored(), next)
                 .await
                 .map_err(store_error)?;
-            let mut out = json!({ "name": name, "changed": written, "next": next.map_or(Value::Null, iso) });
+            let mut out =
+                json!({ "name": name, "changed": written, "next": next.map_or(Value::Null, iso) });
             if let (Value::Object(out), Value::Object(more)) = (&mut out, spec.describe()) {
                 out.extend(more);
             }

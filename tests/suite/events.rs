@@ -138,6 +138,7 @@ contract!(
     event_skills_work_through_the_pipeline,
     the_event_middleware_routes_topics_to_skills,
     event_unsubscribe_removes_one_handler_a_queue_or_every_handler,
+    a_schedule_firing_is_taken_once_and_an_unchanged_put_keeps_it,
     follow_resumes_after_an_id_with_no_gap_and_no_duplicate,
     follow_sees_events_another_process_emits,
     follow_from_an_id_that_left_the_buffer_starts_at_the_oldest_and_says_so,
@@ -718,6 +719,64 @@ async fn event_unsubscribe_removes_one_handler_a_queue_or_every_handler(b: &Back
     let out = call("event-unsubscribe", json!({"topic": "u", "ref": "first"})).await;
     assert_eq!(out, json!({"removed": 0}));
     bus.shutdown();
+}
+
+async fn a_schedule_firing_is_taken_once_and_an_unchanged_put_keeps_it(b: &Backend) {
+    let bus = b.bus(Limits::default(), LONG).await;
+    let store = bus.store().clone();
+    assert!(
+        store
+            .put_schedule("tick", "{\"a\":1}", Some(1_000))
+            .await
+            .unwrap()
+    );
+    // The same spec again: nothing written, the next firing stays.
+    assert!(
+        !store
+            .put_schedule("tick", "{\"a\":1}", Some(9_000))
+            .await
+            .unwrap()
+    );
+    let listed = store.schedules().await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!((listed[0].next_ms, listed[0].runs), (Some(1_000), 0));
+    // Of two takers of the firing due at 1000, one wins; a stale due time wins nothing.
+    assert!(
+        store
+            .take_firing("tick", 1_000, Some(2_000), true)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .take_firing("tick", 1_000, Some(2_000), true)
+            .await
+            .unwrap()
+    );
+    // A skipped firing moves on without counting a run.
+    assert!(
+        store
+            .take_firing("tick", 2_000, Some(3_000), false)
+            .await
+            .unwrap()
+    );
+    let listed = store.schedules().await.unwrap();
+    assert_eq!((listed[0].next_ms, listed[0].runs), (Some(3_000), 1));
+    // The last run: no next firing.
+    assert!(store.take_firing("tick", 3_000, None, true).await.unwrap());
+    assert_eq!(store.schedules().await.unwrap()[0].next_ms, None);
+    // A changed spec replaces it and counts again.
+    assert!(
+        store
+            .put_schedule("tick", "{\"a\":2}", Some(5_000))
+            .await
+            .unwrap()
+    );
+    let listed = store.schedules().await.unwrap();
+    assert_eq!((listed[0].next_ms, listed[0].runs), (Some(5_000), 0));
+    assert!(store.delete_schedule("tick").await.unwrap());
+    assert!(!store.delete_schedule("tick").await.unwrap());
+    assert!(store.schedules().await.unwrap().is_empty());
 }
 
 /// The `n` of the next followed event (a hang guard around the wait).

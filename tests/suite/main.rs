@@ -57,6 +57,7 @@ mod process;
 mod reload;
 mod replicas;
 mod sandbox;
+mod schedules;
 mod security;
 mod serve_cli;
 mod server;

@@ -1,0 +1,371 @@
+//! Schedules: `schedule-create` / `schedule-list` / `schedule-delete`, the missed-firing
+//! policy, declared schedules at `serve` start, and two replicas on one Postgres firing a
+//! one-second schedule once per second between them.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use serde_json::{Value, json};
+use skillgate::events::KernelBus;
+use skillgate::middleware::native;
+use skillgate::schedule::runner::fire_due;
+use skillgate::schedule::spec::Spec;
+use skillgate::{ErrorKind, InvokeOptions, Kernel};
+
+use crate::common::{Project, plain};
+use crate::events_cli::Store;
+use crate::process::{Served, serve};
+
+/// A kernel with a `tick` skill that records the `schedule` it was fired for and its args.
+fn ticking() -> (Kernel, Arc<Mutex<Vec<Value>>>) {
+    let seen: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let kernel = {
+        let seen = seen.clone();
+        Project::new()
+            .builder()
+            .native(native("name: tick\n", move |ctx, args| {
+                let seen = seen.clone();
+                async move {
+                    let schedule = ctx.get("nonlocals.schedule")?.unwrap_or(Value::Null);
+                    seen.lock()
+                        .push(json!({ "schedule": schedule, "args": *args }));
+                    Ok(None)
+                }
+            }))
+            .build()
+    };
+    (kernel, seen)
+}
+
+async fn call(kernel: &Kernel, skill: &str, args: Value) -> skillgate::Result<Value> {
+    kernel
+        .invoke(skill, args, InvokeOptions::default())
+        .await
+        .map(|v| plain(v).unwrap_or(Value::Null))
+}
+
+#[tokio::test]
+async fn schedule_create_list_and_delete_keep_schedules_in_the_store() {
+    let (kernel, _) = ticking();
+    let made = call(
+        &kernel,
+        "schedule-create",
+        json!({ "name": "nightly", "ref": "tick", "cron": "30 2 * * *", "tz": "Europe/Paris", "args": { "full": true } }),
+    )
+    .await
+    .unwrap();
+    assert_eq!(made["changed"], true);
+    assert_eq!(made["cron"], "30 2 * * *");
+    // 02:30 in Paris is 00:30 or 01:30 UTC.
+    let next = made["next"].as_str().unwrap();
+    assert!(
+        next.contains("T00:30:00") || next.contains("T01:30:00"),
+        "{next}"
+    );
+    let again = call(
+        &kernel,
+        "schedule-create",
+        json!({ "name": "nightly", "ref": "tick", "cron": "30 2 * * *", "tz": "Europe/Paris", "args": { "full": true } }),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        again["changed"], false,
+        "the same schedule again changes nothing"
+    );
+    let listed = call(&kernel, "schedule-list", json!({})).await.unwrap();
+    assert_eq!(listed.as_array().unwrap().len(), 1);
+    assert_eq!(listed[0]["name"], "nightly");
+    assert_eq!(listed[0]["ref"], "tick");
+    assert_eq!(listed[0]["tz"], "Europe/Paris");
+    assert_eq!(listed[0]["args"], json!({ "full": true }));
+    assert_eq!(listed[0]["runs"], 0);
+    assert_eq!(listed[0]["declared"], false);
+    let deleted = call(&kernel, "schedule-delete", json!({ "name": "nightly" }))
+        .await
+        .unwrap();
+    assert_eq!(deleted, json!({ "deleted": true }));
+    assert_eq!(
+        call(&kernel, "schedule-list", json!({})).await.unwrap(),
+        json!([])
+    );
+}
+
+#[tokio::test]
+async fn schedule_create_refuses_a_missing_skill_a_bad_spec_and_names_the_field() {
+    let (kernel, _) = ticking();
+    let err = call(
+        &kernel,
+        "schedule-create",
+        json!({ "name": "x", "ref": "tock", "every": "1s" }),
+    )
+    .await
+    .unwrap_err();
+    assert!(err.message().contains("tock"), "{err}");
+    let err = call(
+        &kernel,
+        "schedule-create",
+        json!({ "name": "x", "ref": "tick", "cron": "99 * * * *" }),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgs);
+    assert!(
+        err.message().contains("schedule `x`") && err.message().contains("cron"),
+        "{err}"
+    );
+    let err = call(
+        &kernel,
+        "schedule-create",
+        json!({ "name": "x", "ref": "tick", "every": "1s", "tz": "Nowhere/Else" }),
+    )
+    .await
+    .unwrap_err();
+    assert!(err.message().contains("`tz`"), "{err}");
+}
+
+#[tokio::test]
+async fn untrusted_code_may_not_create_schedules() {
+    let project = Project::new();
+    let kernel = project
+        .builder()
+        .native(native("name: tick\n", |_c, _a| async { Ok(None) }))
+        .native(native("name: host\n", |ctx, _args| async move {
+            let code = "try { await ctx.manager.invoke('schedule-create', { name: 'x', ref: 'tick', every: '1s' }); return 'created'; } catch (e) { return e.code; }";
+            let out = skillgate::sandbox::run_untrusted(&ctx, code, None).await?;
+            Ok(out)
+        }))
+        .build();
+    let out = call(&kernel, "host", json!({})).await.unwrap();
+    assert_eq!(out, "denied");
+    let store = kernel.bus().store().clone();
+    assert!(store.schedules().await.unwrap().is_empty());
+    // The same call from trusted code creates it.
+    call(
+        &kernel,
+        "schedule-create",
+        json!({ "name": "x", "ref": "tick", "every": "1s" }),
+    )
+    .await
+    .unwrap();
+    assert_eq!(store.schedules().await.unwrap().len(), 1);
+}
+
+/// A schedule `name` for `tick` whose firing was due a minute ago.
+async fn overdue(kernel: &Kernel, name: &str, missed: &str) {
+    let now = skillgate::context::id::now_ms() as i64;
+    let spec = Spec::parse(&json!({ "every": "10s", "missed": missed }), "tick", now).unwrap();
+    kernel
+        .bus()
+        .store()
+        .put_schedule(name, &spec.to_stored(), Some(now - 60_000))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn firings_missed_while_down_run_once_or_are_skipped_as_the_schedule_says() {
+    let (kernel, seen) = ticking();
+    overdue(&kernel, "catch-up", "once").await;
+    overdue(&kernel, "drop", "skip").await;
+    let store = kernel.bus().store().clone();
+    let before = skillgate::context::id::now_ms() as i64;
+    assert_eq!(fire_due(&kernel, &store).await.unwrap(), 1);
+    // Nothing is due now: a second pass takes nothing.
+    assert_eq!(fire_due(&kernel, &store).await.unwrap(), 0);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while seen.lock().is_empty() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let runs = seen.lock().clone();
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert_eq!(runs[0]["schedule"]["name"], "catch-up");
+    assert_eq!(runs[0]["schedule"]["missed"], true);
+    for s in store.schedules().await.unwrap() {
+        // Both go on from now, on their grid, whatever was missed.
+        assert!(s.next_ms.unwrap() > before, "{s:?}");
+        let expected_runs = if s.name == "catch-up" { 1 } else { 0 };
+        assert_eq!(s.runs, expected_runs, "{s:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_schedule_with_times_stops_after_its_last_run() {
+    let (kernel, seen) = ticking();
+    let store = kernel.bus().store().clone();
+    let now = skillgate::context::id::now_ms() as i64;
+    let spec = Spec::parse(
+        &json!({ "every": "1s", "times": 2, "args": { "k": 1 } }),
+        "tick",
+        now,
+    )
+    .unwrap();
+    store
+        .put_schedule("twice", &spec.to_stored(), Some(now - 10))
+        .await
+        .unwrap();
+    assert_eq!(fire_due(&kernel, &store).await.unwrap(), 1);
+    let next = store.schedules().await.unwrap()[0].next_ms.unwrap();
+    // Make the second firing due now rather than waiting for it.
+    assert!(
+        store
+            .take_firing("twice", next, Some(now), false)
+            .await
+            .unwrap()
+    );
+    assert_eq!(fire_due(&kernel, &store).await.unwrap(), 1);
+    let left = &store.schedules().await.unwrap()[0];
+    assert_eq!((left.next_ms, left.runs), (None, 2));
+    assert_eq!(fire_due(&kernel, &store).await.unwrap(), 0);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while seen.lock().len() < 2 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(seen.lock().iter().all(|r| r["args"] == json!({ "k": 1 })));
+}
+
+/// A project whose `tick` skill emits `ticked` with the slot it was fired for and the replica
+/// (`REPLICA`) it ran on; `declared` adds a schedule in its metadata.
+fn tick_project(declared: &str) -> Project {
+    let project = Project::new();
+    project.skill(
+        "tick.skill.js",
+        &format!(
+            "export const frontmatter = {{ name: 'tick', metadata: {{ {declared} }} }};\n\
+             export default async (ctx, args) => {{\n\
+               await ctx.manager.invoke('event-emit', {{ topic: 'ticked', data: {{ name: ctx.nonlocals.schedule.name, at: ctx.nonlocals.schedule.scheduledAt, replica: args.replica ?? null }} }});\n\
+             }};\n"
+        ),
+    );
+    project
+}
+
+/// Every `ticked` event so far, as (schedule name, slot).
+fn ticks(project: &Project, store: &Store) -> Vec<(String, i64)> {
+    let mut command = crate::common::skillgate_command(project.path());
+    if let Some(url) = &store.url {
+        command.args(["--store", url.as_str()]);
+    }
+    let out = command
+        .args(["events", "replay", "ticked"])
+        .output()
+        .expect("skillgate events replay");
+    assert!(out.status.success(), "{}", crate::common::stderr(&out));
+    crate::common::stdout(&out)
+        .lines()
+        .map(|line| {
+            let e: Value = serde_json::from_str(line).unwrap();
+            (
+                e["data"]["name"].as_str().unwrap().to_string(),
+                e["data"]["at"].as_i64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn start(project: &Project, store: &Store) -> Served {
+    let mut args = vec!["--bind", "127.0.0.1:0", "--watch", "false"];
+    if let Some(url) = &store.url {
+        args.extend(["--store", url.as_str()]);
+    }
+    serve(project.path(), &args, &[("SKILLGATE_RATE_LIMIT", "0")])
+}
+
+#[test]
+fn two_replicas_fire_a_one_second_schedule_ten_times_in_ten_seconds_not_twenty() {
+    let Some(store) = Store::all().into_iter().find(|s| s.url.is_some()) else {
+        return;
+    };
+    let project = tick_project("");
+    let (a, b) = (start(&project, &store), start(&project, &store));
+    let made: Value = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            crate::common::http_client()
+                .post(a.url("/invoke/schedule-create"))
+                .json(&json!({ "name": "every-second", "ref": "tick", "every": "1s", "times": 10 }))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap()
+        });
+    assert_eq!(made["result"]["changed"], true, "{made}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut seen = ticks(&project, &store);
+    while seen.len() < 10 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(250));
+        seen = ticks(&project, &store);
+    }
+    // One more second: a firing taken twice would show up now.
+    std::thread::sleep(Duration::from_millis(1_500));
+    let mut slots: Vec<i64> = ticks(&project, &store).into_iter().map(|t| t.1).collect();
+    assert_eq!(slots.len(), 10, "ten runs in all: {slots:?}");
+    slots.sort_unstable();
+    slots.dedup();
+    assert_eq!(slots.len(), 10, "each slot ran once");
+    for pair in slots.windows(2) {
+        assert_eq!(pair[1] - pair[0], 1_000, "one slot a second: {slots:?}");
+    }
+    drop((a, b));
+}
+
+#[test]
+fn a_declared_schedule_fires_under_serve_and_keeps_its_grid_across_a_restart() {
+    let store = Store::sqlite();
+    let project = tick_project("schedule: '@every 1s'");
+    let first = start(&project, &store);
+    assert!(
+        first.started.contains("1 declared schedule(s)"),
+        "{}",
+        first.started
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while ticks(&project, &store).len() < 2 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (code, _) = first.stop();
+    assert_eq!(code, Some(0));
+    let before = ticks(&project, &store);
+    assert!(before.len() >= 2, "{before:?}");
+    let second = start(&project, &store);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while ticks(&project, &store).len() < before.len() + 2 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    drop(second);
+    let after = ticks(&project, &store);
+    assert!(after.len() >= before.len() + 2, "{after:?}");
+    // The restart kept the interval's grid: every slot is a whole number of seconds from the
+    // first, and none ran twice.
+    let first_slot = after[0].1;
+    let mut slots: Vec<i64> = after.iter().map(|t| t.1).collect();
+    assert!(
+        slots.iter().all(|s| (s - first_slot) % 1_000 == 0),
+        "{slots:?}"
+    );
+    assert!(after.iter().all(|t| t.0 == "tick"));
+    let n = slots.len();
+    slots.sort_unstable();
+    slots.dedup();
+    assert_eq!(slots.len(), n, "no slot twice");
+}
+
+#[test]
+fn a_bad_declared_schedule_keeps_serve_from_starting_and_names_the_file() {
+    let project = tick_project("schedule: { every: 'soon' }");
+    let out = crate::common::skillgate_command(project.path())
+        .args(["serve", "--bind", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = crate::common::stderr(&out);
+    assert!(
+        err.contains("tick.skill.js: metadata.schedule: `every`"),
+        "{err}"
+    );
+}
