@@ -119,16 +119,16 @@ pub async fn serve(
         .email_addr()
         .map(|smtp| format!(" and smtp://{smtp}"))
         .unwrap_or_default();
-    let mut routed = if routed > 0 {
-        format!(", {routed} event route(s)")
-    } else {
-        String::new()
-    };
-    if scheduled > 0 {
-        routed.push_str(&format!(", {scheduled} declared schedule(s)"));
-    }
+    let declared: String = [
+        (routed, "event route(s)"),
+        (scheduled, "declared schedule(s)"),
+    ]
+    .iter()
+    .filter(|(n, _)| *n > 0)
+    .map(|(n, what)| format!(", {n} {what}"))
+    .collect();
     eprintln!(
-        "skillgate: listening on http://{addr}{smtp} ({skills} skills{routed}, {store_kind} event store {store_label}, {})",
+        "skillgate: listening on http://{addr}{smtp} ({skills} skills{declared}, {store_kind} event store {store_label}, {})",
         if open {
             "no API keys: every path is open".to_string()
         } else {

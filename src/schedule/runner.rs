@@ -2,7 +2,7 @@
 //! store at start (and after a reload), and a loop takes each due firing with a compare-and-set
 //! on the store, so on many replicas each firing runs on exactly one of them.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -66,21 +66,26 @@ pub async fn sync_declared(kernel: &Kernel) -> usize {
             return 0;
         }
     };
+    // What the store holds, each spec read once.
+    let kept: HashMap<&str, Spec> = stored
+        .iter()
+        .filter_map(|s| Some((s.name.as_str(), Spec::from_stored(&s.spec).ok()?)))
+        .collect();
     let names: BTreeSet<&str> = found.iter().map(|(n, _)| n.as_str()).collect();
-    for old in &stored {
-        let declared = Spec::from_stored(&old.spec).is_ok_and(|s| s.declared);
-        if declared && !names.contains(old.name.as_str()) {
-            let _ = store.delete_schedule(&old.name).await;
+    for (name, old) in &kept {
+        if old.declared
+            && !names.contains(name)
+            && let Err(e) = store.delete_schedule(name).await
+        {
+            tracing::error!(schedule = %name, "undeclared schedule not removed: {e}");
         }
     }
     for (name, spec) in &found {
         // An unchanged declaration keeps the interval anchor it was first stored with.
-        let same = stored.iter().find(|s| &s.name == name).and_then(|s| {
-            Spec::from_stored(&s.spec)
-                .ok()
-                .filter(|old| same_declaration(old, spec))
-        });
-        if same.is_some() {
+        if kept
+            .get(name.as_str())
+            .is_some_and(|old| same_declaration(old, spec))
+        {
             continue;
         }
         if let Err(e) = store

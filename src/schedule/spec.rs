@@ -4,7 +4,6 @@
 //! store as JSON.
 
 use std::str::FromStr;
-use std::time::Duration;
 
 use chrono::{TimeZone, Utc};
 use croner::parser::{CronParser, Seconds, Year};
@@ -269,11 +268,6 @@ fn interval(value: &Value) -> Result<i64, String> {
         return Err(format!("{ms} ms is shorter than the 100 ms minimum"));
     }
     Ok(ms)
-}
-
-/// An interval as a [`Duration`] (for tests and logs).
-pub fn millis(ms: i64) -> Duration {
-    Duration::from_millis(ms.max(0) as u64)
 }
 
 #[cfg(test)]

@@ -50,6 +50,14 @@ fn iso(ms: i64) -> Value {
         .map_or(Value::Null, |t| Value::from(t.to_rfc3339()))
 }
 
+/// `out` with the fields that describe `spec` added.
+fn with_spec(mut out: Value, spec: &Spec) -> Value {
+    if let (Value::Object(out), Value::Object(more)) = (&mut out, spec.describe()) {
+        out.extend(more);
+    }
+    out
+}
+
 fn create() -> Tool {
     native(
         r#"
@@ -150,13 +158,7 @@ metadata:
                         "runs": s.runs,
                     });
                     match Spec::from_stored(&s.spec) {
-                        Ok(spec) => {
-                            if let (Value::Object(out), Value::Object(more)) =
-                                (&mut out, spec.describe())
-                            {
-                                out.extend(more);
-                            }
-                        }
+                        Ok(spec) => out = with_spec(out, &spec),
                         Err(e) => out["error"] = Value::from(e),
                     }
                     out
