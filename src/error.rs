@@ -135,6 +135,11 @@ impl SkillError {
         self.edit(|inner| inner.stack = Some(stack.into()))
     }
 
+    /// The same error with `prefix` before its message (where it happened, say).
+    pub fn prefixed(self, prefix: &str) -> Self {
+        self.edit(|inner| inner.message = format!("{prefix}{}", inner.message))
+    }
+
     fn edit(self, f: impl FnOnce(&mut Inner)) -> Self {
         let mut arc = self.0;
         // Errors are edited right after construction, so this almost never copies.

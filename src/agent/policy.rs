@@ -29,6 +29,9 @@ pub const AGENT: &str = "agent";
 /// Where `agent-execute` puts the served context on the agent skill's context.
 pub const SERVED_PATH: &str = "agent.served";
 
+/// The tag that marks this built-in `agent` (a project may replace it with its own).
+pub const BUILT_IN_TAG: &str = "built-in-agent";
+
 /// The user message when the caller gives none.
 const DEFAULT_MESSAGE: &str = "Execute the task.";
 
@@ -39,7 +42,7 @@ name: agent
 description: Runs an LLM agent whose one tool is sandboxed JavaScript with the ctx API (the policy; the loop is the provider skill's).
 metadata:
   visibility: hidden
-  tags: [meta-internal, agent]
+  tags: [meta-internal, agent, built-in-agent]
   params:
     type: object
     properties:

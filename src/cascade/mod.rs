@@ -1,7 +1,9 @@
 //! The metadata cascade: from a tool to its merged metadata, its hooks and its sorted chain.
 //!
-//! Levels, lowest first: the default pipeline (the base of every inherit chain), the tool's
-//! authorities (outermost project first, public keys only), the rest of its C3-linearized
+//! Levels, lowest first: the default pipeline (the base of every inherit chain), the skills
+//! marked `$global: true` (public keys only; not for native tools, nor for a tool that says
+//! `$global: false`), the tool's authorities (outermost project first, public keys only), the
+//! rest of its C3-linearized
 //! inherit chain (public keys only), the tool's own keys, then command-line overrides. Each level
 //! is interpolated on its own, then merged: `$remove` drops keys merged so far, `$merge` picks
 //! `prepend`/`append` (arrays) or `shallow` (objects) per key, anything else replaces. Keys that
@@ -166,7 +168,11 @@ fn levels<'a>(index: &'a SearchIndex, tool: &'a Arc<Tool>) -> Result<Vec<Level<'
         current = index.authority_of(authority);
     }
     authorities.reverse();
-    let mut out = Vec::with_capacity(lin.len() + authorities.len());
+    let globals: Vec<&Arc<Tool>> = index
+        .globals_for(tool)
+        .filter(|g| seen.insert(g.name.as_str()))
+        .collect();
+    let mut out = Vec::with_capacity(lin.len() + authorities.len() + globals.len());
     let mut ancestors: Vec<&String> = lin[1..].iter().rev().collect();
     if ancestors
         .first()
@@ -175,6 +181,7 @@ fn levels<'a>(index: &'a SearchIndex, tool: &'a Arc<Tool>) -> Result<Vec<Level<'
         let default = ancestors.remove(0);
         out.push(level_of(index, default)?);
     }
+    out.extend(globals.into_iter().map(|tool| Level { tool, own: false }));
     out.extend(
         authorities
             .into_iter()

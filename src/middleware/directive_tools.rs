@@ -1,7 +1,9 @@
-//! The directive tools: `:arg`, `:env`, `:context`, `:config` and `:skill`.
+//! The directive tools that read values and tools: `:arg`, `:env`, `:context`, `:config`,
+//! `:skill` and `:tool`, and the shape every directive tool shares ([`directive`]).
 //!
 //! Each replaces its placeholder in the served prompt with text, then continues the chain.
-//! Invoked as plain metadata middleware (no directive index) they just pass.
+//! Invoked as plain metadata middleware (no directive index) they just pass. A failure names
+//! where the directive is (`file:line:column`) and the directive's text.
 
 use serde_json::{Value, json};
 
@@ -77,21 +79,60 @@ pub fn tools() -> Vec<Tool> {
                 })
             },
         ),
+        native(
+            &frontmatter(
+                "tool",
+                "Describes a tool for a model: :tool[name]{format=json}",
+            ),
+            |ctx, args| {
+                directive(ctx, args, |target, label, args| async move {
+                    let index = target.index();
+                    let tool = index.find(&label)?;
+                    let params = tool.params().cloned();
+                    Ok(Some(match attr(&args, "format").as_ref().and_then(Value::as_str) {
+                        Some("json") => Value::String(
+                            json!({"name": tool.name, "description": tool.description, "params": params})
+                                .to_string(),
+                        ),
+                        None | Some("text") => Value::String(describe(&tool.name, &tool.description, params.as_ref())),
+                        Some(other) => {
+                            return Err(SkillError::config(format!(
+                                "`format` must be `text` or `json`, got `{other}`"
+                            )));
+                        }
+                    }))
+                })
+            },
+        ),
     ]
 }
 
-fn frontmatter(name: &str, description: &str) -> String {
+/// One line a model can read: the name, what it does, and its args schema when it has one.
+fn describe(name: &str, description: &str, params: Option<&Value>) -> String {
+    let mut out = format!("`{name}`");
+    if !description.is_empty() {
+        out.push_str(": ");
+        out.push_str(description.trim());
+    }
+    if let Some(params) = params {
+        out.push_str(&format!(" (args: {params})"));
+    }
+    out
+}
+
+pub(crate) fn frontmatter(name: &str, description: &str) -> String {
     format!(
         "name: {name}\ndescription: \"{description}\"\nmetadata:\n  role: directive\n  visibility: hidden\n  tags: [meta-internal, directive]\n"
     )
 }
 
-fn attr(args: &Value, key: &str) -> Option<Value> {
+pub(crate) fn attr(args: &Value, key: &str) -> Option<Value> {
     args.get("attrs").and_then(|a| a.get(key)).cloned()
 }
 
 /// Shared shape of a directive tool: compute a value, put its text in the placeholder, go on.
-async fn directive<F, Fut>(
+/// `compute` gets the served context, the label and the directive's args (`attrs`, `at`, ...).
+pub(crate) async fn directive<F, Fut>(
     ctx: Context,
     args: std::sync::Arc<Value>,
     compute: F,
@@ -111,7 +152,7 @@ where
         .to_string();
     let value = compute(target.clone(), label, (*args).clone())
         .await
-        .map_err(|e| target.fail(e))?;
+        .map_err(|e| target.fail(located(e, &args)))?;
     let text = match value {
         None | Some(Value::Null) => String::new(),
         Some(Value::String(s)) => s,
@@ -123,4 +164,13 @@ where
     let expanded = expanded.replacen(&placeholder(index as usize), &text, 1);
     target.set("locals.prompt.expanded", Value::String(expanded))?;
     pass(&target).await
+}
+
+/// Puts the directive's place and text before a failure's message.
+fn located(error: SkillError, args: &Value) -> SkillError {
+    let at = args.get("at").and_then(Value::as_str).unwrap_or("prompt");
+    match args.get("source").and_then(Value::as_str) {
+        Some(source) => error.prefixed(&format!("{at}: `{source}`: ")),
+        None => error.prefixed(&format!("{at}: ")),
+    }
 }

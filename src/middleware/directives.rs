@@ -3,7 +3,8 @@
 //!
 //! Each directive's text is replaced by a placeholder in `locals.prompt.expanded`; the
 //! directive's tool replaces its placeholder with its output when it runs. Directive names that
-//! are not tools stay as literal text.
+//! are not tools stay as literal text. Each entry carries `at` (`file:line:column` of the
+//! directive), which a failing directive puts before its message.
 
 use std::sync::Arc;
 
@@ -17,6 +18,29 @@ use crate::skills::tool::Tool;
 /// Marks the placeholder of directive `i` in the expanded prompt (Unicode private use area).
 pub fn placeholder(i: usize) -> String {
     format!("\u{E000}{i}\u{E001}")
+}
+
+/// Turns a byte offset in the served prompt into `file:line:column`. Offsets map to file
+/// positions while the prompt is still the file's body; once earlier middleware rewrote it,
+/// only the file is named.
+fn locator<'a>(tool: &Tool, text: &'a str) -> impl Fn(usize) -> String + 'a {
+    let file = tool.location();
+    let first_line = tool.prompt_line;
+    let unchanged = tool
+        .prompt
+        .as_ref()
+        .and_then(|p| p.get("raw"))
+        .and_then(Value::as_str)
+        == Some(text);
+    move |offset| {
+        if !unchanged {
+            return format!("{file} (in the prompt as rewritten before `directives`)");
+        }
+        let before = &text[..offset];
+        let line = first_line + before.matches('\n').count();
+        let column = before.rsplit('\n').next().unwrap_or("").chars().count() + 1;
+        format!("{file}:{line}:{column}")
+    }
 }
 
 pub fn tool() -> Tool {
@@ -42,6 +66,7 @@ metadata:
             if found.is_empty() {
                 return pass(&target).await;
             }
+            let locate = locator(&target.tool(), &text);
             let expanded = splice(&text, &found, &mut |i, _| placeholder(i));
             target.set("locals.prompt.expanded", Value::String(expanded))?;
             let entries = found
@@ -53,6 +78,8 @@ metadata:
                         "attrs": d.attrs.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect::<serde_json::Map<_, _>>(),
                         "index": i,
                         "leaf": d.leaf,
+                        "at": locate(d.span.start),
+                        "source": &text[d.span.clone()],
                     });
                     Entry {
                         directive: true,

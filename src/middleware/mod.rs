@@ -3,10 +3,13 @@
 pub mod agent_execute;
 pub mod cwd;
 pub mod debug;
+pub mod directive_code;
+pub mod directive_files;
 pub mod directive_tools;
 pub mod directives;
 pub mod execute;
 pub mod log;
+pub mod model;
 pub mod observe;
 pub mod params;
 pub mod paths;
@@ -14,6 +17,7 @@ pub mod profile;
 pub mod validate_allowed_tools;
 pub mod validate_args;
 pub mod validate_returns;
+pub mod workspace;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -61,12 +65,16 @@ pub fn builtins() -> Vec<Tool> {
         params::tool(),
         paths::tool(),
         cwd::tool(),
+        workspace::tool(),
+        model::tool(),
         log::tool(),
         debug::tool(),
         profile::tool(),
         observe::tool(),
     ];
     tools.extend(directive_tools::tools());
+    tools.extend(directive_files::tools());
+    tools.extend(directive_code::tools());
     tools
 }
 

@@ -63,13 +63,14 @@ pub(crate) fn check_options(untrusted: bool, options: Option<&serde_json::Value>
 /// Context paths untrusted code may not write: its mark, and the middleware seeds and search
 /// settings that would steer what the tools it invokes run (`nonlocals.middleware` cascades into
 /// every child's chain, where a `paths` or `cwd` entry would have a bare name resolved from a
-/// folder the code chose).
-const GUARDED: [&str; 5] = [
+/// folder the code chose; `workspace` is where a skill writes).
+const GUARDED: [&str; 6] = [
     "locals.internals",
     "nonlocals.middleware",
     "locals.middleware",
     "locals.config.paths",
     "locals.config.cwd",
+    "locals.config.workspace",
 ];
 
 /// Refuses writes that would lift the untrusted mark or seed middleware and search paths:
@@ -189,6 +190,7 @@ mod tests {
             ("locals.middleware", json!([])),
             ("locals.config.paths", json!(["/tmp"])),
             ("locals.config.cwd", json!("/")),
+            ("locals.config.workspace", json!("/")),
             ("locals.config", json!({ "cwd": "/" })),
             ("locals", json!({ "config": { "paths": [] } })),
         ] {

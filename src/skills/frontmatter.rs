@@ -13,6 +13,8 @@ use crate::skills::patterns::AllowedTools;
 pub struct Parsed {
     pub frontmatter: Map<String, Value>,
     pub body: String,
+    /// The file line (1-based) the body starts on.
+    pub body_line: usize,
 }
 
 /// Parses `text` (the content of `file`); `default_name` is used when the frontmatter has none.
@@ -32,9 +34,11 @@ pub fn parse_markdown(file: &str, text: &str, default_name: &str) -> Result<Pars
         frontmatter.insert("name".into(), Value::String(default_name.to_string()));
     }
     check(file, &mut frontmatter)?;
+    let body_start = text.len() - body.len();
     Ok(Parsed {
         frontmatter,
         body: body.to_string(),
+        body_line: line_offset as usize + text[..body_start].matches('\n').count() + 1,
     })
 }
 
@@ -221,6 +225,7 @@ mod tests {
         let p = parse_markdown("x.skill.md", "---\nname: x\n---\nHello\n", "x").unwrap();
         assert_eq!(p.frontmatter["name"], "x");
         assert_eq!(p.body, "Hello\n");
+        assert_eq!(p.body_line, 4, "the body's first line in the file");
     }
 
     #[test]

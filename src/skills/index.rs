@@ -44,6 +44,9 @@ pub struct SearchIndex {
     failures: Vec<LoadFailure>,
     /// Folder -> name of the main skill (`role: main`) that governs it.
     authorities: HashMap<PathBuf, String>,
+    /// Skills whose public metadata is a level of every skill's cascade (`$global: true`), in
+    /// listing order.
+    globals: Vec<String>,
     /// Metadata given on the command line: the top level of every cascade.
     pub overrides: Arc<Map<String, Value>>,
     pub(crate) scc: Mutex<SccState>,
@@ -83,6 +86,11 @@ impl SearchIndex {
             );
         }
         // A failure only matters if no good tool of that name is visible.
+        let globals = order
+            .iter()
+            .filter(|n| slots[*n].tool.metadata.get("$global") == Some(&Value::Bool(true)))
+            .cloned()
+            .collect();
         let failures = failures
             .into_iter()
             .filter(|f| !slots.contains_key(&f.name))
@@ -94,6 +102,7 @@ impl SearchIndex {
             order,
             failures,
             authorities,
+            globals,
             overrides,
             scc: Mutex::new(SccState::default()),
         }
@@ -156,6 +165,19 @@ impl SearchIndex {
             .collect();
         scored.sort_by(|a, b| b.0.total_cmp(&a.0));
         scored.into_iter().take(3).map(|(_, n)| n.clone()).collect()
+    }
+
+    /// The skills whose public metadata applies to `tool` beneath its authorities: every
+    /// `$global: true` skill, for skills from files (native tools, the pipeline's own machinery,
+    /// take none), unless `tool` says `$global: false`.
+    pub fn globals_for(&self, tool: &Tool) -> impl Iterator<Item = &Arc<Tool>> {
+        let applies = !matches!(tool.source, Source::Native)
+            && tool.metadata.get("$global") != Some(&Value::Bool(false));
+        self.globals
+            .iter()
+            .filter(move |_| applies)
+            .filter(move |n| **n != tool.name)
+            .filter_map(|n| self.get(n))
     }
 
     /// The main skill governing `tool`: its `$authority`, else the nearest `role: main` skill in

@@ -73,7 +73,8 @@ pub fn parse_skill(
         source,
         Some(parsed.body),
         Body::Template,
-    ))
+    )
+    .prompt_at(parsed.body_line))
 }
 
 /// Loads a single skill file from disk.

@@ -74,6 +74,8 @@ pub struct Tool {
     pub origin: Arc<Value>,
     /// `locals.prompt` for markdown tools: `{ raw, expanded }` (expanded starts equal to raw).
     pub prompt: Option<Arc<Value>>,
+    /// The file line (1-based) the prompt starts on, for messages that point into it.
+    pub prompt_line: usize,
     pub body: Body,
     pub tags: Vec<String>,
     /// True when `role: main`: the tool is the authority for the folder it sits in.
@@ -170,6 +172,7 @@ impl Tool {
             decl: Arc::new(decl),
             origin: Arc::new(origin),
             prompt,
+            prompt_line: 1,
             body,
             tags,
             idle_when: None,
@@ -179,6 +182,12 @@ impl Tool {
     /// Declares when this middleware has nothing to do (see [`IdleWhen`]).
     pub fn idle_when(mut self, idle: IdleWhen) -> Tool {
         self.idle_when = Some(idle);
+        self
+    }
+
+    /// Records the file line the prompt starts on (after the frontmatter).
+    pub fn prompt_at(mut self, line: usize) -> Tool {
+        self.prompt_line = line;
         self
     }
 

@@ -30,6 +30,7 @@
 mod agent;
 mod cli;
 mod common;
+mod config_middleware;
 mod context;
 mod deep;
 mod deploy;

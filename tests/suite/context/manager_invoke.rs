@@ -81,7 +81,7 @@ async fn invoke_accepts_a_name_or_an_inline_tool_def() {
             async move {
                 seen.put("t", &ctx);
                 let inline_seen = seen.clone();
-                let inline = native("name: inline\n", move |ctx, args| {
+                let inline = native("name: inline-def\n", move |ctx, args| {
                     let seen = inline_seen.clone();
                     async move {
                         seen.put("inline", &ctx);
@@ -92,7 +92,7 @@ async fn invoke_accepts_a_name_or_an_inline_tool_def() {
                     .invoke(ToolRef::Def(Arc::new(inline)), json!({"x": 21}), no_opts())
                     .await?;
                 let by_name = ctx.invoke("c", json!({}), no_opts()).await?;
-                let unregistered = ctx.invoke("inline", json!({"x": 1}), no_opts()).await;
+                let unregistered = ctx.invoke("inline-def", json!({"x": 1}), no_opts()).await;
                 trace.push(format!(
                     "{by_def:?} {by_name:?} {:?}",
                     unregistered.map_err(|e| e.kind())
