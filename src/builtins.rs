@@ -23,6 +23,7 @@ pub fn builder(project_dir: impl Into<PathBuf>) -> KernelBuilder {
         .builtins(crate::gateway::send::tools())
         .builtins(crate::agent::tools())
         .builtins(crate::schedule::tools::tools())
+        .builtins(vec![crate::session::middleware::tool()])
         .script_parser(crate::sandbox::load)
         .extension(bus)
 }

@@ -15,6 +15,8 @@
 //!   the untrusted-ref rule and sessions for untrusted code.
 //! - [`events`]: the event bus: envelopes, the store trait and its memory, SQLite and Postgres
 //!   stores, handler workers, and the `event-*` skills.
+//! - [`session`]: the `session` middleware: per-key history of a skill's invocations, durable
+//!   in the event store's database.
 //! - [`gateway`]: the transports and the layer they share (verify, fill the context, announce,
 //!   invoke, reply), `gateway-send`/`web-send`, metrics; the HTTP transport behind `serve`.
 //! - [`agent`]: the LLM agent on top of the kernel: model providers' wire protocols.
@@ -43,6 +45,7 @@ pub mod middleware;
 pub mod reload;
 pub mod sandbox;
 pub mod schedule;
+pub mod session;
 pub mod shutdown;
 pub mod skills;
 pub mod telemetry;

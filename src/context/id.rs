@@ -35,6 +35,14 @@ pub fn format(id: u64) -> String {
     format!("{id:016x}")
 }
 
+/// 128 bits from the operating system's random source, as 32 hex digits: for ids that outlive
+/// the process and must not be guessed (web and WebSocket sessions).
+pub fn random_hex128() -> String {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes).expect("the system's random source");
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// Milliseconds since the Unix epoch (`Date.now()`).
 pub fn now_ms() -> u64 {
     SystemTime::now()

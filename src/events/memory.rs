@@ -9,7 +9,8 @@ use tokio::sync::broadcast;
 
 use crate::context::id::now_ms;
 use crate::events::store::{
-    Delivery, EventStore, KeyClaim, Limits, StoreResult, StoredSchedule, distinct_topics,
+    Delivery, EventStore, KeyClaim, Limits, SessionEntry, StoreResult, StoredSchedule,
+    distinct_topics,
 };
 use crate::events::{Event, dead_letter};
 
@@ -29,6 +30,7 @@ struct Inner {
     /// key -> (fingerprint, expires_ms, response).
     claims: HashMap<String, (String, u64, Option<String>)>,
     schedules: std::collections::BTreeMap<String, StoredSchedule>,
+    sessions: HashMap<String, VecDeque<SessionEntry>>,
 }
 
 #[derive(Default)]
@@ -441,6 +443,40 @@ impl EventStore for MemoryStore {
             }
             _ => Ok(false),
         }
+    }
+
+    async fn session_append(
+        &self,
+        key: &str,
+        at_ms: i64,
+        entry: &str,
+        keep: usize,
+    ) -> StoreResult<()> {
+        let mut inner = self.inner.lock();
+        let list = inner.sessions.entry(key.to_string()).or_default();
+        list.push_back(SessionEntry {
+            at_ms,
+            entry: entry.to_string(),
+        });
+        while list.len() > keep {
+            list.pop_front();
+        }
+        Ok(())
+    }
+
+    async fn session_entries(&self, key: &str, limit: usize) -> StoreResult<Vec<SessionEntry>> {
+        let inner = self.inner.lock();
+        Ok(inner.sessions.get(key).map_or_else(Vec::new, |list| {
+            list.iter()
+                .skip(list.len().saturating_sub(limit))
+                .cloned()
+                .collect()
+        }))
+    }
+
+    async fn session_clear(&self, key: &str) -> StoreResult<u64> {
+        let removed = self.inner.lock().sessions.remove(key);
+        Ok(removed.map_or(0, |l| l.len() as u64))
     }
 
     async fn migrate(&self) -> StoreResult<()> {

@@ -33,7 +33,9 @@ use crate::context::id::{next_id, now_ms};
 use crate::error::{ErrorKind, Result, SkillError};
 use crate::kernel::{InvokeOptions, Kernel, KernelBuilder};
 pub use consumer::{Consumer, ConsumerOptions};
-pub use store::{Delivery, EventStore, KeyClaim, Limits, StoreError, StoredSchedule, WAKE_ALL};
+pub use store::{
+    Delivery, EventStore, KeyClaim, Limits, SessionEntry, StoreError, StoredSchedule, WAKE_ALL,
+};
 
 /// The queue that collects an exhausted topic's dead letters (on topic `<topic>.dead`).
 pub const DEAD_QUEUE: &str = "dead";

@@ -17,7 +17,7 @@ use tokio::sync::broadcast;
 use crate::context::id::now_ms;
 use crate::events::batch::Batcher;
 use crate::events::store::{
-    Delivery, EventStore, KeyClaim, Limits, StoreError, StoreResult, StoredSchedule,
+    Delivery, EventStore, KeyClaim, Limits, SessionEntry, StoreError, StoreResult, StoredSchedule,
     distinct_topics, missing,
 };
 use crate::events::{DEAD_QUEUE, Event, dead_letter};
@@ -602,6 +602,59 @@ impl EventStore for SqliteStore {
         .execute(&self.pool)
         .await?;
         Ok(taken.rows_affected() == 1)
+    }
+
+    async fn session_append(
+        &self,
+        key: &str,
+        at_ms: i64,
+        entry: &str,
+        keep: usize,
+    ) -> StoreResult<()> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("INSERT INTO sg_sessions (key, at_ms, entry) VALUES (?1, ?2, ?3)")
+            .bind(key)
+            .bind(at_ms)
+            .bind(entry)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query(
+            "DELETE FROM sg_sessions WHERE key = ?1 AND id NOT IN
+                 (SELECT id FROM sg_sessions WHERE key = ?1 ORDER BY id DESC LIMIT ?2)",
+        )
+        .bind(key)
+        .bind(keep as i64)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn session_entries(&self, key: &str, limit: usize) -> StoreResult<Vec<SessionEntry>> {
+        let rows = sqlx::query(
+            "SELECT at_ms, entry FROM (SELECT id, at_ms, entry FROM sg_sessions WHERE key = ?1
+                 ORDER BY id DESC LIMIT ?2) AS newest ORDER BY id",
+        )
+        .bind(key)
+        .bind(limit as i64)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(SessionEntry {
+                    at_ms: row.try_get("at_ms")?,
+                    entry: row.try_get("entry")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn session_clear(&self, key: &str) -> StoreResult<u64> {
+        let deleted = sqlx::query("DELETE FROM sg_sessions WHERE key = ?1")
+            .bind(key)
+            .execute(&self.pool)
+            .await?;
+        Ok(deleted.rows_affected())
     }
 
     async fn ping(&self) -> StoreResult<()> {

@@ -75,6 +75,15 @@ pub enum KeyClaim {
     },
 }
 
+/// One entry of a session's history.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionEntry {
+    /// When it was written (ms since the epoch).
+    pub at_ms: i64,
+    /// The captured JSON, as text.
+    pub entry: String,
+}
+
 /// A schedule as the store keeps it (`spec` is JSON the store does not read).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredSchedule {
@@ -187,6 +196,22 @@ pub trait EventStore: Send + Sync + 'static {
         next_ms: Option<i64>,
         ran: bool,
     ) -> StoreResult<bool>;
+
+    /// Appends `entry` (JSON text) to session `key`, then keeps only its newest `keep`
+    /// entries.
+    async fn session_append(
+        &self,
+        key: &str,
+        at_ms: i64,
+        entry: &str,
+        keep: usize,
+    ) -> StoreResult<()>;
+
+    /// The newest `limit` entries of session `key`, oldest first.
+    async fn session_entries(&self, key: &str, limit: usize) -> StoreResult<Vec<SessionEntry>>;
+
+    /// Forgets session `key`. Returns how many entries it had.
+    async fn session_clear(&self, key: &str) -> StoreResult<u64>;
 
     /// Live wakeups: the topic of every new or returned entry (`WAKE_ALL` after a reconnect).
     fn wakeups(&self) -> broadcast::Receiver<String>;

@@ -1,5 +1,6 @@
 //! `agent-execute`: hands a markdown skill that asks for a model (`metadata.model`) to the
-//! agent skill; without a model it passes, and `execute` returns the expanded prompt.
+//! agent skill; without a model it passes, and `execute` returns the expanded prompt. A
+//! session's history (`locals.session.history`) is added to the prompt.
 
 use serde_json::{Value, json};
 
@@ -46,7 +47,14 @@ metadata:
                     ),
                 )));
             }
-            let prompt = target.prompt_expanded().unwrap_or_default();
+            let mut prompt = target.prompt_expanded().unwrap_or_default();
+            // A session's earlier turns (the `session` middleware) follow the prompt.
+            if let Some(Value::Array(history)) = target.get("locals.session.history")?
+                && let Some(text) = crate::session::render_history(&history)
+            {
+                prompt.push_str("\n\n");
+                prompt.push_str(&text);
+            }
             let args = json!({
                 "prompt": prompt,
                 "config": model,

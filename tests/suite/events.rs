@@ -139,6 +139,8 @@ contract!(
     the_event_middleware_routes_topics_to_skills,
     event_unsubscribe_removes_one_handler_a_queue_or_every_handler,
     a_schedule_firing_is_taken_once_and_an_unchanged_put_keeps_it,
+    a_session_keeps_its_newest_entries_in_order_and_clears,
+    the_session_middleware_continues_a_conversation_across_replicas,
     follow_resumes_after_an_id_with_no_gap_and_no_duplicate,
     follow_sees_events_another_process_emits,
     follow_from_an_id_that_left_the_buffer_starts_at_the_oldest_and_says_so,
@@ -777,6 +779,109 @@ async fn a_schedule_firing_is_taken_once_and_an_unchanged_put_keeps_it(b: &Backe
     assert!(store.delete_schedule("tick").await.unwrap());
     assert!(!store.delete_schedule("tick").await.unwrap());
     assert!(store.schedules().await.unwrap().is_empty());
+}
+
+async fn a_session_keeps_its_newest_entries_in_order_and_clears(b: &Backend) {
+    let store = b.open(Limits::default()).await;
+    for n in 1..=5 {
+        store
+            .session_append("chat/t1", n, &format!("{{\"n\":{n}}}"), 3)
+            .await
+            .unwrap();
+    }
+    store.session_append("chat/t2", 9, "{}", 3).await.unwrap();
+    let texts = |entries: Vec<skillgate::events::SessionEntry>| {
+        entries
+            .into_iter()
+            .map(|e| (e.at_ms, e.entry))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        texts(store.session_entries("chat/t1", 10).await.unwrap()),
+        [
+            (3, "{\"n\":3}".to_string()),
+            (4, "{\"n\":4}".to_string()),
+            (5, "{\"n\":5}".to_string())
+        ],
+        "the newest three, oldest first"
+    );
+    assert_eq!(
+        texts(store.session_entries("chat/t1", 2).await.unwrap()),
+        [(4, "{\"n\":4}".to_string()), (5, "{\"n\":5}".to_string())]
+    );
+    assert_eq!(store.session_clear("chat/t1").await.unwrap(), 3);
+    assert!(
+        store
+            .session_entries("chat/t1", 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        store.session_entries("chat/t2", 10).await.unwrap().len(),
+        1,
+        "other keys stay"
+    );
+}
+
+async fn the_session_middleware_continues_a_conversation_across_replicas(b: &Backend) {
+    let p = Project::new();
+    p.skill(
+        "chat.skill.js",
+        "export const frontmatter = { metadata: { session: { maxEntries: 2 } } };
+         export default async (ctx, args) => {
+           if (args.text === 'fail') throw new Error('no such thing');
+           return { heard: ctx.locals.session.history.map(h => h.args.text + '>' + (h.result ? h.result.heard.length : h.error.message)) };
+         };
+",
+    );
+    // Two replicas: each its own kernel and its own store on the same data.
+    let a: Kernel = p
+        .builder()
+        .bus(b.bus(Limits::default(), LONG).await)
+        .build();
+    let b2: Kernel = p
+        .builder()
+        .bus(b.bus(Limits::default(), LONG).await)
+        .build();
+    let say = |kernel: &Kernel, session: &str, text: &str| {
+        let kernel = kernel.clone();
+        let (session, text) = (session.to_string(), text.to_string());
+        async move {
+            let mut options = InvokeOptions::default();
+            options
+                .context
+                .nonlocals
+                .insert("gateway".into(), json!({ "sessionId": session }));
+            kernel
+                .invoke("chat", json!({ "text": text }), options)
+                .await
+                .map(plain)
+        }
+    };
+    let heard = |out: Option<Value>| out.unwrap()["heard"].clone();
+    assert_eq!(
+        heard(say(&a, "slack:T:C:1", "hi").await.unwrap()),
+        json!([])
+    );
+    assert_eq!(
+        heard(say(&b2, "slack:T:C:1", "more").await.unwrap()),
+        json!(["hi>0"])
+    );
+    let err = say(&a, "slack:T:C:1", "fail").await.unwrap_err();
+    assert!(err.message().contains("no such thing"));
+    // maxEntries 2: the first turn is gone; the failed one is there with its error.
+    assert_eq!(
+        heard(say(&b2, "slack:T:C:1", "again").await.unwrap()),
+        json!(["more>1", "fail>no such thing"])
+    );
+    // Another conversation, and a run outside any, see nothing.
+    assert_eq!(heard(say(&a, "slack:T:C:2", "x").await.unwrap()), json!([]));
+    let out = a
+        .invoke("chat", json!({ "text": "y" }), InvokeOptions::default())
+        .await
+        .map(plain);
+    assert_eq!(heard(out.unwrap()), json!([]));
 }
 
 /// The `n` of the next followed event (a hang guard around the wait).

@@ -29,6 +29,7 @@ pub mod request_id;
 mod resume;
 pub mod routes;
 pub mod server;
+mod session_cookie;
 pub mod skills;
 pub mod startup;
 pub mod state;

@@ -3,6 +3,7 @@
 //! `{route, query, body, headers, method, path, params}`; a string result is HTML, an object JSON,
 //! nothing a 204.
 
+use crate::gateway::http::session_cookie::WebSession;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -281,6 +282,7 @@ async fn handle(
     let method = req.method().to_string();
     let path = req.uri().path().to_string();
     let headers = req.headers().clone();
+    let web_session = WebSession::of(&headers);
     // Read as `/invoke` reads it: within the body limit and the body timeout.
     let body = Bytes::from_request(req, &state)
         .await
@@ -294,6 +296,7 @@ async fn handle(
         "method": method,
         "path": path,
         "params": params,
+        "sessionId": web_session.id,
     });
     let inbound = Inbound {
         transport: "http",
@@ -305,11 +308,15 @@ async fn handle(
         reply_to: Value::Null,
         follow: false,
         duplex: false,
-        session: None,
+        session: Some(web_session.conversation()),
         timeout: Some(state.config.timeout),
     };
     let dispatch = state.gateway.dispatch(inbound);
-    Ok(respond(
+    let behind_tls = headers
+        .get("x-forwarded-proto")
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"https"));
+    let set_cookie = web_session.set_cookie(behind_tls);
+    let mut response = respond(
         dispatch,
         &route.skill,
         &request_id,
@@ -319,7 +326,11 @@ async fn handle(
             other => axum::Json(other).into_response(),
         },
     )
-    .await)
+    .await;
+    if let Some(cookie) = set_cookie {
+        response.headers_mut().append(header::SET_COOKIE, cookie);
+    }
+    Ok(response)
 }
 
 /// JSON bodies parsed (malformed is a 400), other bodies as text, none as null.

@@ -46,6 +46,8 @@ struct Connection {
     state: AppState,
     hub: Arc<Hub>,
     id: String,
+    /// The conversation every run on this connection shares (`ws:<128 random bits>`).
+    session: String,
     peer: Peer,
     outbox: Arc<Outbox>,
     /// `None` until authenticated; then the caller (`None` inside: keys are off).
@@ -71,6 +73,7 @@ pub async fn serve(socket: WebSocket, state: AppState, hub: Arc<Hub>, peer: Peer
         state,
         hub: hub.clone(),
         id,
+        session: format!("ws:{}", id::random_hex128()),
         peer,
         outbox: outbox.clone(),
         caller,
@@ -285,7 +288,7 @@ impl Connection {
             follow: true,
             timeout: Some(self.state.config.timeout),
             duplex: true,
-            session: None,
+            session: Some(self.session.clone()),
         };
         let mut dispatch = self.state.gateway.dispatch(inbound);
         let cancel = CancellationToken::new();
