@@ -62,6 +62,7 @@ mod schedules;
 mod security;
 mod serve_cli;
 mod server;
+mod sessions;
 mod slack;
 mod slack_fake;
 mod smoke;
