@@ -85,6 +85,12 @@ pub(crate) fn idle_without(key: &str, metadata: &Map<String, Value>) -> bool {
     metadata.get(key).is_none_or(Value::is_null)
 }
 
+/// `` `name` (file): ``: the served skill and where it is declared, put before a mistake in
+/// its settings.
+pub(crate) fn served_at(target: &Context) -> String {
+    format!("`{}` ({}): ", target.tool_name(), target.tool().location())
+}
+
 pub async fn pass(target: &Context) -> Result<Option<Value>> {
     target.next().await?;
     Ok(None)

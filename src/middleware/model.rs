@@ -9,7 +9,7 @@ use serde_json::{Map, Value, json};
 use crate::agent::config::AgentConfig;
 use crate::agent::policy::BUILT_IN_TAG;
 use crate::middleware::agent_execute::AGENT;
-use crate::middleware::{native, pass};
+use crate::middleware::{native, pass, served_at};
 use crate::skills::tool::Tool;
 
 pub fn tool() -> Tool {
@@ -35,13 +35,8 @@ metadata:
                 target.set("locals.config.model", (*args).clone())?;
                 return pass(&target).await;
             }
-            let config = AgentConfig::parse(&args).map_err(|e| {
-                target.fail(e.prefixed(&format!(
-                    "`{}` ({}): ",
-                    target.tool_name(),
-                    target.tool().location()
-                )))
-            })?;
+            let config = AgentConfig::parse(&args)
+                .map_err(|e| target.fail(e.prefixed(&served_at(&target))))?;
             target.set("locals.config.model", normalised(&args, &config))?;
             pass(&target).await
         },

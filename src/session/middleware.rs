@@ -11,7 +11,7 @@ use crate::context::Context;
 use crate::context::id::now_ms;
 use crate::error::{Result, SkillError};
 use crate::events::KernelBus;
-use crate::middleware::{idle_without, native, pass};
+use crate::middleware::{idle_without, native, pass, served_at};
 use crate::session::settings::{Capture, Settings};
 use crate::skills::tool::Tool;
 
@@ -31,11 +31,7 @@ metadata:
                 return pass(&target).await;
             }
             let settings = Settings::parse(&args).map_err(|e| {
-                target.fail(e.prefixed(&format!(
-                    "`{}` ({}): ",
-                    target.tool_name(),
-                    target.tool().location()
-                )))
+                target.fail(e.prefixed(&served_at(&target)))
             })?;
             let Some(key) = key(&target, &settings)? else {
                 // No conversation: the skill runs with an empty history and nothing is kept.
