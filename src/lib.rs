@@ -15,6 +15,8 @@
 //!   the untrusted-ref rule and sessions for untrusted code.
 //! - [`events`]: the event bus: envelopes, the store trait and its memory, SQLite and Postgres
 //!   stores, handler workers, and the `event-*` skills.
+//! - [`mcp`]: MCP out: the skills as the tools of an MCP server over Streamable HTTP (`/mcp`)
+//!   and stdio (`skillgate mcp`).
 //! - [`session`]: the `session` middleware: per-key history of a skill's invocations, durable
 //!   in the event store's database.
 //! - [`gateway`]: the transports and the layer they share (verify, fill the context, announce,
@@ -41,6 +43,7 @@ pub mod error;
 pub mod events;
 pub mod gateway;
 pub mod kernel;
+pub mod mcp;
 pub mod middleware;
 pub mod reload;
 pub mod sandbox;

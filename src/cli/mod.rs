@@ -8,6 +8,7 @@ pub mod events;
 pub mod exit;
 pub mod init;
 pub mod keys;
+pub mod mcp;
 mod redact;
 pub mod run;
 pub mod serve;
@@ -81,6 +82,9 @@ pub enum Command {
     /// Serve the project's skills over HTTP: `POST /invoke/{skill}`, `GET /skills`, custom
     /// `web.routes`, `public/`, health, metrics and the OpenAPI document.
     Serve(Box<serve::ServeArgs>),
+    /// Serve the project's public skills as an MCP server on stdin/stdout (for desktop MCP
+    /// clients); `serve` offers the same over HTTP at `/mcp`.
+    Mcp,
     /// Make API keys and their hashes.
     #[command(subcommand)]
     Keys(keys::KeysCommand),
@@ -179,6 +183,19 @@ pub async fn main(cli: Cli) -> ExitCode {
                 (store.bus(), cli.max_depth),
                 log,
                 args,
+            )
+            .await
+        }
+        Command::Mcp => {
+            let Some(opened) = open_store(&cli, &store).await else {
+                return ExitCode::from(FAILED);
+            };
+            mcp::mcp(
+                &cli.project,
+                &file,
+                opened,
+                (store.bus(), cli.max_depth),
+                log,
             )
             .await
         }

@@ -49,6 +49,7 @@ mod http_resume;
 mod http_topics;
 mod imap;
 mod layers;
+mod mcp;
 mod model_anthropic;
 mod model_bedrock;
 mod model_fake;

@@ -79,7 +79,7 @@ pub enum RouteError {
 }
 
 /// Paths the gateway serves itself.
-pub const RESERVED: [&str; 10] = [
+pub const RESERVED: [&str; 11] = [
     "/invoke",
     "/skills",
     "/healthz",
@@ -90,6 +90,7 @@ pub const RESERVED: [&str; 10] = [
     "/docs",
     "/ws",
     "/events",
+    "/mcp",
 ];
 
 /// True when `path` is one the gateway serves itself.
@@ -309,6 +310,7 @@ async fn handle(
         follow: false,
         duplex: false,
         session: Some(web_session.conversation()),
+        agent_events: None,
         timeout: Some(state.config.timeout),
     };
     let dispatch = state.gateway.dispatch(inbound);

@@ -292,6 +292,16 @@ fn build_router(
     if state.ws.is_some() {
         router = router.route(crate::gateway::ws::PATH, get(crate::gateway::ws::upgrade));
     }
+    router = router.nest_service(
+        crate::mcp::http::PATH,
+        crate::mcp::http::service(
+            state.gateway.clone(),
+            state.policy.clone(),
+            config.timeout,
+            config.body_limit,
+            state.stopping.child_token(),
+        ),
+    );
     router = routes::mount(router, web_routes);
     router = webhook::intake::mount(router, webhooks);
     if let Some(slack) = &state.slack

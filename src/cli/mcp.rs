@@ -1,0 +1,63 @@
+//! `skillgate mcp`: the project's public skills as an MCP server on stdin/stdout, for desktop
+//! clients that start it as a child process. Logs go to stderr; stdout carries only the
+//! protocol. The local user is trusted as `run` trusts them: every public skill (and the
+//! `expose-hidden` ones of the config file) can be called.
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use rmcp::ServiceExt;
+
+use crate::cli::{FAILED, USAGE};
+use crate::config::ConfigFile;
+use crate::config::values::List;
+use crate::context::log::LogConfig;
+use crate::events::{Bus, BusConfig, EventStore, WithBus};
+use crate::gateway::Gateway;
+use crate::gateway::metrics::Metrics;
+use crate::gateway::policy::Policy;
+use crate::mcp::SkillServer;
+
+pub async fn mcp(
+    project: &Path,
+    file: &ConfigFile,
+    store: Arc<dyn EventStore>,
+    (bus, max_depth): (BusConfig, u32),
+    log: LogConfig,
+) -> ExitCode {
+    let hidden = file
+        .http
+        .expose_hidden
+        .clone()
+        .map(|List(list)| list)
+        .unwrap_or_default();
+    let policy = match Policy::new(&hidden) {
+        Ok(policy) => policy,
+        Err(err) => {
+            eprintln!("error: {err}");
+            return ExitCode::from(USAGE);
+        }
+    };
+    let kernel = crate::builtins::builder(project)
+        .log_config(log)
+        .bus(Arc::new(Bus::new(store, bus)))
+        .max_depth(max_depth)
+        .build();
+    let gateway = Gateway::new(kernel, Arc::new(Metrics::new()));
+    let server = SkillServer::new(gateway, policy, None);
+    let running = match server.serve(rmcp::transport::stdio()).await {
+        Ok(running) => running,
+        Err(err) => {
+            eprintln!("error: the MCP client did not start a session: {err}");
+            return ExitCode::from(FAILED);
+        }
+    };
+    match running.waiting().await {
+        Ok(_) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: the MCP server stopped: {err}");
+            ExitCode::from(FAILED)
+        }
+    }
+}

@@ -1,0 +1,184 @@
+//! The MCP handler over the gateway core: `tools/list` shows the skills the caller may reach
+//! (the same policy and key scopes as `GET /skills`), `tools/call` dispatches the skill as the
+//! `mcp` transport and answers with its result, or with a tool error told as every transport
+//! tells it (a server failure's cause stays in the log). Events of the run, an agent's
+//! included (spec 05), are sent to the client as `notifications/message` while it runs.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    JsonObject, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
+};
+use rmcp::service::{Peer, RequestContext};
+use rmcp::{ErrorData, RoleServer, ServerHandler};
+use serde_json::{Map, Value, json};
+
+use crate::context::id;
+use crate::gateway::http::auth::Caller;
+use crate::gateway::policy::{Policy, Scope};
+use crate::gateway::{Gateway, GatewayError, Inbound, ReplyPart};
+use crate::kernel::ToolRef;
+use crate::skills::tool::Tool;
+
+/// The topic an agent started by an MCP call emits its events to; the call forwards those of
+/// its own run as notifications.
+pub const AGENT_EVENTS: &str = "mcp.agent";
+
+/// The project's skills as MCP tools.
+#[derive(Clone)]
+pub struct SkillServer {
+    gateway: Gateway,
+    policy: Policy,
+    timeout: Option<Duration>,
+}
+
+impl SkillServer {
+    pub fn new(gateway: Gateway, policy: Policy, timeout: Option<Duration>) -> SkillServer {
+        SkillServer {
+            gateway,
+            policy,
+            timeout,
+        }
+    }
+}
+
+/// The caller's scope: its API key's, when the request came through the HTTP auth layer;
+/// every public skill otherwise (stdio: the local user).
+fn scope(context: &RequestContext<RoleServer>) -> &Scope {
+    let caller = context
+        .extensions
+        .get::<axum::http::request::Parts>()
+        .and_then(|parts| parts.extensions.get::<Caller>());
+    Caller::scope(caller)
+}
+
+/// A skill as an MCP tool: its name, description and params schema (an object schema, as MCP
+/// requires; a skill without params takes any object).
+pub fn tool_of(tool: &Tool) -> rmcp::model::Tool {
+    let mut schema: JsonObject = match tool.params() {
+        Some(Value::Object(map)) => map.clone(),
+        _ => Map::new(),
+    };
+    schema
+        .entry("type")
+        .or_insert_with(|| Value::String("object".into()));
+    rmcp::model::Tool::new(tool.name.clone(), tool.description.clone(), schema)
+}
+
+impl ServerHandler for SkillServer {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("skillgate", env!("CARGO_PKG_VERSION")))
+            .with_instructions("Each tool is a skill of this skillgate project.")
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let index = self.gateway.kernel.registry().current();
+        let scope = scope(&context);
+        let mut tools: Vec<rmcp::model::Tool> = index
+            .tools()
+            .filter(|t| self.policy.lists(t, scope))
+            .map(|t| tool_of(t))
+            .collect();
+        tools.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(ListToolsResult::with_all_items(tools))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let index = self.gateway.kernel.registry().current();
+        let tool = self
+            .policy
+            .reach(&index, &request.name, scope(&context))
+            .map_err(|refusal| {
+                ErrorData::invalid_params(GatewayError::from(refusal).public_detail(), None)
+            })?;
+        let request_id = id::format(id::next_id());
+        let mut fields = Map::new();
+        fields.insert("method".into(), json!("tools/call"));
+        fields.insert("tool".into(), json!(tool.name));
+        let inbound = Inbound {
+            transport: "mcp",
+            skill: ToolRef::Name(Arc::from(tool.name.as_str())),
+            args: Value::Object(request.arguments.unwrap_or_default()),
+            request: fields,
+            request_id: request_id.clone(),
+            reply_to: Value::Null,
+            announce: None,
+            follow: true,
+            duplex: false,
+            session: None,
+            agent_events: Some(AGENT_EVENTS),
+            timeout: self.timeout,
+        };
+        let mut dispatch = self.gateway.dispatch(inbound);
+        loop {
+            let part = tokio::select! {
+                part = dispatch.parts.recv() => part,
+                // Dropping the dispatch aborts the run.
+                () = context.ct.cancelled() => {
+                    return Err(ErrorData::internal_error("the client cancelled the call", None));
+                }
+            };
+            match part {
+                Some(ReplyPart::Event(event)) => {
+                    notify(&context.peer, &tool.name, json!({ "event": event })).await;
+                }
+                Some(ReplyPart::Message(message) | ReplyPart::Chunk(message)) => {
+                    notify(&context.peer, &tool.name, json!({ "message": message })).await;
+                }
+                Some(ReplyPart::Done(Ok(result))) => {
+                    let value = result.map_or(Value::Null, Arc::unwrap_or_clone);
+                    return Ok(answer(value).into());
+                }
+                Some(ReplyPart::Done(Err(err))) => {
+                    let error = GatewayError::from_run(&err, &tool.name, &request_id);
+                    let text = ContentBlock::text(error.public_detail());
+                    return Ok(CallToolResult::error(vec![text]).into());
+                }
+                Some(_) => {}
+                None => {
+                    return Err(ErrorData::internal_error(
+                        "the run ended without an answer",
+                        None,
+                    ));
+                }
+            }
+        }
+    }
+}
+
+/// A result as MCP content: a string as text; anything else as JSON text and structured
+/// content.
+fn answer(value: Value) -> CallToolResult {
+    match value {
+        Value::String(text) => CallToolResult::success(vec![ContentBlock::text(text)]),
+        Value::Null => CallToolResult::success(Vec::new()),
+        other => CallToolResult::structured(other),
+    }
+}
+
+/// Sends one `notifications/message` (logger: the skill); a client that went away is not an
+/// error of the run.
+async fn notify(peer: &Peer<RoleServer>, skill: &str, data: Value) {
+    #[allow(deprecated)] // logging notifications are what MCP clients show today
+    let sent = {
+        use rmcp::model::{LoggingLevel, LoggingMessageNotificationParam};
+        peer.notify_logging_message(
+            LoggingMessageNotificationParam::new(LoggingLevel::Info, data).with_logger(skill),
+        )
+        .await
+    };
+    if let Err(err) = sent {
+        tracing::debug!(skill, "an MCP notification was not sent: {err}");
+    }
+}

@@ -1,0 +1,246 @@
+//! MCP out, with the official SDK's client (`rmcp`) speaking the published protocol: `/mcp`
+//! over Streamable HTTP under the gateway's keys and policy, and `skillgate mcp` over stdio.
+
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+#[allow(deprecated)] // logging notifications are what skillgate sends today
+use rmcp::model::LoggingMessageNotificationParam;
+use rmcp::model::{CallToolRequestParams, CallToolResult, JsonObject};
+use rmcp::service::{NotificationContext, RunningService};
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::{ClientHandler, RoleClient, ServiceExt};
+use serde_json::{Value, json};
+
+use crate::common::Project;
+use crate::server::{TestServer, with_keys};
+
+/// A client that keeps the notifications it gets.
+#[derive(Clone, Default)]
+struct Client(Arc<Mutex<Vec<Value>>>);
+
+impl ClientHandler for Client {
+    #[allow(deprecated)]
+    async fn on_logging_message(
+        &self,
+        params: LoggingMessageNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.0.lock().push(params.data);
+    }
+}
+
+fn project() -> Project {
+    let p = Project::new();
+    p.skill(
+        "hello.skill.md",
+        "---\nname: hello\ndescription: Greets someone.\nmetadata:\n  params: { type: object, properties: { name: { type: string } }, required: [name] }\n---\nHello, :arg[name]!",
+    )
+    .skill(
+        "inner.skill.md",
+        "---\nname: inner\nmetadata:\n  visibility: hidden\n---\nsecret",
+    )
+    .skill(
+        "boom.skill.js",
+        "export const frontmatter = { description: 'Fails.' };\nexport default async () => { throw new Error('db password is hunter2'); };\n",
+    )
+    .skill(
+        "steps.skill.js",
+        "export const frontmatter = { description: 'Works in steps.', metadata: { params: { type: 'object', properties: { n: { type: 'integer' } } } } };\n\
+         export default async (ctx, args) => {\n\
+           for (let i = 1; i <= args.n; i++) await ctx.manager.invoke('event-emit', { topic: 'steps', data: { step: i } });\n\
+           return { steps: args.n };\n\
+         };\n",
+    );
+    p
+}
+
+async fn connect(
+    server: &TestServer,
+    key: &str,
+) -> Result<RunningService<RoleClient, Client>, String> {
+    skillgate::tls::install();
+    let config = StreamableHttpClientTransportConfig::with_uri(server.url("/mcp")).auth_header(key);
+    Client::default()
+        .serve(StreamableHttpClientTransport::from_config(config))
+        .await
+        .map_err(|e| e.to_string())
+}
+
+fn args(value: Value) -> JsonObject {
+    match value {
+        Value::Object(map) => map,
+        _ => unreachable!("an object"),
+    }
+}
+
+async fn call(client: &RunningService<RoleClient, Client>, tool: &str, a: Value) -> CallToolResult {
+    client
+        .call_tool(CallToolRequestParams::new(tool.to_string()).with_arguments(args(a)))
+        .await
+        .expect("the call is answered")
+}
+
+fn text(result: &CallToolResult) -> String {
+    result
+        .content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_lists_the_skills_a_key_may_reach_with_their_params_schemas() {
+    let mut server = TestServer::start(project(), with_keys()).await;
+    let client = connect(&server, "sg_ci_key").await.unwrap();
+    let tools = client.list_all_tools().await.unwrap();
+    let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+    assert!(
+        names.contains(&"hello") && names.contains(&"steps") && names.contains(&"boom"),
+        "{names:?}"
+    );
+    assert!(!names.contains(&"inner"), "hidden skills are not listed");
+    assert!(
+        !names
+            .iter()
+            .any(|n| *n == "execute" || *n == "directives" || *n == "session"),
+        "{names:?}"
+    );
+    let hello = tools.iter().find(|t| t.name == "hello").unwrap();
+    assert_eq!(hello.description.as_deref(), Some("Greets someone."));
+    assert_eq!(hello.input_schema["type"], "object");
+    assert_eq!(hello.input_schema["required"], json!(["name"]));
+    assert_eq!(hello.input_schema["properties"]["name"]["type"], "string");
+    client.cancel().await.unwrap();
+
+    let narrow = connect(&server, "sg_narrow_key").await.unwrap();
+    let names: Vec<String> = narrow
+        .list_all_tools()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.name.to_string())
+        .collect();
+    assert_eq!(names, ["hello"], "a key scoped to hel* sees only those");
+    let refused = narrow
+        .call_tool(CallToolRequestParams::new("steps").with_arguments(args(json!({"n": 1}))))
+        .await
+        .unwrap_err();
+    assert!(
+        refused.to_string().contains("may not invoke `steps`"),
+        "{refused}"
+    );
+    narrow.cancel().await.unwrap();
+
+    let without = connect(&server, "sg_wrong_key").await;
+    assert!(without.is_err(), "a wrong key gets no session");
+    server.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_calls_run_the_skill_and_failures_are_tool_errors_without_server_secrets() {
+    let mut server = TestServer::start(project(), with_keys()).await;
+    let client = connect(&server, "sg_ci_key").await.unwrap();
+    let out = call(&client, "hello", json!({"name": "Ada"})).await;
+    assert_eq!(out.is_error, Some(false));
+    assert_eq!(text(&out), "Hello, Ada!");
+
+    let bad = call(&client, "hello", json!({})).await;
+    assert_eq!(bad.is_error, Some(true));
+    assert!(
+        text(&bad).contains("name"),
+        "the args mistake is named: {}",
+        text(&bad)
+    );
+
+    let boom = call(&client, "boom", json!({})).await;
+    assert_eq!(boom.is_error, Some(true));
+    assert!(!text(&boom).contains("hunter2"), "{}", text(&boom));
+
+    let unknown = client
+        .call_tool(CallToolRequestParams::new("inner"))
+        .await
+        .unwrap_err();
+    assert!(
+        unknown.to_string().contains("no skill is named `inner`"),
+        "hidden is unknown: {unknown}"
+    );
+    client.cancel().await.unwrap();
+    server.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_events_of_a_call_reach_the_client_as_notifications_while_it_runs() {
+    let mut server = TestServer::start(project(), with_keys()).await;
+    let client = connect(&server, "sg_ci_key").await.unwrap();
+    let out = call(&client, "steps", json!({"n": 3})).await;
+    assert_eq!(out.structured_content, Some(json!({"steps": 3})));
+    let seen = client.service().0.lock().clone();
+    let steps: Vec<Value> = seen
+        .iter()
+        .filter(|n| n["event"]["topic"] == "steps")
+        .map(|n| n["event"]["data"]["step"].clone())
+        .collect();
+    assert_eq!(steps, [json!(1), json!(2), json!(3)], "{seen:?}");
+    client.cancel().await.unwrap();
+    server.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_called_over_mcp_streams_its_agent_events() {
+    use crate::agent::{agent_skill, text_turn};
+    use crate::model_fake::ModelFake;
+    let fake = ModelFake::start(vec![text_turn("Done for Ada.")]).await;
+    let p = project();
+    p.skill("helper.skill.md", &agent_skill("helper", &fake, "", ""));
+    let mut server = TestServer::start(p, with_keys()).await;
+    let client = connect(&server, "sg_ci_key").await.unwrap();
+    let out = call(&client, "helper", json!({"who": "Ada"})).await;
+    assert_eq!(text(&out), "Done for Ada.");
+    let seen = client.service().0.lock().clone();
+    let types: Vec<&str> = seen
+        .iter()
+        .filter(|n| n["event"]["topic"] == "mcp.agent")
+        .filter_map(|n| n["event"]["type"].as_str())
+        .collect();
+    assert_eq!(types.first(), Some(&"agent-start"), "{types:?}");
+    assert_eq!(types.last(), Some(&"agent-complete"), "{types:?}");
+    assert!(types.contains(&"turn-start"), "{types:?}");
+    client.cancel().await.unwrap();
+    server.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn skillgate_mcp_serves_the_skills_over_stdio() {
+    let p = project();
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_skillgate"));
+    command
+        .arg("--project")
+        .arg(p.path())
+        .arg("--store")
+        .arg("memory")
+        .arg("mcp")
+        .env_remove("RUST_LOG")
+        .env_remove("DATABASE_URL");
+    let client = Client::default()
+        .serve(TokioChildProcess::new(command).unwrap())
+        .await
+        .expect("the stdio server starts a session");
+    let names: Vec<String> = client
+        .list_all_tools()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.name.to_string())
+        .collect();
+    for name in ["boom", "hello", "steps"] {
+        assert!(names.iter().any(|n| n == name), "{name} in {names:?}");
+    }
+    assert!(!names.iter().any(|n| n == "inner"), "{names:?}");
+    let out = call(&client, "hello", json!({"name": "Grace"})).await;
+    assert_eq!(text(&out), "Hello, Grace!");
+    let out = call(&client, "steps", json!({"n": 2})).await;
+    assert_eq!(out.structured_content, Some(json!({"steps": 2})));
+    client.cancel().await.unwrap();
+}
