@@ -42,9 +42,6 @@ pub struct Inbound {
     /// The conversation this message belongs to (`nonlocals.gateway.sessionId`): a chat thread,
     /// a mail thread; follow-ups in it share it.
     pub session: Option<String>,
-    /// Have an agent the run starts emit its events (spec 05) to this topic, so a following
-    /// transport forwards them (`nonlocals.agent.events`).
-    pub agent_events: Option<&'static str>,
 }
 
 /// A running dispatch: read `parts` until [`ReplyPart::Done`]. Dropping it aborts the run
@@ -162,7 +159,6 @@ impl Run {
             announce,
             timeout,
             session,
-            agent_events,
             ..
         } = inbound;
         // Args are data: refused before the message is announced or anything runs.
@@ -187,10 +183,6 @@ impl Run {
             gateway["sessionId"] = Value::String(session);
         }
         seed.nonlocals.insert("gateway".into(), gateway);
-        if let Some(topic) = agent_events {
-            seed.nonlocals
-                .insert("agent".into(), json!({ "events": topic }));
-        }
         seed.extensions
             .push((RESPONSE_PATH.to_string(), self.reply.clone()));
         let run = kernel.invoke(skill, args, options);

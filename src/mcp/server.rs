@@ -22,10 +22,6 @@ use crate::gateway::{Gateway, GatewayError, Inbound, ReplyPart};
 use crate::kernel::ToolRef;
 use crate::skills::tool::Tool;
 
-/// The topic an agent started by an MCP call emits its events to; the call forwards those of
-/// its own run as notifications.
-pub const AGENT_EVENTS: &str = "mcp.agent";
-
 /// The project's skills as MCP tools.
 #[derive(Clone)]
 pub struct SkillServer {
@@ -117,7 +113,6 @@ impl ServerHandler for SkillServer {
             follow: true,
             duplex: false,
             session: None,
-            agent_events: Some(AGENT_EVENTS),
             timeout: self.timeout,
         };
         let mut dispatch = self.gateway.dispatch(inbound);

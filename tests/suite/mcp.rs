@@ -82,6 +82,28 @@ async fn call(client: &RunningService<RoleClient, Client>, tool: &str, a: Value)
         .expect("the call is answered")
 }
 
+/// The notifications the client has handled once `done` holds of them (the client handles a
+/// notification on its own task, so the last ones may land just after the call's answer);
+/// a hang guard of 10 s.
+async fn notifications_until(
+    client: &RunningService<RoleClient, Client>,
+    done: impl Fn(&[Value]) -> bool,
+) -> Vec<Value> {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let seen = client.service().0.lock().clone();
+        if done(&seen) || tokio::time::Instant::now() > deadline {
+            return seen;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
+async fn tool_names(client: &RunningService<RoleClient, Client>) -> Vec<String> {
+    let tools = client.list_all_tools().await.expect("tools listed");
+    tools.into_iter().map(|t| t.name.to_string()).collect()
+}
+
 fn text(result: &CallToolResult) -> String {
     result
         .content
@@ -115,13 +137,7 @@ async fn mcp_lists_the_skills_a_key_may_reach_with_their_params_schemas() {
     client.cancel().await.unwrap();
 
     let narrow = connect(&server, "sg_narrow_key").await.unwrap();
-    let names: Vec<String> = narrow
-        .list_all_tools()
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|t| t.name.to_string())
-        .collect();
+    let names = tool_names(&narrow).await;
     assert_eq!(names, ["hello"], "a key scoped to hel* sees only those");
     let refused = narrow
         .call_tool(CallToolRequestParams::new("steps").with_arguments(args(json!({"n": 1}))))
@@ -176,13 +192,21 @@ async fn the_events_of_a_call_reach_the_client_as_notifications_while_it_runs() 
     let client = connect(&server, "sg_ci_key").await.unwrap();
     let out = call(&client, "steps", json!({"n": 3})).await;
     assert_eq!(out.structured_content, Some(json!({"steps": 3})));
-    let seen = client.service().0.lock().clone();
+    let seen = notifications_until(&client, |seen| {
+        seen.iter()
+            .any(|n| n["event"]["topic"] == "steps" && n["event"]["data"]["step"] == 3)
+    })
+    .await;
     let steps: Vec<Value> = seen
         .iter()
         .filter(|n| n["event"]["topic"] == "steps")
         .map(|n| n["event"]["data"]["step"].clone())
         .collect();
-    assert_eq!(steps, [json!(1), json!(2), json!(3)], "{seen:?}");
+    // The SDK's client runs each notification's handler on its own task, so the order they
+    // land in here is not the order on the wire: compare them sorted.
+    let mut steps: Vec<u64> = steps.iter().filter_map(Value::as_u64).collect();
+    steps.sort_unstable();
+    assert_eq!(steps, [1, 2, 3], "{seen:?}");
     client.cancel().await.unwrap();
     server.finish().await;
 }
@@ -198,15 +222,25 @@ async fn an_agent_called_over_mcp_streams_its_agent_events() {
     let client = connect(&server, "sg_ci_key").await.unwrap();
     let out = call(&client, "helper", json!({"who": "Ada"})).await;
     assert_eq!(text(&out), "Done for Ada.");
-    let seen = client.service().0.lock().clone();
+    let seen = notifications_until(&client, |seen| {
+        seen.iter().any(|n| n["event"]["type"] == "agent-complete")
+    })
+    .await;
     let types: Vec<&str> = seen
         .iter()
-        .filter(|n| n["event"]["topic"] == "mcp.agent")
+        .filter(|n| n["event"]["topic"] == "agent")
         .filter_map(|n| n["event"]["type"].as_str())
         .collect();
-    assert_eq!(types.first(), Some(&"agent-start"), "{types:?}");
-    assert_eq!(types.last(), Some(&"agent-complete"), "{types:?}");
-    assert!(types.contains(&"turn-start"), "{types:?}");
+    // Handled on a task each by the client: which arrived, not in which order.
+    for kind in [
+        "agent-start",
+        "turn-start",
+        "agent-message",
+        "turn-end",
+        "agent-complete",
+    ] {
+        assert!(types.contains(&kind), "{kind} in {types:?}");
+    }
     client.cancel().await.unwrap();
     server.finish().await;
 }
@@ -227,13 +261,7 @@ async fn skillgate_mcp_serves_the_skills_over_stdio() {
         .serve(TokioChildProcess::new(command).unwrap())
         .await
         .expect("the stdio server starts a session");
-    let names: Vec<String> = client
-        .list_all_tools()
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|t| t.name.to_string())
-        .collect();
+    let names = tool_names(&client).await;
     for name in ["boom", "hello", "steps"] {
         assert!(names.iter().any(|n| n == name), "{name} in {names:?}");
     }

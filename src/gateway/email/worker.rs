@@ -85,7 +85,6 @@ async fn run(
                 duplex: false,
                 timeout: Some(timeout),
                 session: Some(format!("email:{}", mail.thread())),
-                agent_events: None,
             };
             let mut dispatch = gateway.dispatch(inbound);
             let mut said = Vec::new();

@@ -74,7 +74,6 @@ pub async fn invoke(
         follow: stream,
         duplex: false,
         session: None,
-        agent_events: None,
         timeout: Some(state.config.timeout),
     };
     let dispatch = state.gateway.dispatch(inbound);

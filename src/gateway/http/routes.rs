@@ -310,7 +310,6 @@ async fn handle(
         follow: false,
         duplex: false,
         session: Some(web_session.conversation()),
-        agent_events: None,
         timeout: Some(state.config.timeout),
     };
     let dispatch = state.gateway.dispatch(inbound);

@@ -102,7 +102,6 @@ async fn run(
                 duplex: false,
                 timeout: Some(timeout),
                 session: Some(format!("slack:{team}:{channel}:{root}")),
-                agent_events: None,
             };
             let dispatch = gateway.dispatch(inbound);
             reply::answer(

@@ -80,7 +80,6 @@ async fn run(gateway: &Gateway, route: &WebhookRoute, delivery: Delivery, timeou
         timeout: Some(timeout),
         duplex: false,
         session: None,
-        agent_events: None,
     };
     let mut dispatch = gateway.dispatch(inbound);
     let outcome = loop {

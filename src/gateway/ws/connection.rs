@@ -289,7 +289,6 @@ impl Connection {
             timeout: Some(self.state.config.timeout),
             duplex: true,
             session: Some(self.session.clone()),
-            agent_events: None,
         };
         let mut dispatch = self.state.gateway.dispatch(inbound);
         let cancel = CancellationToken::new();
