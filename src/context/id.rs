@@ -43,6 +43,15 @@ pub fn random_hex128() -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// Milliseconds since the Unix epoch as an RFC 3339 time (UTC), or null when out of range.
+pub fn iso(ms: i64) -> serde_json::Value {
+    use chrono::TimeZone;
+    chrono::Utc
+        .timestamp_millis_opt(ms)
+        .single()
+        .map_or(serde_json::Value::Null, |t| t.to_rfc3339().into())
+}
+
 /// Milliseconds since the Unix epoch (`Date.now()`).
 pub fn now_ms() -> u64 {
     SystemTime::now()

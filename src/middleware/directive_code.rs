@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 
 use crate::context::Context;
 use crate::error::Result;
-use crate::middleware::directive_files::readable;
+use crate::middleware::directive_files::read;
 use crate::middleware::directive_tools::{directive, frontmatter};
 use crate::middleware::native;
 use crate::sandbox::{Untrusted, run_untrusted_with};
@@ -37,13 +37,7 @@ pub fn tools() -> Vec<Tool> {
             ),
             |ctx, args| {
                 directive(ctx, args, |target, label, args| async move {
-                    let path = readable(&target, &label, &args)?;
-                    let code = tokio::fs::read_to_string(&path).await.map_err(|e| {
-                        crate::error::SkillError::config(format!(
-                            "cannot read `{}`: {e}",
-                            path.display()
-                        ))
-                    })?;
+                    let code = read(&target, &label, &args).await?;
                     let mut call_args = match &*target.args() {
                         Value::Object(map) => map.clone(),
                         _ => Map::new(),

@@ -38,11 +38,7 @@ pub fn tools() -> Vec<Tool> {
             ),
             |ctx, args| {
                 directive(ctx, args, |target, label, args| async move {
-                    let path = readable(&target, &label, &args)?;
-                    let text = tokio::fs::read_to_string(&path).await.map_err(|e| {
-                        SkillError::config(format!("cannot read `{}`: {e}", path.display()))
-                    })?;
-                    Ok(Some(Value::String(text)))
+                    Ok(Some(Value::String(read(&target, &label, &args).await?)))
                 })
             },
         ),
@@ -81,13 +77,23 @@ pub(crate) fn resolve(target: &Context, label: &str, args: &Value) -> Result<Pat
     Ok(normalise(&base.join(path)))
 }
 
-/// `label` resolved and checked for reading: an existing file inside the skill's project (or
-/// its own folder), no larger than [`MAX_FILE_BYTES`].
-pub(crate) fn readable(target: &Context, label: &str, args: &Value) -> Result<PathBuf> {
+/// The text of the file `label` names, once checked: an existing file inside the skill's
+/// project (or its own folder), no larger than [`MAX_FILE_BYTES`].
+pub(crate) async fn read(target: &Context, label: &str, args: &Value) -> Result<String> {
+    let path = readable(target, label, args)?;
+    tokio::fs::read_to_string(&path)
+        .await
+        .map_err(|e| cannot_read(&path, &e))
+}
+
+fn cannot_read(path: &Path, error: &std::io::Error) -> SkillError {
+    SkillError::config(format!("cannot read `{}`: {error}", path.display()))
+}
+
+/// `label` resolved and checked for reading (see [`read`]).
+fn readable(target: &Context, label: &str, args: &Value) -> Result<PathBuf> {
     let path = resolve(target, label, args)?;
-    let real = path
-        .canonicalize()
-        .map_err(|e| SkillError::config(format!("cannot read `{}`: {e}", path.display())))?;
+    let real = path.canonicalize().map_err(|e| cannot_read(&path, &e))?;
     let roots = roots(target);
     if !roots.iter().any(|root| real.starts_with(root)) {
         return Err(SkillError::config(format!(
@@ -100,8 +106,7 @@ pub(crate) fn readable(target: &Context, label: &str, args: &Value) -> Result<Pa
                 .join(", ")
         )));
     }
-    let meta = std::fs::metadata(&real)
-        .map_err(|e| SkillError::config(format!("cannot read `{}`: {e}", path.display())))?;
+    let meta = std::fs::metadata(&real).map_err(|e| cannot_read(&path, &e))?;
     if !meta.is_file() {
         return Err(SkillError::config(format!(
             "`{}` is not a file",

@@ -1,11 +1,10 @@
 //! `schedule-create`, `schedule-delete` and `schedule-list`: schedules kept in the event store,
 //! fired by `skillgate serve` (once across replicas) and kept across restarts.
 
-use chrono::{TimeZone, Utc};
 use serde_json::{Value, json};
 
 use crate::context::Context;
-use crate::context::id::now_ms;
+use crate::context::id::{iso, now_ms};
 use crate::error::{ErrorKind, Result, SkillError};
 use crate::events::{EventStore, KernelBus};
 use crate::middleware::native;
@@ -42,12 +41,6 @@ fn check_name(name: &str) -> Result<()> {
             "a schedule `name` is lowercase letters, digits and `-`, got `{name}`"
         )))
     }
-}
-
-fn iso(ms: i64) -> Value {
-    Utc.timestamp_millis_opt(ms)
-        .single()
-        .map_or(Value::Null, |t| Value::from(t.to_rfc3339()))
 }
 
 /// `out` with the fields that describe `spec` added.

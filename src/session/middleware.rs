@@ -4,11 +4,10 @@
 //! the newest `maxEntries`. History is kept per skill and key; without a key (no `key` setting
 //! and no gateway conversation) the skill runs with an empty history and nothing is kept.
 
-use chrono::{TimeZone, Utc};
 use serde_json::{Map, Value, json};
 
 use crate::context::Context;
-use crate::context::id::now_ms;
+use crate::context::id::{iso, now_ms};
 use crate::error::{Result, SkillError};
 use crate::events::KernelBus;
 use crate::middleware::{idle_without, native, pass, served_at};
@@ -56,9 +55,10 @@ metadata:
                 .collect();
             target.set("locals.session", json!({ "key": key, "history": history }))?;
             let outcome = target.next().await;
-            let entry = capture(&target, &settings, outcome.as_ref().err());
+            let at_ms = now_ms() as i64;
+            let entry = capture(&target, &settings, at_ms, outcome.as_ref().err());
             if let Err(e) = store
-                .session_append(&stored_key, now_ms() as i64, &entry.to_string(), settings.max_entries)
+                .session_append(&stored_key, at_ms, &entry.to_string(), settings.max_entries)
                 .await
             {
                 // The run is done; losing its answer because the history could not be written
@@ -85,13 +85,9 @@ fn key(target: &Context, settings: &Settings) -> Result<Option<String>> {
 }
 
 /// The entry for this run: when, and what `capture` names.
-fn capture(target: &Context, settings: &Settings, error: Option<&SkillError>) -> Value {
+fn capture(target: &Context, settings: &Settings, at_ms: i64, error: Option<&SkillError>) -> Value {
     let mut entry = Map::new();
-    let at = Utc
-        .timestamp_millis_opt(now_ms() as i64)
-        .single()
-        .map_or(Value::Null, |t| Value::from(t.to_rfc3339()));
-    entry.insert("at".into(), at);
+    entry.insert("at".into(), iso(at_ms));
     for what in &settings.capture {
         let (field, value) = match what {
             Capture::Args => ("args", Some((*target.args()).clone())),

@@ -173,9 +173,9 @@ impl SearchIndex {
     pub fn globals_for(&self, tool: &Tool) -> impl Iterator<Item = &Arc<Tool>> {
         let applies = !matches!(tool.source, Source::Native)
             && tool.metadata.get("$global") != Some(&Value::Bool(false));
-        self.globals
+        let names: &[String] = if applies { &self.globals } else { &[] };
+        names
             .iter()
-            .filter(move |_| applies)
             .filter(move |n| **n != tool.name)
             .filter_map(|n| self.get(n))
     }
