@@ -96,14 +96,9 @@ fn wait_handled(project: &Project, store: &Store, want: usize) -> Vec<(String, u
 }
 
 async fn invoke(served: &Served, skill: &str, args: Value) -> Value {
-    let response = crate::common::http_client()
-        .post(served.url(&format!("/invoke/{skill}")))
-        .json(&args)
-        .send()
-        .await
-        .expect("request");
-    assert_eq!(response.status(), 200);
-    response.json().await.expect("json")
+    let (status, body) = served.post(&format!("/invoke/{skill}"), &args).await;
+    assert_eq!(status, 200, "{body}");
+    body
 }
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -194,14 +189,7 @@ fn a_route_an_edit_adds_is_served_after_the_reload() {
     let deadline = Instant::now() + Duration::from_secs(20);
     let body = runtime().block_on(async {
         loop {
-            let ready: Value = crate::common::http_client()
-                .get(served.url("/readyz"))
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
+            let ready = served.get("/readyz").await;
             if ready["reload"]["ok"] == true || Instant::now() > deadline {
                 break ready;
             }

@@ -58,6 +58,30 @@ impl Served {
         format!("http://{}{path}", self.addr)
     }
 
+    /// POSTs `body` as JSON to `path`: the status and the JSON answer.
+    pub async fn post(&self, path: &str, body: &serde_json::Value) -> (u16, serde_json::Value) {
+        let response = crate::common::http_client()
+            .post(self.url(path))
+            .json(body)
+            .send()
+            .await
+            .expect("request sent");
+        let status = response.status().as_u16();
+        (status, response.json().await.expect("a JSON answer"))
+    }
+
+    /// GETs `path`: its JSON answer.
+    pub async fn get(&self, path: &str) -> serde_json::Value {
+        crate::common::http_client()
+            .get(self.url(path))
+            .send()
+            .await
+            .expect("request sent")
+            .json()
+            .await
+            .expect("a JSON answer")
+    }
+
     /// SIGTERM, then the exit code and the rest of stderr.
     pub fn stop(mut self) -> (Option<i32>, Vec<String>) {
         sigterm(&self.child);

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use skillgate::InvokeOptions;
 
-use crate::common::{Project, http_client, native};
+use crate::common::{Project, native};
 use crate::process::{Served, serve};
 
 fn greet(version: &str) -> String {
@@ -16,26 +16,11 @@ fn greet(version: &str) -> String {
 }
 
 async fn invoke(served: &Served, skill: &str) -> Value {
-    http_client()
-        .post(served.url(&format!("/invoke/{skill}")))
-        .json(&json!({}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
+    served.post(&format!("/invoke/{skill}"), &json!({})).await.1
 }
 
 async fn readyz(served: &Served) -> Value {
-    http_client()
-        .get(served.url("/readyz"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
+    served.get("/readyz").await
 }
 
 /// Polls `check` until it holds, for up to 20 s; returns the last value it saw.

@@ -464,15 +464,9 @@ fn replicas_under_load_answer_every_request_they_take_when_one_is_killed_and_one
         assert!(seen[0].answered > 0 && seen[2].answered > 0, "{seen:?}");
         // The restarted replica serves again, on the same store.
         let again = start_with_env(&project, &store, &unlimited);
-        let body: Value = crate::common::http_client()
-            .post(again.url("/invoke/hello"))
-            .json(&json!({ "name": "back" }))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let (_, body) = again
+            .post("/invoke/hello", &json!({ "name": "back" }))
+            .await;
         assert_eq!(body["result"], "Hello, back!\n");
         drop(second);
     });

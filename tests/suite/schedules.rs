@@ -283,17 +283,11 @@ fn two_replicas_fire_a_one_second_schedule_ten_times_in_ten_seconds_not_twenty()
         .enable_all()
         .build()
         .unwrap()
-        .block_on(async {
-            crate::common::http_client()
-                .post(a.url("/invoke/schedule-create"))
-                .json(&json!({ "name": "every-second", "ref": "tick", "every": "1s", "times": 10 }))
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap()
-        });
+        .block_on(a.post(
+            "/invoke/schedule-create",
+            &json!({ "name": "every-second", "ref": "tick", "every": "1s", "times": 10 }),
+        ))
+        .1;
     assert_eq!(made["result"]["changed"], true, "{made}");
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut seen = ticks(&project, &store);

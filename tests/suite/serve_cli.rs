@@ -13,24 +13,11 @@ use crate::process::serve;
 async fn serve_runs_on_the_embedded_sqlite_store_and_stops_cleanly_on_sigterm() {
     let project = hello_project();
     let served = serve(project.path(), &["--bind", "127.0.0.1:0"], &[]);
-    let body: Value = crate::common::http_client()
-        .post(served.url("/invoke/hello"))
-        .json(&json!({ "name": "Ada" }))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let (_, body) = served
+        .post("/invoke/hello", &json!({ "name": "Ada" }))
+        .await;
     assert_eq!(body["result"], "Hello, Ada!\n");
-    let ready: Value = crate::common::http_client()
-        .get(served.url("/readyz"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let ready = served.get("/readyz").await;
     assert_eq!(ready["store"]["kind"], "sqlite");
     let (code, rest) = served.stop();
     assert_eq!(code, Some(0), "{rest:?}");
