@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use crate::context::Context;
 use crate::error::{Result, SkillError};
 use crate::kernel::InvokeOptions;
-use crate::middleware::directives::placeholder;
+use crate::middleware::directives::{location, placeholder};
 use crate::middleware::{native, pass};
 use crate::skills::tool::Tool;
 
@@ -152,7 +152,7 @@ where
         .to_string();
     let value = compute(target.clone(), label, (*args).clone())
         .await
-        .map_err(|e| target.fail(located(e, &args)))?;
+        .map_err(|e| target.fail(located(e, &target, &args)))?;
     let text = match value {
         None | Some(Value::Null) => String::new(),
         Some(Value::String(s)) => s,
@@ -167,8 +167,12 @@ where
 }
 
 /// Puts the directive's place and text before a failure's message.
-fn located(error: SkillError, args: &Value) -> SkillError {
-    let at = args.get("at").and_then(Value::as_str).unwrap_or("prompt");
+fn located(error: SkillError, target: &Context, args: &Value) -> SkillError {
+    let offset = args
+        .get("offset")
+        .and_then(Value::as_u64)
+        .map(|o| o as usize);
+    let at = location(&target.tool(), offset);
     match args.get("source").and_then(Value::as_str) {
         Some(source) => error.prefixed(&format!("{at}: `{source}`: ")),
         None => error.prefixed(&format!("{at}: ")),

@@ -3,8 +3,8 @@
 //!
 //! Each directive's text is replaced by a placeholder in `locals.prompt.expanded`; the
 //! directive's tool replaces its placeholder with its output when it runs. Directive names that
-//! are not tools stay as literal text. Each entry carries `at` (`file:line:column` of the
-//! directive), which a failing directive puts before its message.
+//! are not tools stay as literal text. Each entry carries the directive's text and byte
+//! offset, from which a failing directive tells where it is (`file:line:column`).
 
 use std::sync::Arc;
 
@@ -20,26 +20,27 @@ pub fn placeholder(i: usize) -> String {
     format!("\u{E000}{i}\u{E001}")
 }
 
-/// Turns a byte offset in the served prompt into `file:line:column`. Offsets map to file
-/// positions while the prompt is still the file's body; once earlier middleware rewrote it,
-/// only the file is named.
-fn locator<'a>(tool: &Tool, text: &'a str) -> impl Fn(usize) -> String + 'a {
-    let file = tool.location();
-    let first_line = tool.prompt_line;
-    let unchanged = tool
-        .prompt
+/// The tool's prompt as its file has it.
+fn raw_prompt(tool: &Tool) -> Option<&str> {
+    tool.prompt
         .as_ref()
         .and_then(|p| p.get("raw"))
         .and_then(Value::as_str)
-        == Some(text);
-    move |offset| {
-        if !unchanged {
-            return format!("{file} (in the prompt as rewritten before `directives`)");
+}
+
+/// Where a directive is, for a failure's message: `file:line:column` from its byte `offset`
+/// in the file's prompt; only the file when earlier middleware rewrote the prompt before
+/// `directives` scanned it (`offset` is then `None`: positions would lie).
+pub(crate) fn location(tool: &Tool, offset: Option<usize>) -> String {
+    let file = tool.location();
+    match (offset, raw_prompt(tool)) {
+        (Some(offset), Some(raw)) if offset <= raw.len() => {
+            let before = &raw[..offset];
+            let line = tool.prompt_line + before.matches('\n').count();
+            let column = before.rsplit('\n').next().unwrap_or("").chars().count() + 1;
+            format!("{file}:{line}:{column}")
         }
-        let before = &text[..offset];
-        let line = first_line + before.matches('\n').count();
-        let column = before.rsplit('\n').next().unwrap_or("").chars().count() + 1;
-        format!("{file}:{line}:{column}")
+        _ => format!("{file} (in the prompt as rewritten before `directives`)"),
     }
 }
 
@@ -66,7 +67,8 @@ metadata:
             if found.is_empty() {
                 return pass(&target).await;
             }
-            let locate = locator(&target.tool(), &text);
+            // Positions are only told when they are the file's (computed on failure only).
+            let from_file = raw_prompt(&target.tool()) == Some(text.as_str());
             let expanded = splice(&text, &found, &mut |i, _| placeholder(i));
             target.set("locals.prompt.expanded", Value::String(expanded))?;
             let entries = found
@@ -78,7 +80,7 @@ metadata:
                         "attrs": d.attrs.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect::<serde_json::Map<_, _>>(),
                         "index": i,
                         "leaf": d.leaf,
-                        "at": locate(d.span.start),
+                        "offset": from_file.then_some(d.span.start),
                         "source": &text[d.span.clone()],
                     });
                     Entry {
