@@ -1,7 +1,8 @@
 //! The composition root: a kernel with everything skillgate ships. The kernel knows none of
 //! it; this is the one place that wires the layers above it in: the built-in middleware and
 //! tools, the `event-*` skills and an event bus, `gateway-send` and `web-send`, and the
-//! JavaScript sandbox as the reader and runner of `.skill.js` files.
+//! JavaScript sandbox as the reader and runner of `.skill.js` files, and the pool of MCP servers
+//! skills mount.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -26,4 +27,5 @@ pub fn builder(project_dir: impl Into<PathBuf>) -> KernelBuilder {
         .builtins(vec![crate::session::middleware::tool()])
         .script_parser(crate::sandbox::load)
         .extension(bus)
+        .extension(Arc::new(crate::mcp::client::Pool::new()))
 }

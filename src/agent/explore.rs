@@ -56,7 +56,7 @@ pub fn describe() -> Tool {
     native(
         r#"
 name: skill-describe
-description: Describe one tool you may invoke - its description, params (JSON Schema) and tags.
+description: Describe one tool you may invoke - its description, params (JSON Schema), tags and where it comes from.
 metadata:
   tags: [meta]
   params:
@@ -83,6 +83,7 @@ metadata:
                 "params": tool.params().cloned().unwrap_or(Value::Null),
                 "returns": tool.metadata.get("returns").cloned().unwrap_or(Value::Null),
                 "tags": tool.tags,
+                "origin": tool.origin.get("uri").cloned().unwrap_or(Value::Null),
             })))
         },
     )

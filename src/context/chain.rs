@@ -101,12 +101,13 @@ impl Context {
     }
 
     /// `refresh()`: re-resolves the current tool through `locals.config.paths`, updating
-    /// `run.tool`, `run.origin`, `locals.prompt` and the tool definition the body runs.
+    /// `run.tool`, `run.origin`, `locals.prompt` and the tool definition the body runs. Tools
+    /// the `mcp` middleware mounted stay mounted.
     ///
     /// Refused for a context marked untrusted: it could point `locals.config.paths` anywhere
     /// (directly, or through an injected `paths` middleware) and have tools loaded from there.
     pub fn refresh(&self) -> Result<()> {
-        let (name, dirs) = {
+        let (name, dirs, layered) = {
             let state = self.0.state.lock();
             if state.locals.untrusted_ref {
                 return Err(crate::error::SkillError::new(
@@ -124,9 +125,9 @@ impl Context {
                     .collect(),
                 _ => state.index.dirs.clone(),
             };
-            (state.tool.name.clone(), dirs)
+            (state.tool.name.clone(), dirs, state.index.layered.clone())
         };
-        let index = self.kernel().registry().with_dirs(&dirs);
+        let index = self.kernel().registry().layered(&dirs, &layered);
         let tool = index.find(&name)?.clone();
         let mut state = self.0.state.lock();
         state.run.tool = tool.decl.clone();
@@ -134,6 +135,25 @@ impl Context {
         state.locals.prompt = tool.prompt.clone();
         state.tool = tool;
         state.index = index;
+        Ok(())
+    }
+
+    /// Makes `tools` visible to this context and what it invokes, after every tool of its
+    /// search paths (the `mcp` middleware mounts a server's tools with it). Replaces what an
+    /// earlier mount added. Refused for a context marked untrusted, like `refresh()`.
+    pub fn mount(&self, tools: crate::skills::index::Layered) -> Result<()> {
+        let dirs = {
+            let state = self.0.state.lock();
+            if state.locals.untrusted_ref {
+                return Err(crate::error::SkillError::new(
+                    crate::error::ErrorKind::Denied,
+                    "untrusted code cannot mount tools",
+                ));
+            }
+            state.index.dirs.clone()
+        };
+        let index = self.kernel().registry().layered(&dirs, &tools);
+        self.0.state.lock().index = index;
         Ok(())
     }
 

@@ -9,6 +9,7 @@ pub mod directive_tools;
 pub mod directives;
 pub mod execute;
 pub mod log;
+pub mod mcp;
 pub mod model;
 pub mod observe;
 pub mod params;
@@ -67,6 +68,7 @@ pub fn builtins() -> Vec<Tool> {
         cwd::tool(),
         workspace::tool(),
         model::tool(),
+        mcp::tool(),
         log::tool(),
         debug::tool(),
         profile::tool(),

@@ -33,11 +33,17 @@ pub struct LoadFailure {
     pub error: SkillError,
 }
 
+/// Tools added to an index after its folders, bundled and native tools.
+pub type Layered = Arc<[Arc<Tool>]>;
+
 /// The tools visible through one list of search paths.
 pub struct SearchIndex {
     pub generation: u64,
     /// Skill folders on disk, in search order (bundled and native tools come after them).
     pub dirs: Vec<PathBuf>,
+    /// Tools layered after everything else (those of mounted MCP servers): a tool of the same
+    /// name from a folder, bundled or native shadows one of these.
+    pub layered: Layered,
     slots: FxHashMap<String, Slot>,
     /// Names in listing order.
     order: Vec<String>,
@@ -57,6 +63,7 @@ impl SearchIndex {
     pub fn build(
         generation: u64,
         dirs: Vec<PathBuf>,
+        layered: Layered,
         tools: Vec<Arc<Tool>>,
         failures: Vec<LoadFailure>,
         overrides: Arc<Map<String, Value>>,
@@ -98,6 +105,7 @@ impl SearchIndex {
         SearchIndex {
             generation,
             dirs,
+            layered,
             slots,
             order,
             failures,
@@ -169,9 +177,9 @@ impl SearchIndex {
 
     /// The skills whose public metadata applies to `tool` beneath its authorities: every
     /// `$global: true` skill, for skills from files (native tools, the pipeline's own machinery,
-    /// take none), unless `tool` says `$global: false`.
+    /// and the tools of MCP servers take none), unless `tool` says `$global: false`.
     pub fn globals_for(&self, tool: &Tool) -> impl Iterator<Item = &Arc<Tool>> {
-        let applies = !matches!(tool.source, Source::Native)
+        let applies = !matches!(tool.source, Source::Native | Source::Mcp(_))
             && tool.metadata.get("$global") != Some(&Value::Bool(false));
         let names: &[String] = if applies { &self.globals } else { &[] };
         names

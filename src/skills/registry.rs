@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use parking_lot::{Mutex, RwLock};
 use serde_json::{Map, Value};
 
-use crate::skills::index::SearchIndex;
+use crate::skills::index::{Layered, SearchIndex};
 use crate::skills::loader::{self, Loaded, ScriptParser};
 use crate::skills::tool::Tool;
 
@@ -47,13 +47,18 @@ pub struct Registry {
     natives: RwLock<Vec<Arc<Tool>>>,
     generation: AtomicU64,
     current: RwLock<Arc<SearchIndex>>,
-    /// Indexes for search paths set by the `paths` middleware, per generation.
-    custom: Mutex<HashMap<Vec<PathBuf>, Arc<SearchIndex>>>,
+    /// Indexes for search paths set by the `paths` middleware and tools layered by the `mcp`
+    /// middleware, per generation.
+    custom: Mutex<HashMap<CustomKey, Arc<SearchIndex>>>,
 }
+
+/// An index other than the current one: its folders, and its layered tools by identity (a
+/// mounted server's tools are one shared list until it reconnects and lists them again).
+type CustomKey = (Vec<PathBuf>, Vec<usize>);
 
 impl Registry {
     pub fn new(config: RegistryConfig, natives: Vec<Arc<Tool>>) -> Registry {
-        let index = build(0, &config, &config.skill_dirs, &natives);
+        let index = build(0, &config, &config.skill_dirs, &natives, no_layer());
         Registry {
             config: RwLock::new(config),
             natives: RwLock::new(natives),
@@ -70,12 +75,22 @@ impl Registry {
 
     /// The index over `dirs` (then the bundled and native tools), built once per generation.
     pub fn with_dirs(&self, dirs: &[PathBuf]) -> Arc<SearchIndex> {
+        self.layered(dirs, &no_layer())
+    }
+
+    /// The index over `dirs`, then the bundled and native tools, then `layered` (which any of
+    /// those shadow), built once per generation.
+    pub fn layered(&self, dirs: &[PathBuf], layered: &Layered) -> Arc<SearchIndex> {
         let current = self.current();
-        if current.dirs == dirs {
+        if current.dirs == dirs && layered.is_empty() {
             return current;
         }
+        let key: CustomKey = (
+            dirs.to_vec(),
+            layered.iter().map(|t| Arc::as_ptr(t) as usize).collect(),
+        );
         let mut custom = self.custom.lock();
-        if let Some(index) = custom.get(dirs)
+        if let Some(index) = custom.get(&key)
             && index.generation == current.generation
         {
             return index.clone();
@@ -86,8 +101,19 @@ impl Registry {
             &config,
             dirs,
             &self.natives.read(),
+            layered.clone(),
         ));
-        custom.insert(dirs.to_vec(), index.clone());
+        for tool in layered.iter() {
+            if let Some(winner) = index.get(&tool.name).filter(|w| !Arc::ptr_eq(w, tool)) {
+                tracing::warn!(
+                    tool = %tool.name,
+                    "`{}` is shadowed by `{}`: the skill of that name is invoked instead",
+                    tool.location(),
+                    winner.location()
+                );
+            }
+        }
+        custom.insert(key, index.clone());
         index
     }
 
@@ -107,6 +133,7 @@ impl Registry {
             &config,
             &config.skill_dirs,
             &self.natives.read(),
+            no_layer(),
         ))
     }
 
@@ -166,6 +193,7 @@ fn build(
     config: &RegistryConfig,
     dirs: &[PathBuf],
     natives: &[Arc<Tool>],
+    layered: Layered,
 ) -> SearchIndex {
     let mut all = Loaded::default();
     let mut append = |loaded: Loaded| {
@@ -181,14 +209,19 @@ fn build(
     }
     append(loader::load_bundled(config.scripts));
     append(Loaded {
-        tools: natives.to_vec(),
+        tools: natives.iter().chain(layered.iter()).cloned().collect(),
         failures: Vec::new(),
     });
     SearchIndex::build(
         generation,
         dirs.to_vec(),
+        layered,
         all.tools,
         all.failures,
         Arc::new(config.overrides.clone()),
     )
+}
+
+fn no_layer() -> Layered {
+    Arc::from([])
 }

@@ -56,6 +56,8 @@ pub enum Source {
     Native,
     /// Code given at run time; the string is its `inline://` origin.
     Inline(String),
+    /// A tool of a mounted MCP server; the string is its `mcp://server/tool` origin.
+    Mcp(String),
 }
 
 /// A parsed tool. Immutable; everything per-invocation lives on the context.
@@ -156,7 +158,7 @@ impl Tool {
             Source::File(path) => Value::String(format!("file://{}", path.display())),
             Source::Bundled(path) => Value::String(format!("file:///bundled/{path}")),
             Source::Native => Value::Null,
-            Source::Inline(uri) => Value::String(uri.clone()),
+            Source::Inline(uri) | Source::Mcp(uri) => Value::String(uri.clone()),
         };
         let frontmatter = Value::Object(frontmatter);
         let origin = json!({ "uri": uri, "frontmatter": frontmatter });
@@ -205,7 +207,7 @@ impl Tool {
             Source::File(path) => path.display().to_string(),
             Source::Bundled(path) => format!("bundled:{path}"),
             Source::Native => "native".into(),
-            Source::Inline(uri) => uri.clone(),
+            Source::Inline(uri) | Source::Mcp(uri) => uri.clone(),
         }
     }
 

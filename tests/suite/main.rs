@@ -50,6 +50,7 @@ mod http_topics;
 mod imap;
 mod layers;
 mod mcp;
+mod mcp_in;
 mod model_anthropic;
 mod model_bedrock;
 mod model_fake;

@@ -212,7 +212,14 @@ mod tests {
             skill("wrap", "  role: middleware\n"),
             skill("admin", "  tags: [ops]\n"),
         ];
-        SearchIndex::build(0, Vec::new(), tools, Vec::new(), Arc::new(Map::new()))
+        SearchIndex::build(
+            0,
+            Vec::new(),
+            Arc::from([]),
+            tools,
+            Vec::new(),
+            Arc::new(Map::new()),
+        )
     }
 
     fn unknown(refusal: Result<Arc<Tool>, Refusal>) -> Vec<String> {

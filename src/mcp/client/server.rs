@@ -1,0 +1,233 @@
+//! One MCP server the process is a client of: connected on first use, its tools listed once
+//! per connection, and connected again when the connection is found closed (a stdio server
+//! that exited, an HTTP server that went away).
+
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, Implementation,
+    JsonObject,
+};
+use rmcp::service::{RunningService, ServiceError};
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::{RoleClient, ServiceExt};
+use tokio::io::AsyncBufReadExt;
+
+use crate::error::{ErrorKind, Result, SkillError};
+use crate::mcp::client::mount::{Mount, ServerSpec};
+use crate::skills::index::Layered;
+
+/// How long starting a server and listing its tools may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Variables a stdio server gets from skillgate's own environment; anything else it needs is
+/// given in its `env` (the service's environment holds database URLs and keys).
+const PASSED_ENV: [&str; 10] = [
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LC_ALL", "TERM", "TMPDIR", "TZ",
+];
+
+/// A live connection, what the server listed on it, and those tools as mounted (built once
+/// per connection and mount, so the indexes they are layered into are built once too).
+pub struct Connection {
+    service: RunningService<RoleClient, ClientConfig>,
+    pub tools: Vec<rmcp::model::Tool>,
+    pub mounted: parking_lot::Mutex<Vec<(Mount, Layered)>>,
+}
+
+pub struct Server {
+    pub spec: ServerSpec,
+    current: tokio::sync::Mutex<Option<Arc<Connection>>>,
+}
+
+impl Server {
+    pub fn new(spec: ServerSpec) -> Server {
+        Server {
+            spec,
+            current: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    /// The live connection, made (again) when there is none or it was closed.
+    pub async fn connection(&self) -> Result<Arc<Connection>> {
+        let mut current = self.current.lock().await;
+        if let Some(conn) = current.as_ref()
+            && !conn.service.is_transport_closed()
+        {
+            return Ok(conn.clone());
+        }
+        if current.take().is_some() {
+            tracing::info!(server = %self.spec.describe(), "MCP server connection closed; connecting again");
+        }
+        let conn = match tokio::time::timeout(CONNECT_TIMEOUT, connect(&self.spec)).await {
+            Ok(conn) => conn?,
+            Err(_) => {
+                return Err(self.unavailable(format!(
+                    "did not answer within {} s",
+                    CONNECT_TIMEOUT.as_secs()
+                )));
+            }
+        };
+        let conn = Arc::new(conn);
+        *current = Some(conn.clone());
+        Ok(conn)
+    }
+
+    /// Forgets `conn` if it is still the current connection (the next use connects again).
+    async fn forget(&self, conn: &Arc<Connection>) {
+        let mut current = self.current.lock().await;
+        if current.as_ref().is_some_and(|c| Arc::ptr_eq(c, conn)) {
+            *current = None;
+        }
+    }
+
+    /// Calls `tool` (the server's name for it). A request that could not be sent is sent once
+    /// more on a new connection; a connection lost while the server had the request is an
+    /// error (the server may have acted on it), and the next call connects again.
+    pub async fn call(
+        &self,
+        tool: &str,
+        args: JsonObject,
+        timeout: Option<Duration>,
+    ) -> Result<CallToolResult> {
+        let params = CallToolRequestParams::new(tool.to_string()).with_arguments(args);
+        let mut retried = false;
+        loop {
+            let conn = self.connection().await?;
+            let call = conn.service.peer().call_tool(params.clone());
+            let outcome = match timeout {
+                Some(limit) => match tokio::time::timeout(limit, call).await {
+                    Ok(outcome) => outcome,
+                    Err(_) => {
+                        return Err(self.unavailable(format!(
+                            "`{tool}` did not answer within {:.1} s",
+                            limit.as_secs_f64()
+                        )));
+                    }
+                },
+                None => call.await,
+            };
+            match outcome {
+                Ok(result) => return Ok(result),
+                Err(ServiceError::TransportSend(err)) if !retried => {
+                    tracing::info!(server = %self.spec.describe(), "an MCP request was not sent ({err}); connecting again");
+                    self.forget(&conn).await;
+                    retried = true;
+                }
+                Err(ServiceError::McpError(err)) => {
+                    let kind = if err.code == rmcp::model::ErrorCode::INVALID_PARAMS {
+                        ErrorKind::InvalidArgs
+                    } else {
+                        ErrorKind::Failed
+                    };
+                    return Err(SkillError::new(
+                        kind,
+                        format!(
+                            "MCP server {} refused `{tool}`: {}",
+                            self.spec.describe(),
+                            err.message
+                        ),
+                    ));
+                }
+                Err(ServiceError::TransportClosed | ServiceError::TransportSend(_)) => {
+                    self.forget(&conn).await;
+                    return Err(self.unavailable(format!(
+                        "closed the connection during `{tool}` (the next call connects again)"
+                    )));
+                }
+                Err(other) => return Err(self.unavailable(format!("`{tool}`: {other}"))),
+            }
+        }
+    }
+
+    fn unavailable(&self, why: String) -> SkillError {
+        SkillError::new(
+            ErrorKind::Internal,
+            format!("MCP server {} {why}", self.spec.describe()),
+        )
+    }
+}
+
+fn client() -> ClientConfig {
+    ClientConfig::new(
+        ClientCapabilities::default(),
+        Implementation::new("skillgate", env!("CARGO_PKG_VERSION")),
+    )
+}
+
+async fn connect(spec: &ServerSpec) -> Result<Connection> {
+    let failed = |why: String| {
+        SkillError::new(
+            ErrorKind::Internal,
+            format!("MCP server {}: {why}", spec.describe()),
+        )
+    };
+    let service = match spec {
+        ServerSpec::Stdio {
+            command,
+            args,
+            env,
+            cwd,
+        } => {
+            let mut cmd = tokio::process::Command::new(command);
+            cmd.args(args).current_dir(cwd).env_clear();
+            for key in PASSED_ENV {
+                if let Some(value) = std::env::var_os(key) {
+                    cmd.env(key, value);
+                }
+            }
+            cmd.envs(env);
+            let (transport, stderr) = TokioChildProcess::builder(cmd)
+                .stderr(Stdio::piped())
+                .spawn()
+                .map_err(|e| failed(format!("cannot start it in `{}`: {e}", cwd.display())))?;
+            if let Some(stderr) = stderr {
+                forward_stderr(command.clone(), stderr);
+            }
+            client()
+                .serve(transport)
+                .await
+                .map_err(|e| failed(format!("no MCP handshake: {e}")))?
+        }
+        ServerSpec::Http { url, headers } => {
+            crate::tls::install();
+            let mut custom = std::collections::HashMap::new();
+            for (name, value) in headers {
+                let name = reqwest::header::HeaderName::from_bytes(name.as_bytes())
+                    .map_err(|e| failed(format!("header `{name}`: {e}")))?;
+                let value = reqwest::header::HeaderValue::from_str(value)
+                    .map_err(|e| failed(format!("header `{name}`: {e}")))?;
+                custom.insert(name, value);
+            }
+            let config =
+                StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(custom);
+            client()
+                .serve(StreamableHttpClientTransport::from_config(config))
+                .await
+                .map_err(|e| failed(format!("no MCP handshake: {e}")))?
+        }
+    };
+    let tools = service
+        .peer()
+        .list_all_tools()
+        .await
+        .map_err(|e| failed(format!("cannot list its tools: {e}")))?;
+    tracing::info!(server = %spec.describe(), tools = tools.len(), "connected to an MCP server");
+    Ok(Connection {
+        service,
+        tools,
+        mounted: parking_lot::Mutex::new(Vec::new()),
+    })
+}
+
+/// A stdio server's stderr, line by line, into the log.
+fn forward_stderr(command: String, stderr: tokio::process::ChildStderr) {
+    tokio::spawn(async move {
+        let mut lines = tokio::io::BufReader::new(stderr).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            tracing::info!(target: "skillgate::mcp", server = %command, "{line}");
+        }
+    });
+}

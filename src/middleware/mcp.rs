@@ -1,0 +1,47 @@
+//! `mcp`: mounts the MCP servers of `metadata.mcp` for the served skill: their tools join its
+//! index (so the skill, its directives and what it invokes, an agent's code included, find
+//! them by name) and `locals.config.mcp` says what was mounted.
+
+use std::path::PathBuf;
+
+use crate::error::{ErrorKind, SkillError};
+use crate::mcp::client::{Pool, mount};
+use crate::middleware::{idle_without, native, pass, served_at};
+use crate::skills::tool::Tool;
+
+pub fn tool() -> Tool {
+    native(
+        r#"
+name: mcp
+description: Mounts MCP servers; their tools become `<server>-<tool>` for the served skill.
+metadata:
+  role: middleware
+  visibility: hidden
+  tags: [meta-internal, meta-metadata]
+"#,
+        |ctx, args| async move {
+            let target = ctx.ctx_target()?;
+            let cwd = target
+                .get("locals.config.cwd")?
+                .and_then(|v| v.as_str().map(PathBuf::from))
+                .unwrap_or_else(|| PathBuf::from("."));
+            let mounts = mount::parse(&args, &cwd).map_err(|e| {
+                target.fail(SkillError::config(format!("{}{e}", served_at(&target))))
+            })?;
+            let Some(pool) = ctx.kernel().extension::<Pool>().cloned() else {
+                return Err(target.fail(SkillError::new(
+                    ErrorKind::Internal,
+                    "this kernel has no MCP client (built without `crate::builtins`)",
+                )));
+            };
+            let (tools, summary) = pool.mount(&mounts).await.map_err(|e| {
+                let message = format!("{}{}", served_at(&target), e.message());
+                target.fail(SkillError::new(e.kind(), message))
+            })?;
+            target.mount(tools)?;
+            target.set("locals.config.mcp", summary)?;
+            pass(&target).await
+        },
+    )
+    .idle_when(|metadata, _| idle_without("mcp", metadata))
+}
