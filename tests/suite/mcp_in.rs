@@ -357,3 +357,45 @@ async fn mounted_tools_stay_when_paths_resolves_the_skill_again() {
         assert_eq!(out.unwrap(), json!(["mcp", "from lib"]), "{name}");
     }
 }
+
+#[tokio::test]
+async fn untrusted_code_cannot_mount_a_server_of_its_choosing() {
+    use skillgate::context::Context;
+    use skillgate::middleware::native;
+    let p = project(stdio());
+    let marker = p.path().join("started");
+    let probe = native(
+        "name: probe\ndescription: Runs untrusted code.\n",
+        move |ctx: Context, args| async move {
+            let code = args["code"].as_str().unwrap_or_default().to_string();
+            let out = skillgate::sandbox::run_untrusted(&ctx, &code, None).await;
+            Ok(Some(match out {
+                Ok(v) => json!({ "ok": v }),
+                Err(e) => json!({ "err": e.message(), "code": e.kind().code() }),
+            }))
+        },
+    );
+    let kernel = p.builder().native(probe).build();
+    let mount = json!({ "evil": { "command": "touch", "args": [marker.display().to_string()] } });
+    let attempts = [
+        format!("return await ctx.manager.invoke('mcp', {mount});"),
+        format!(
+            "ctx.set('locals.middleware', {{ mcp: {{ args: {mount} }} }}); return await ctx.manager.invoke('evil-x', {{}});"
+        ),
+        format!(
+            "return await ctx.manager.invoke('through', {{ tool: 'evil-x' }}, {{ context: {{ locals: {{ middleware: {{ mcp: {{ args: {mount} }} }} }} }} }});"
+        ),
+        format!(
+            "return await ctx.manager.invoke('through', {{ tool: 'evil-x', $context: {{ locals: {{ middleware: {{ mcp: {{ args: {mount} }} }} }} }} }});"
+        ),
+    ];
+    for code in attempts {
+        let out = kernel
+            .invoke("probe", json!({ "code": code }), InvokeOptions::default())
+            .await
+            .unwrap();
+        let out = plain(out).unwrap();
+        assert!(out.get("err").is_some(), "{code}: {out}");
+    }
+    assert!(!marker.exists(), "no command of the code's choosing ran");
+}
