@@ -41,12 +41,21 @@ pub enum ServerSpec {
 }
 
 impl ServerSpec {
-    /// What the server is, for messages and `locals.config.mcp` (never the env or headers:
-    /// they hold secrets).
+    /// What the server is, for messages and `locals.config.mcp`: never the env, the headers,
+    /// or a URL's user, password and query (they hold secrets).
     pub fn describe(&self) -> String {
         match self {
             ServerSpec::Stdio { command, .. } => format!("stdio `{command}`"),
-            ServerSpec::Http { url, .. } => format!("HTTP {url}"),
+            ServerSpec::Http { url, .. } => match reqwest::Url::parse(url) {
+                Ok(mut u) => {
+                    u.set_query(None);
+                    u.set_fragment(None);
+                    let _ = u.set_password(None);
+                    let _ = u.set_username("");
+                    format!("HTTP {u}")
+                }
+                Err(_) => "HTTP (a URL that does not parse)".into(),
+            },
         }
     }
 }
@@ -272,6 +281,12 @@ mod tests {
         assert!(
             matches!(&mounts[0].spec, ServerSpec::Http { headers, .. } if headers["Authorization"] == "Bearer t")
         );
+    }
+
+    #[test]
+    fn a_url_is_described_without_its_credentials_or_query() {
+        let mounts = parsed(json!({ "a": { "url": "https://u:p@h/mcp?token=s#f" } })).unwrap();
+        assert_eq!(mounts[0].spec.describe(), "HTTP https://h/mcp");
     }
 
     #[test]
