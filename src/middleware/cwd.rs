@@ -1,12 +1,10 @@
 //! `cwd`: sets the served context's working folder (`locals.config.cwd`), relative to the
 //! current one; the folder must exist.
 
-use std::path::PathBuf;
-
 use serde_json::Value;
 
 use crate::error::SkillError;
-use crate::middleware::{native, pass};
+use crate::middleware::{native, pass, working_dir};
 use crate::skills::tool::Tool;
 
 pub fn tool() -> Tool {
@@ -26,10 +24,7 @@ metadata:
                     "`cwd` must be a folder path, got {args}"
                 ))));
             };
-            let base = target
-                .get("locals.config.cwd")?
-                .and_then(|v| v.as_str().map(PathBuf::from))
-                .unwrap_or_else(|| PathBuf::from("."));
+            let base = working_dir(&target)?;
             let path = base.join(dir);
             if !path.is_dir() {
                 return Err(target.fail(SkillError::config(format!(

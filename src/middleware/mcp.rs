@@ -2,11 +2,9 @@
 //! index (so the skill, its directives and what it invokes, an agent's code included, find
 //! them by name) and `locals.config.mcp` says what was mounted.
 
-use std::path::PathBuf;
-
 use crate::error::{ErrorKind, SkillError};
 use crate::mcp::client::{Pool, mount};
-use crate::middleware::{idle_without, native, pass, served_at};
+use crate::middleware::{idle_without, native, pass, served_at, working_dir};
 use crate::skills::tool::Tool;
 
 pub fn tool() -> Tool {
@@ -21,10 +19,7 @@ metadata:
 "#,
         |ctx, args| async move {
             let target = ctx.ctx_target()?;
-            let cwd = target
-                .get("locals.config.cwd")?
-                .and_then(|v| v.as_str().map(PathBuf::from))
-                .unwrap_or_else(|| PathBuf::from("."));
+            let cwd = working_dir(&target)?;
             let mounts = mount::parse(&args, &cwd).map_err(|e| {
                 target.fail(SkillError::config(format!("{}{e}", served_at(&target))))
             })?;

@@ -93,6 +93,15 @@ pub(crate) fn served_at(target: &Context) -> String {
     format!("`{}` ({}): ", target.tool_name(), target.tool().location())
 }
 
+/// The served context's working folder (`locals.config.cwd`), `.` when it has none; relative
+/// settings of config middleware are taken from it.
+pub(crate) fn working_dir(target: &Context) -> Result<std::path::PathBuf> {
+    Ok(target
+        .get("locals.config.cwd")?
+        .and_then(|v| v.as_str().map(std::path::PathBuf::from))
+        .unwrap_or_else(|| std::path::PathBuf::from(".")))
+}
+
 pub async fn pass(target: &Context) -> Result<Option<Value>> {
     target.next().await?;
     Ok(None)

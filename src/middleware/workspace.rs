@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use serde_json::Value;
 
 use crate::error::SkillError;
-use crate::middleware::{native, pass};
+use crate::middleware::{native, pass, working_dir};
 use crate::skills::tool::Tool;
 
 pub fn tool() -> Tool {
@@ -35,10 +35,7 @@ metadata:
                     ))));
                 }
             };
-            let base = target
-                .get("locals.config.cwd")?
-                .and_then(|v| v.as_str().map(PathBuf::from))
-                .unwrap_or_else(|| PathBuf::from("."));
+            let base = working_dir(&target)?;
             let path = std::path::absolute(base.join(relative))
                 .map_err(|e| target.fail(SkillError::config(format!("`workspace`: {e}"))))?;
             if let Err(e) = tokio::fs::create_dir_all(&path).await {

@@ -148,6 +148,22 @@ pub fn middleware(
     )
 }
 
+/// A skill `probe` that runs `args.code` as untrusted code (an agent's, say) and answers
+/// `{ ok: result }` or `{ err: message, code: kind }`.
+pub fn untrusted_probe() -> Tool {
+    native(
+        "name: probe\ndescription: Runs untrusted code.\n",
+        move |ctx: Context, args| async move {
+            let code = args["code"].as_str().unwrap_or_default().to_string();
+            let out = skillgate::sandbox::run_untrusted(&ctx, &code, None).await;
+            Ok(Some(match out {
+                Ok(v) => json!({ "ok": v }),
+                Err(e) => json!({ "err": e.message(), "code": e.kind().code() }),
+            }))
+        },
+    )
+}
+
 /// A middleware that records its name and passes.
 pub fn passing(name: &str, trace: &Trace) -> Tool {
     middleware(name, "", trace, |name, _, _| name.to_string())

@@ -5,8 +5,8 @@
 use std::path::PathBuf;
 
 use serde_json::{Value, json};
-use skillgate::InvokeOptions;
 use skillgate::error::ErrorKind;
+use skillgate::{InvokeOptions, Kernel};
 
 use crate::common::{Project, plain};
 use crate::server::{TestServer, config, with_keys};
@@ -52,6 +52,19 @@ fn stdio() -> Value {
     json!({ "fx": { "command": fixture() } })
 }
 
+/// Invokes `tool` through the mounting skill `through` on `kernel` (one kernel: one pool of
+/// connections, as in a running service).
+async fn through(kernel: &Kernel, tool: &str, args: Value) -> skillgate::error::Result<Value> {
+    kernel
+        .invoke(
+            "through",
+            json!({ "tool": tool, "args": args }),
+            InvokeOptions::default(),
+        )
+        .await
+        .map(|out| plain(out).unwrap_or(Value::Null))
+}
+
 async fn call(p: &Project, tool: &str, args: Value) -> Result<Value, (ErrorKind, String)> {
     invoke(p, "through", json!({ "tool": tool, "args": args })).await
 }
@@ -68,17 +81,14 @@ async fn invoke(p: &Project, skill: &str, args: Value) -> Result<Value, (ErrorKi
 async fn a_stdio_servers_tools_are_invoked_as_server_dash_tool() {
     let p = project(stdio());
     let kernel = p.kernel();
-    let through = |tool: &str, args: Value| {
-        kernel.invoke(
-            "through",
-            json!({ "tool": tool, "args": args }),
-            InvokeOptions::default(),
-        )
-    };
-    let sum = plain(through("fx-add", json!({ "a": 2, "b": 3 })).await.unwrap());
-    assert_eq!(sum, Some(json!({ "sum": 5 })), "structured content");
-    let echo = plain(through("fx-echo", json!({ "text": "hi" })).await.unwrap());
-    assert_eq!(echo, Some(json!("hi")), "text content");
+    let sum = through(&kernel, "fx-add", json!({ "a": 2, "b": 3 }))
+        .await
+        .unwrap();
+    assert_eq!(sum, json!({ "sum": 5 }), "structured content");
+    let echo = through(&kernel, "fx-echo", json!({ "text": "hi" }))
+        .await
+        .unwrap();
+    assert_eq!(echo, json!("hi"), "text content");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -143,15 +153,8 @@ async fn the_tools_are_not_visible_to_skills_that_do_not_mount_them() {
     );
     let kernel = p.kernel();
     // Mounted for `through` in this kernel, and still not found from `plain`.
-    let echo = kernel
-        .invoke(
-            "through",
-            json!({ "tool": "fx-echo", "args": { "text": "a" } }),
-            InvokeOptions::default(),
-        )
-        .await
-        .unwrap();
-    assert_eq!(plain(echo), Some(json!("a")));
+    let echo = through(&kernel, "fx-echo", json!({ "text": "a" })).await;
+    assert_eq!(echo.unwrap(), json!("a"));
     let err = kernel
         .invoke("plain", json!({}), InvokeOptions::default())
         .await
@@ -163,23 +166,16 @@ async fn the_tools_are_not_visible_to_skills_that_do_not_mount_them() {
 async fn a_server_that_exits_is_started_again_on_the_next_call() {
     let p = project(stdio());
     let kernel = p.kernel();
-    let through = |tool: &str| {
-        kernel.invoke(
-            "through",
-            json!({ "tool": tool, "args": {} }),
-            InvokeOptions::default(),
-        )
-    };
-    let first = plain(through("fx-pid").await.unwrap()).unwrap();
-    let again = plain(through("fx-pid").await.unwrap()).unwrap();
+    let first = through(&kernel, "fx-pid", json!({})).await.unwrap();
+    let again = through(&kernel, "fx-pid", json!({})).await.unwrap();
     assert_eq!(first, again, "one process serves every call");
-    let err = through("fx-exit").await.unwrap_err();
+    let err = through(&kernel, "fx-exit", json!({})).await.unwrap_err();
     assert!(
         err.message()
             .contains("closed the connection during `exit`"),
         "{err}"
     );
-    let second = plain(through("fx-pid").await.unwrap()).unwrap();
+    let second = through(&kernel, "fx-pid", json!({})).await.unwrap();
     assert_ne!(first, second, "a new process answers");
     assert!(second.as_str().unwrap().parse::<u32>().is_ok(), "{second}");
 }
@@ -201,20 +197,17 @@ async fn a_stdio_server_gets_its_env_and_not_the_services() {
 async fn a_call_past_its_timeout_fails_and_the_server_stays_usable() {
     let p = project(json!({ "fx": { "command": fixture(), "timeout": 0.3 } }));
     let kernel = p.kernel();
-    let through = |tool: &str, args: Value| {
-        kernel.invoke(
-            "through",
-            json!({ "tool": tool, "args": args }),
-            InvokeOptions::default(),
-        )
-    };
-    let err = through("fx-slow", json!({ "ms": 5000 })).await.unwrap_err();
+    let err = through(&kernel, "fx-slow", json!({ "ms": 5000 }))
+        .await
+        .unwrap_err();
     assert!(
         err.message().contains("`slow` did not answer within 0.3 s"),
         "{err}"
     );
-    let quick = plain(through("fx-slow", json!({ "ms": 1 })).await.unwrap());
-    assert_eq!(quick, Some(json!("slept 1 ms")));
+    let quick = through(&kernel, "fx-slow", json!({ "ms": 1 }))
+        .await
+        .unwrap();
+    assert_eq!(quick, json!("slept 1 ms"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -360,22 +353,9 @@ async fn mounted_tools_stay_when_paths_resolves_the_skill_again() {
 
 #[tokio::test]
 async fn untrusted_code_cannot_mount_a_server_of_its_choosing() {
-    use skillgate::context::Context;
-    use skillgate::middleware::native;
     let p = project(stdio());
     let marker = p.path().join("started");
-    let probe = native(
-        "name: probe\ndescription: Runs untrusted code.\n",
-        move |ctx: Context, args| async move {
-            let code = args["code"].as_str().unwrap_or_default().to_string();
-            let out = skillgate::sandbox::run_untrusted(&ctx, &code, None).await;
-            Ok(Some(match out {
-                Ok(v) => json!({ "ok": v }),
-                Err(e) => json!({ "err": e.message(), "code": e.kind().code() }),
-            }))
-        },
-    );
-    let kernel = p.builder().native(probe).build();
+    let kernel = p.builder().native(crate::common::untrusted_probe()).build();
     let mount = json!({ "evil": { "command": "touch", "args": [marker.display().to_string()] } });
     let attempts = [
         format!("return await ctx.manager.invoke('mcp', {mount});"),

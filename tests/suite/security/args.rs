@@ -8,7 +8,7 @@ use skillgate::Context;
 use skillgate::gateway::http::HttpConfig;
 use skillgate::gateway::http::auth::{ApiKey, KeyRing, hash_key};
 
-use crate::common::{Project, Trace, native};
+use crate::common::{Project, Trace, native, untrusted_probe};
 use crate::server::{TestServer, config, problem};
 
 fn project() -> Project {
@@ -214,18 +214,7 @@ async fn dollar_keys_deeper_in_args_are_plain_data() {
 #[tokio::test]
 async fn untrusted_code_cannot_pass_dollar_keys_or_a_context_seed_when_it_invokes() {
     let project = project();
-    let probe = native(
-        "name: probe\ndescription: Runs untrusted code.\n",
-        move |ctx: Context, args| async move {
-            let code = args["code"].as_str().unwrap_or_default().to_string();
-            let out = skillgate::sandbox::run_untrusted(&ctx, &code, None).await;
-            Ok(Some(match out {
-                Ok(v) => json!({ "ok": v }),
-                Err(e) => json!({ "err": e.message(), "code": e.kind().code() }),
-            }))
-        },
-    );
-    let kernel = project.builder().native(probe).build();
+    let kernel = project.builder().native(untrusted_probe()).build();
     let run = |code: &str| {
         let kernel = kernel.clone();
         let code = code.to_string();
