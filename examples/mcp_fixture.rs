@@ -1,12 +1,14 @@
 //! A small MCP server over stdio, written for skillgate's tests of mounted servers (and a short
 //! example of what a skill's `metadata.mcp` can mount). Tools: `add` (structured result with
 //! an output schema), `echo`, `fail` (a tool error), `pid` (which process answers), `env` (a
-//! variable of its environment), `slow` (answers after `ms`) and `exit` (ends the process
-//! without answering).
+//! variable of its environment), `slow` (answers after `ms`), `exit` (ends the process
+//! without answering) and `grow` (adds the tool `extra` and tells the client its tools
+//! changed).
 //!
 //! Run: `cargo run --example mcp_fixture` and speak MCP on its stdin and stdout.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use rmcp::model::{
@@ -17,7 +19,10 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
 use serde_json::{Value, json};
 
-struct Fixture;
+#[derive(Default)]
+struct Fixture {
+    grown: AtomicBool,
+}
 
 fn object(value: Value) -> JsonObject {
     match value {
@@ -26,7 +31,7 @@ fn object(value: Value) -> JsonObject {
     }
 }
 
-fn tools() -> Vec<Tool> {
+fn tools(grown: bool) -> Vec<Tool> {
     let mut add = Tool::new(
         "add",
         "Adds two integers.",
@@ -48,7 +53,7 @@ fn tools() -> Vec<Tool> {
             "required": [name],
         }))
     };
-    vec![
+    let mut tools = vec![
         add,
         Tool::new("echo", "Says the text back.", text_arg("text")),
         Tool::new("fail", "Always fails.", object(json!({ "type": "object" }))),
@@ -72,13 +77,31 @@ fn tools() -> Vec<Tool> {
             "Ends the server without answering.",
             object(json!({ "type": "object" })),
         ),
-    ]
+        Tool::new(
+            "grow",
+            "Adds the tool `extra`.",
+            object(json!({ "type": "object" })),
+        ),
+    ];
+    if grown {
+        tools.push(Tool::new(
+            "extra",
+            "Added by `grow`.",
+            object(json!({ "type": "object" })),
+        ));
+    }
+    tools
 }
 
 impl ServerHandler for Fixture {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_server_info(Implementation::new("skillgate-mcp-fixture", "1.0.0"))
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .build(),
+        )
+        .with_server_info(Implementation::new("skillgate-mcp-fixture", "1.0.0"))
     }
 
     async fn list_tools(
@@ -86,13 +109,15 @@ impl ServerHandler for Fixture {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(tools()))
+        Ok(ListToolsResult::with_all_items(tools(
+            self.grown.load(Ordering::SeqCst),
+        )))
     }
 
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let args = request.arguments.unwrap_or_default();
         let text = |s: String| CallToolResult::success(vec![ContentBlock::text(s)]);
@@ -129,6 +154,14 @@ impl ServerHandler for Fixture {
                 text(format!("slept {ms} ms"))
             }
             "exit" => std::process::exit(3),
+            "grow" => {
+                self.grown.store(true, Ordering::SeqCst);
+                if let Err(err) = context.peer.notify_tool_list_changed().await {
+                    eprintln!("list_changed not sent: {err}");
+                }
+                text("grown".into())
+            }
+            "extra" => text("extra here".into()),
             other => {
                 return Err(ErrorData::invalid_params(
                     format!("no tool `{other}`"),
@@ -142,7 +175,7 @@ impl ServerHandler for Fixture {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let service = Fixture.serve(rmcp::transport::stdio()).await?;
+    let service = Fixture::default().serve(rmcp::transport::stdio()).await?;
     service.waiting().await?;
     Ok(())
 }

@@ -181,6 +181,30 @@ async fn a_server_that_exits_is_started_again_on_the_next_call() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_the_server_adds_is_mounted_once_it_says_its_tools_changed() {
+    let p = project(stdio());
+    let kernel = p.kernel();
+    let err = through(&kernel, "fx-extra", json!({})).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotFound, "{err}");
+    assert_eq!(
+        through(&kernel, "fx-grow", json!({})).await.unwrap(),
+        "grown"
+    );
+    // The notification is handled on its own task: wait for it (a hang guard of 10 s).
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    let extra = loop {
+        match through(&kernel, "fx-extra", json!({})).await {
+            Ok(v) => break v,
+            Err(e) if e.kind() == ErrorKind::NotFound && tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+            Err(e) => panic!("{e}"),
+        }
+    };
+    assert_eq!(extra, "extra here");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stdio_server_gets_its_env_and_not_the_services() {
     // Some variable of this process that a server must not see (cargo and nextest set many).
     let (private, _) = std::env::vars()

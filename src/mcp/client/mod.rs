@@ -3,7 +3,8 @@
 //! index of the skill that mounts them (and so of what it invokes) as `<mount>-<tool>`.
 //!
 //! - `mount`: reads and checks `metadata.mcp`.
-//! - `server`: one server's connection: made on first use, made again when found closed.
+//! - `server`: one server's connection: made on first use, made again when found closed, its
+//!   tools listed again when the server says they changed.
 //! - `tools`: a server's tools as skillgate tools, and a call's answer as a result.
 
 pub mod mount;
@@ -66,12 +67,12 @@ impl Pool {
             let server = self.server(&mount.spec)?;
             let conn = server.connection().await?;
             let tools = {
-                let mut mounted = conn.mounted.lock();
-                match mounted.iter().find(|(m, _)| m == mount) {
+                let mut listed = conn.listed.lock();
+                match listed.mounted.iter().find(|(m, _)| m == mount) {
                     Some((_, tools)) => tools.clone(),
                     None => {
-                        let tools = tools::tools_of(&server, mount, &conn.tools);
-                        mounted.push((mount.clone(), tools.clone()));
+                        let tools = tools::tools_of(&server, mount, &listed.tools);
+                        listed.mounted.push((mount.clone(), tools.clone()));
                         tools
                     }
                 }

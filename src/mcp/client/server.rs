@@ -1,19 +1,21 @@
-//! One MCP server the process is a client of: connected on first use, its tools listed once
-//! per connection, and connected again when the connection is found closed (a stdio server
-//! that exited, an HTTP server that went away).
+//! One MCP server the process is a client of: connected on first use, its tools listed on
+//! connecting and again after it says they changed (`notifications/tools/list_changed`), and
+//! connected again when the connection is found closed (a stdio server that exited, an HTTP
+//! server that went away).
 
 use std::process::Stdio;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, Implementation,
     JsonObject,
 };
-use rmcp::service::{RunningService, ServiceError};
+use rmcp::service::{NotificationContext, RunningService, ServiceError};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
-use rmcp::{RoleClient, ServiceExt};
+use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use tokio::io::AsyncBufReadExt;
 
 use crate::error::{ErrorKind, Result, SkillError};
@@ -29,12 +31,35 @@ const PASSED_ENV: [&str; 10] = [
     "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LC_ALL", "TERM", "TMPDIR", "TZ",
 ];
 
-/// A live connection, what the server listed on it, and those tools as mounted (built once
-/// per connection and mount, so the indexes they are layered into are built once too).
+/// A live connection and what the server listed on it.
 pub struct Connection {
-    service: RunningService<RoleClient, ClientConfig>,
+    service: RunningService<RoleClient, Listener>,
+    pub listed: parking_lot::Mutex<Listed>,
+}
+
+/// A server's tools, and those tools as mounted (built once per listing and mount, so the
+/// indexes they are layered into are built once too).
+pub struct Listed {
     pub tools: Vec<rmcp::model::Tool>,
-    pub mounted: parking_lot::Mutex<Vec<(Mount, Layered)>>,
+    pub mounted: Vec<(Mount, Layered)>,
+}
+
+/// The client side of a connection: says who we are, and notes when the server's tool list
+/// changed (read again before the next mount).
+#[derive(Clone)]
+struct Listener {
+    info: ClientConfig,
+    stale: Arc<AtomicBool>,
+}
+
+impl ClientHandler for Listener {
+    fn get_info(&self) -> ClientConfig {
+        self.info.clone()
+    }
+
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.stale.store(true, Ordering::SeqCst);
+    }
 }
 
 pub struct Server {
@@ -50,12 +75,27 @@ impl Server {
         }
     }
 
-    /// The live connection, made (again) when there is none or it was closed.
+    /// The live connection, made (again) when there is none or it was closed; its tools
+    /// listed again when the server said they changed.
     pub async fn connection(&self) -> Result<Arc<Connection>> {
         let mut current = self.current.lock().await;
         if let Some(conn) = current.as_ref()
             && !conn.service.is_transport_closed()
         {
+            if conn.service.service().stale.swap(false, Ordering::SeqCst) {
+                match conn.service.peer().list_all_tools().await {
+                    Ok(tools) => {
+                        tracing::info!(server = %self.spec.describe(), tools = tools.len(), "an MCP server's tools changed");
+                        *conn.listed.lock() = Listed {
+                            tools,
+                            mounted: Vec::new(),
+                        };
+                    }
+                    Err(err) => {
+                        tracing::warn!(server = %self.spec.describe(), "cannot list an MCP server's tools again: {err}");
+                    }
+                }
+            }
             return Ok(conn.clone());
         }
         if current.take().is_some() {
@@ -150,11 +190,14 @@ impl Server {
     }
 }
 
-fn client() -> ClientConfig {
-    ClientConfig::new(
-        ClientCapabilities::default(),
-        Implementation::new("skillgate", env!("CARGO_PKG_VERSION")),
-    )
+fn client() -> Listener {
+    Listener {
+        info: ClientConfig::new(
+            ClientCapabilities::default(),
+            Implementation::new("skillgate", env!("CARGO_PKG_VERSION")),
+        ),
+        stale: Arc::default(),
+    }
 }
 
 async fn connect(spec: &ServerSpec) -> Result<Connection> {
@@ -217,8 +260,10 @@ async fn connect(spec: &ServerSpec) -> Result<Connection> {
     tracing::info!(server = %spec.describe(), tools = tools.len(), "connected to an MCP server");
     Ok(Connection {
         service,
-        tools,
-        mounted: parking_lot::Mutex::new(Vec::new()),
+        listed: parking_lot::Mutex::new(Listed {
+            tools,
+            mounted: Vec::new(),
+        }),
     })
 }
 
