@@ -24,7 +24,10 @@ pub fn builder(project_dir: impl Into<PathBuf>) -> KernelBuilder {
         .builtins(crate::gateway::send::tools())
         .builtins(crate::agent::tools())
         .builtins(crate::schedule::tools::tools())
-        .builtins(vec![crate::session::middleware::tool()])
+        .builtins(vec![
+            crate::session::middleware::tool(),
+            crate::session::clear::tool(),
+        ])
         .script_parser(crate::sandbox::load)
         .extension(bus)
         .extension(Arc::new(crate::mcp::client::Pool::new()))

@@ -2,7 +2,9 @@
 //! `locals.session = { key, history }`; after it, appends an entry with what `capture` names
 //! (`args`, `result`, the agent trace by `$agent`, and the error when the run failed), keeping
 //! the newest `maxEntries`. History is kept per skill and key; without a key (no `key` setting
-//! and no gateway conversation) the skill runs with an empty history and nothing is kept.
+//! and no gateway conversation) the skill runs with an empty history and nothing is kept. An
+//! entry is kept under [`MAX_ENTRY_BYTES`]: a larger one loses the agent trace first, then its
+//! largest values.
 
 use serde_json::{Map, Value, json};
 
@@ -55,6 +57,11 @@ metadata:
                 .collect();
             target.set("locals.session", json!({ "key": key, "history": history }))?;
             let outcome = target.next().await;
+            if target.get("locals.session.cleared")? == Some(Value::Bool(true)) {
+                // `session-clear` ran in this turn: the history starts after it.
+                outcome?;
+                return Ok(None);
+            }
             let at_ms = now_ms() as i64;
             let entry = capture(&target, &settings, at_ms, outcome.as_ref().err());
             if let Err(e) = store
@@ -84,6 +91,31 @@ fn key(target: &Context, settings: &Settings) -> Result<Option<String>> {
         .filter(|s| !s.is_empty()))
 }
 
+/// The most one stored entry may take (its JSON text).
+pub const MAX_ENTRY_BYTES: usize = 64 * 1024;
+
+/// Keeps `entry` under `limit` bytes of JSON: the agent trace goes first, then `result` and
+/// `args`, the larger first; each dropped value leaves `{ omitted: true, bytes }` in its place.
+fn bound(entry: &mut Map<String, Value>, limit: usize) {
+    let size = |v: &Value| v.to_string().len();
+    let over = |e: &Map<String, Value>| size(&Value::Object(e.clone())) > limit;
+    let mut order: Vec<(&str, usize)> = ["result", "args"]
+        .iter()
+        .map(|f| (*f, entry.get(*f).map_or(0, size)))
+        .collect();
+    order.sort_by_key(|f| std::cmp::Reverse(f.1));
+    for name in std::iter::once("agent").chain(order.into_iter().map(|(f, _)| f)) {
+        if !over(entry) {
+            return;
+        }
+        let bytes = entry.get(name).map_or(0, size);
+        // A value smaller than its marker stays.
+        if bytes > 64 {
+            entry.insert(name.into(), json!({ "omitted": true, "bytes": bytes }));
+        }
+    }
+}
+
 /// The entry for this run: when, and what `capture` names.
 fn capture(target: &Context, settings: &Settings, at_ms: i64, error: Option<&SkillError>) -> Value {
     let mut entry = Map::new();
@@ -104,5 +136,54 @@ fn capture(target: &Context, settings: &Settings, at_ms: i64, error: Option<&Ski
             json!({ "code": error.kind().code(), "message": error.message() }),
         );
     }
+    bound(&mut entry, MAX_ENTRY_BYTES);
     Value::Object(entry)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(agent: usize, result: usize, args: usize) -> Map<String, Value> {
+        let mut m = Map::new();
+        m.insert("at".into(), json!("t"));
+        m.insert("args".into(), json!("a".repeat(args)));
+        m.insert("result".into(), json!("r".repeat(result)));
+        m.insert("agent".into(), json!(["x".repeat(agent)]));
+        m
+    }
+
+    #[test]
+    fn an_entry_under_the_limit_is_kept_whole() {
+        let mut e = entry(100, 100, 100);
+        let before = e.clone();
+        bound(&mut e, 1_000);
+        assert_eq!(e, before);
+    }
+
+    #[test]
+    fn an_oversized_entry_loses_the_agent_trace_first() {
+        let mut e = entry(5_000, 100, 100);
+        bound(&mut e, 1_000);
+        assert_eq!(e["agent"], json!({ "omitted": true, "bytes": 5_004 }));
+        assert_eq!(e["result"], json!("r".repeat(100)));
+        assert_eq!(e["args"], json!("a".repeat(100)));
+    }
+
+    #[test]
+    fn then_its_largest_values_until_it_fits() {
+        let mut e = entry(5_000, 3_000, 800);
+        bound(&mut e, 1_000);
+        assert_eq!(e["result"]["omitted"], true);
+        assert_eq!(
+            e["args"],
+            json!("a".repeat(800)),
+            "it fits once the result is out"
+        );
+        let mut e = entry(5_000, 3_000, 2_000);
+        bound(&mut e, 1_000);
+        assert_eq!(e["result"]["omitted"], true);
+        assert_eq!(e["args"]["omitted"], true);
+        assert!(Value::Object(e).to_string().len() <= 1_000);
+    }
 }

@@ -5,8 +5,10 @@
 //! - `settings`: `metadata.session` (`key`, `capture`, `maxEntries`), checked with clear errors.
 //! - `middleware`: the `session` middleware: loads `locals.session`, runs the chain, appends
 //!   what `capture` names.
+//! - `clear`: the `session-clear` tool (a chat's "/reset").
 //! - [`render_history`]: the history as text, which `agent-execute` adds to a model's prompt.
 
+pub mod clear;
 pub mod middleware;
 pub mod settings;
 

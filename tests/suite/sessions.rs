@@ -192,3 +192,52 @@ async fn an_agent_sees_its_earlier_turns_and_the_session_keeps_its_trace() {
         "{kinds:?}"
     );
 }
+
+#[tokio::test]
+async fn session_clear_forgets_the_conversation_it_is_called_in_and_its_own_turn() {
+    let p = Project::new();
+    p.skill(
+        "chat.skill.js",
+        "export const frontmatter = { metadata: { session: { key: '${args.thread}' } } };\n\
+         export default async (ctx, args) => args.text === '/reset'\n\
+           ? ctx.manager.invoke('session-clear', {})\n\
+           : ctx.locals.session.history.map((e) => e.args.text);\n",
+    );
+    let kernel = p.kernel();
+    let say = |thread: &str, text: &str| {
+        let kernel = kernel.clone();
+        let args = json!({ "thread": thread, "text": text });
+        async move {
+            kernel
+                .invoke("chat", args, InvokeOptions::default())
+                .await
+                .map(|out| out.map(|v| (*v).clone()).unwrap_or(Value::Null))
+        }
+    };
+    say("t1", "a").await.unwrap();
+    say("t1", "b").await.unwrap();
+    say("t2", "other").await.unwrap();
+    assert_eq!(say("t1", "c").await.unwrap(), json!(["a", "b"]));
+    assert_eq!(
+        say("t1", "/reset").await.unwrap(),
+        json!({ "skill": "chat", "cleared": 3 })
+    );
+    assert_eq!(
+        say("t1", "d").await.unwrap(),
+        json!([]),
+        "nothing before the reset, nor the reset itself"
+    );
+    assert_eq!(
+        say("t2", "more").await.unwrap(),
+        json!(["other"]),
+        "another conversation keeps its history"
+    );
+    let err = kernel
+        .invoke("session-clear", json!({}), InvokeOptions::default())
+        .await
+        .unwrap_err();
+    assert!(
+        err.message().contains("not invoked inside a conversation"),
+        "{err}"
+    );
+}
