@@ -403,3 +403,30 @@ async fn untrusted_code_cannot_mount_a_server_of_its_choosing() {
     }
     assert!(!marker.exists(), "no command of the code's choosing ran");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_server_is_closed_and_started_again_when_used_and_a_busy_one_is_not() {
+    use std::sync::Arc;
+    use std::time::Duration;
+    let p = project(stdio());
+    let kernel = p
+        .builder()
+        .extension(Arc::new(skillgate::mcp::client::Pool::with_idle(
+            Duration::from_millis(300),
+        )))
+        .build();
+    // A call that outlasts the idle time is not cut off.
+    let slow = through(&kernel, "fx-slow", json!({ "ms": 900 })).await;
+    assert_eq!(slow.unwrap(), "slept 900 ms");
+    let first = through(&kernel, "fx-pid", json!({})).await.unwrap();
+    let pid = first.as_str().unwrap().to_string();
+    // Left alone, the process ends (a hang guard of 10 s).
+    let proc = PathBuf::from(format!("/proc/{pid}"));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while proc.exists() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(!proc.exists(), "the idle server's process {pid} ended");
+    let second = through(&kernel, "fx-pid", json!({})).await.unwrap();
+    assert_ne!(first, second, "a new process answers");
+}

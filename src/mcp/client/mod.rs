@@ -4,7 +4,7 @@
 //!
 //! - `mount`: reads and checks `metadata.mcp`.
 //! - `server`: one server's connection: made on first use, made again when found closed, its
-//!   tools listed again when the server says they changed.
+//!   tools listed again when the server says they changed, closed when idle.
 //! - `tools`: a server's tools as skillgate tools, and a call's answer as a result.
 
 pub mod mount;
@@ -12,7 +12,8 @@ pub mod server;
 pub mod tools;
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use parking_lot::Mutex;
 use serde_json::{Map, Value, json};
@@ -26,11 +27,24 @@ use server::Server;
 /// start a process per invocation).
 const MAX_SERVERS: usize = 64;
 
+/// How long a connection nothing uses stays open by default.
+pub const IDLE: Duration = Duration::from_secs(600);
+
+type Servers = Arc<Mutex<HashMap<ServerSpec, Arc<Server>>>>;
+
 /// The servers this process is a client of, by how each is reached (`globals.tools` of the
-/// spec: MCP connections live as long as the process).
-#[derive(Default)]
+/// spec). A connection unused for `idle` is closed (a stdio server's process ends; one a hot
+/// reload left unmounted goes away) and made again on the next use.
 pub struct Pool {
-    servers: Mutex<HashMap<ServerSpec, Arc<Server>>>,
+    servers: Servers,
+    idle: Duration,
+    reaper: OnceLock<()>,
+}
+
+impl Default for Pool {
+    fn default() -> Pool {
+        Pool::with_idle(IDLE)
+    }
 }
 
 impl Pool {
@@ -38,7 +52,39 @@ impl Pool {
         Pool::default()
     }
 
+    /// A pool that closes connections unused for `idle`.
+    pub fn with_idle(idle: Duration) -> Pool {
+        Pool {
+            servers: Arc::default(),
+            idle,
+            reaper: OnceLock::new(),
+        }
+    }
+
+    /// Starts the task that closes idle connections (once, from within the runtime); it ends
+    /// with the pool.
+    fn start_reaper(&self) {
+        self.reaper.get_or_init(|| {
+            let servers = Arc::downgrade(&self.servers);
+            let idle = self.idle;
+            let every = (idle / 2).clamp(Duration::from_millis(10), Duration::from_secs(60));
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(every).await;
+                    let Some(servers) = servers.upgrade() else {
+                        return;
+                    };
+                    let all: Vec<Arc<Server>> = servers.lock().values().cloned().collect();
+                    for server in all {
+                        server.close_if_idle(idle);
+                    }
+                }
+            });
+        });
+    }
+
     fn server(&self, spec: &ServerSpec) -> Result<Arc<Server>> {
+        self.start_reaper();
         let mut servers = self.servers.lock();
         if let Some(server) = servers.get(spec) {
             return Ok(server.clone());

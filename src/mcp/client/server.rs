@@ -1,12 +1,12 @@
 //! One MCP server the process is a client of: connected on first use, its tools listed on
 //! connecting and again after it says they changed (`notifications/tools/list_changed`), and
 //! connected again when the connection is found closed (a stdio server that exited, an HTTP
-//! server that went away).
+//! server that went away). A connection nothing used for a while is closed.
 
 use std::process::Stdio;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, Implementation,
@@ -65,6 +65,20 @@ impl ClientHandler for Listener {
 pub struct Server {
     pub spec: ServerSpec,
     current: tokio::sync::Mutex<Option<Arc<Connection>>>,
+    /// When it was last mounted or called.
+    last_used: parking_lot::Mutex<Instant>,
+    /// Calls under way.
+    in_flight: AtomicUsize,
+}
+
+/// Counts a call as under way while it lives.
+struct InFlight<'a>(&'a Server);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+        *self.0.last_used.lock() = Instant::now();
+    }
 }
 
 impl Server {
@@ -72,13 +86,33 @@ impl Server {
         Server {
             spec,
             current: tokio::sync::Mutex::new(None),
+            last_used: parking_lot::Mutex::new(Instant::now()),
+            in_flight: AtomicUsize::new(0),
         }
+    }
+
+    /// Closes the connection (a stdio server's process ends) when nothing used it for `idle`
+    /// and no call is under way; the next use connects again. True when it closed one.
+    pub fn close_if_idle(&self, idle: Duration) -> bool {
+        let Ok(mut current) = self.current.try_lock() else {
+            return false; // connecting or listing right now
+        };
+        if current.is_none()
+            || self.in_flight.load(Ordering::SeqCst) > 0
+            || self.last_used.lock().elapsed() < idle
+        {
+            return false;
+        }
+        *current = None;
+        tracing::info!(server = %self.spec.describe(), "closed an idle MCP server connection");
+        true
     }
 
     /// The live connection, made (again) when there is none or it was closed; its tools
     /// listed again when the server said they changed.
     pub async fn connection(&self) -> Result<Arc<Connection>> {
         let mut current = self.current.lock().await;
+        *self.last_used.lock() = Instant::now();
         if let Some(conn) = current.as_ref()
             && !conn.service.is_transport_closed()
         {
@@ -132,6 +166,8 @@ impl Server {
         args: JsonObject,
         timeout: Option<Duration>,
     ) -> Result<CallToolResult> {
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        let _in_flight = InFlight(self);
         let params = CallToolRequestParams::new(tool.to_string()).with_arguments(args);
         let mut retried = false;
         loop {
