@@ -68,6 +68,11 @@ pub fn tools_of(server: &Arc<Server>, mount: &Mount, listed: &[rmcp::model::Tool
         }
         tools.push(Arc::new(tool_of(server, mount, remote, name)));
     }
+    for wanted in mount.only.iter().flatten() {
+        if !listed.iter().any(|t| t.name.as_ref() == wanted.as_str()) {
+            tracing::warn!(mount = %mount.name, "`mcp.{}.tools` names `{wanted}`, which the server does not list", mount.name);
+        }
+    }
     tools.into()
 }
 
