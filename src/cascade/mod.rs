@@ -91,6 +91,10 @@ pub fn resolved_for(index: &SearchIndex, tool: &Arc<Tool>) -> Result<Arc<Resolve
     }
 }
 
+/// Keys whose values may not depend on the invocation: the MCP servers a skill mounts (a
+/// `${args.x}` there would let a caller pick the command started or the URL its headers go to).
+const FIXED_KEYS: [&str; 1] = ["mcp"];
+
 fn compute_merged(index: &SearchIndex, tool: &Arc<Tool>) -> Result<Merged> {
     let project = index
         .dirs
@@ -117,6 +121,15 @@ fn compute_merged(index: &SearchIndex, tool: &Arc<Tool>) -> Result<Merged> {
             level.tool.name,
             level.tool.location()
         );
+        for key in FIXED_KEYS {
+            if let Some(value) = as_value.get(key)
+                && interpolate::level_pass(&mut value.clone(), &vars, &what)?
+            {
+                return Err(SkillError::config(format!(
+                    "{what}: `{key}` cannot use per-invocation variables (`${{args.*}}`, `${{locals.*}}`, ...): what it starts or connects to is fixed per skill; `${{env.NAME}}`, `${{dir}}` and `${{project}}` are allowed"
+                )));
+            }
+        }
         dynamic |= interpolate::level_pass(&mut as_value, &vars, &what)?;
         let Value::Object(values) = as_value else {
             unreachable!("an object stays an object")

@@ -139,21 +139,42 @@ impl Context {
     }
 
     /// Makes `tools` visible to this context and what it invokes, after every tool of its
-    /// search paths (the `mcp` middleware mounts a server's tools with it). Replaces what an
-    /// earlier mount added. Refused for a context marked untrusted, like `refresh()`.
+    /// search paths (the `mcp` middleware mounts a server's tools with it). Tools mounted
+    /// further up stay, unless one of `tools` has their name. Refused for a context marked
+    /// untrusted, like `refresh()`.
     pub fn mount(&self, tools: crate::skills::index::Layered) -> Result<()> {
-        let dirs = {
+        self.check_may_mount()?;
+        let (dirs, inherited) = {
             let state = self.0.state.lock();
-            if state.locals.untrusted_ref {
-                return Err(crate::error::SkillError::new(
-                    crate::error::ErrorKind::Denied,
-                    "untrusted code cannot mount tools",
-                ));
-            }
-            state.index.dirs.clone()
+            (state.index.dirs.clone(), state.index.layered.clone())
         };
-        let index = self.kernel().registry().layered(&dirs, &tools);
+        let all: crate::skills::index::Layered = if inherited.is_empty() {
+            tools
+        } else {
+            tools
+                .iter()
+                .chain(
+                    inherited
+                        .iter()
+                        .filter(|old| !tools.iter().any(|new| new.name == old.name)),
+                )
+                .cloned()
+                .collect()
+        };
+        let index = self.kernel().registry().layered(&dirs, &all);
         self.0.state.lock().index = index;
+        Ok(())
+    }
+
+    /// Refuses [`Context::mount`] to a context marked untrusted (asked before anything is
+    /// started for the mount).
+    pub fn check_may_mount(&self) -> Result<()> {
+        if self.is_untrusted() {
+            return Err(crate::error::SkillError::new(
+                crate::error::ErrorKind::Denied,
+                "untrusted code cannot mount tools",
+            ));
+        }
         Ok(())
     }
 

@@ -19,6 +19,7 @@ metadata:
 "#,
         |ctx, args| async move {
             let target = ctx.ctx_target()?;
+            target.check_may_mount()?;
             let cwd = working_dir(&target)?;
             let mounts = mount::parse(&args, &cwd).map_err(|e| {
                 target.fail(SkillError::config(format!("{}{e}", served_at(&target))))

@@ -94,12 +94,13 @@ fn key(target: &Context, settings: &Settings) -> Result<Option<String>> {
 /// The most one stored entry may take (its JSON text).
 pub const MAX_ENTRY_BYTES: usize = 64 * 1024;
 
-/// Keeps `entry` under `limit` bytes of JSON: the agent trace goes first, then `result` and
-/// `args`, the larger first; each dropped value leaves `{ omitted: true, bytes }` in its place.
+/// Keeps `entry` under `limit` bytes of JSON: the agent trace goes first, then `result`,
+/// `args` and `error`, the largest first; each dropped value leaves `{ omitted: true, bytes }`
+/// in its place.
 fn bound(entry: &mut Map<String, Value>, limit: usize) {
     let size = |v: &Value| v.to_string().len();
     let over = |e: &Map<String, Value>| size(&Value::Object(e.clone())) > limit;
-    let mut order: Vec<(&str, usize)> = ["result", "args"]
+    let mut order: Vec<(&str, usize)> = ["result", "args", "error"]
         .iter()
         .map(|f| (*f, entry.get(*f).map_or(0, size)))
         .collect();

@@ -52,13 +52,16 @@ pub struct Registry {
     custom: Mutex<HashMap<CustomKey, Arc<SearchIndex>>>,
 }
 
+/// How many indexes other than the current one are kept per generation.
+const MAX_CUSTOM: usize = 256;
+
 /// An index other than the current one: its folders, and its layered tools by identity (a
 /// mounted server's tools are one shared list until it reconnects and lists them again).
 type CustomKey = (Vec<PathBuf>, Vec<usize>);
 
 impl Registry {
     pub fn new(config: RegistryConfig, natives: Vec<Arc<Tool>>) -> Registry {
-        let index = build(0, &config, &config.skill_dirs, &natives, no_layer());
+        let index = build(0, &config, &config.skill_dirs, &natives);
         Registry {
             config: RwLock::new(config),
             natives: RwLock::new(natives),
@@ -82,26 +85,26 @@ impl Registry {
     /// those shadow), built once per generation.
     pub fn layered(&self, dirs: &[PathBuf], layered: &Layered) -> Arc<SearchIndex> {
         let current = self.current();
-        if current.dirs == dirs && layered.is_empty() {
-            return current;
+        if layered.is_empty() {
+            return self.over_dirs(&current, dirs);
         }
         let key: CustomKey = (
             dirs.to_vec(),
             layered.iter().map(|t| Arc::as_ptr(t) as usize).collect(),
         );
-        let mut custom = self.custom.lock();
-        if let Some(index) = custom.get(&key)
-            && index.generation == current.generation
-        {
-            return index.clone();
+        if let Some(index) = self.cached(&key, current.generation) {
+            return index;
         }
-        let config = self.config.read().clone();
-        let index = Arc::new(build(
-            current.generation,
-            &config,
-            dirs,
-            &self.natives.read(),
+        // Built from the index over `dirs`: the folders are read once, not per layering.
+        let base = self.over_dirs(&current, dirs);
+        let tools: Vec<Arc<Tool>> = base.tools().chain(layered.iter()).cloned().collect();
+        let index = Arc::new(SearchIndex::build(
+            base.generation,
+            dirs.to_vec(),
             layered.clone(),
+            tools,
+            base.failures().to_vec(),
+            base.overrides.clone(),
         ));
         for tool in layered.iter() {
             if let Some(winner) = index.get(&tool.name).filter(|w| !Arc::ptr_eq(w, tool)) {
@@ -113,8 +116,45 @@ impl Registry {
                 );
             }
         }
-        custom.insert(key, index.clone());
+        self.keep(key, index.clone());
         index
+    }
+
+    /// The index over `dirs` (then the bundled and native tools) in `current`'s generation.
+    fn over_dirs(&self, current: &Arc<SearchIndex>, dirs: &[PathBuf]) -> Arc<SearchIndex> {
+        if current.dirs == dirs {
+            return current.clone();
+        }
+        let key: CustomKey = (dirs.to_vec(), Vec::new());
+        if let Some(index) = self.cached(&key, current.generation) {
+            return index;
+        }
+        let config = self.config.read().clone();
+        let index = Arc::new(build(
+            current.generation,
+            &config,
+            dirs,
+            &self.natives.read(),
+        ));
+        self.keep(key, index.clone());
+        index
+    }
+
+    fn cached(&self, key: &CustomKey, generation: u64) -> Option<Arc<SearchIndex>> {
+        self.custom
+            .lock()
+            .get(key)
+            .filter(|index| index.generation == generation)
+            .cloned()
+    }
+
+    /// Keeps an index for reuse; past [`MAX_CUSTOM`] the kept ones start over.
+    fn keep(&self, key: CustomKey, index: Arc<SearchIndex>) {
+        let mut custom = self.custom.lock();
+        if custom.len() >= MAX_CUSTOM {
+            custom.clear();
+        }
+        custom.insert(key, index);
     }
 
     /// Re-reads every skill folder and starts a new generation; caches of the old one go away.
@@ -133,7 +173,6 @@ impl Registry {
             &config,
             &config.skill_dirs,
             &self.natives.read(),
-            no_layer(),
         ))
     }
 
@@ -193,7 +232,6 @@ fn build(
     config: &RegistryConfig,
     dirs: &[PathBuf],
     natives: &[Arc<Tool>],
-    layered: Layered,
 ) -> SearchIndex {
     let mut all = Loaded::default();
     let mut append = |loaded: Loaded| {
@@ -209,13 +247,13 @@ fn build(
     }
     append(loader::load_bundled(config.scripts));
     append(Loaded {
-        tools: natives.iter().chain(layered.iter()).cloned().collect(),
+        tools: natives.to_vec(),
         failures: Vec::new(),
     });
     SearchIndex::build(
         generation,
         dirs.to_vec(),
-        layered,
+        no_layer(),
         all.tools,
         all.failures,
         Arc::new(config.overrides.clone()),

@@ -430,3 +430,46 @@ async fn an_idle_server_is_closed_and_started_again_when_used_and_a_busy_one_is_
     let second = through(&kernel, "fx-pid", json!({})).await.unwrap();
     assert_ne!(first, second, "a new process answers");
 }
+
+#[tokio::test]
+async fn what_a_mount_starts_or_connects_to_cannot_come_from_the_invocation() {
+    let p = project(json!({ "fx": { "command": "${args.cmd}" } }));
+    let (kind, message) = call(&p, "fx-add", json!({})).await.unwrap_err();
+    assert_eq!(kind, ErrorKind::Config, "{message}");
+    assert!(
+        message.contains("`mcp` cannot use per-invocation variables"),
+        "{message}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_skill_invoked_by_a_mounting_skill_keeps_its_mounts_and_adds_its_own() {
+    let p = Project::new();
+    p.skill(
+        "outer.skill.js",
+        &format!(
+            "export const frontmatter = {{ metadata: {{ mcp: {{ fx: {{ command: '{}', args: ['${{dir}}'] }} }} }} }};\n\
+             export default async (ctx) => ctx.manager.invoke('inner', {{}});\n",
+            fixture()
+        ),
+    )
+    .skill(
+        "inner.skill.js",
+        &format!(
+            "export const frontmatter = {{ metadata: {{ mcp: {{ more: {{ command: '{}', tools: ['echo'] }} }} }} }};\n\
+             export default async (ctx) => [\n\
+               (await ctx.manager.invoke('fx-add', {{ a: 1, b: 2 }})).sum,\n\
+               await ctx.manager.invoke('more-echo', {{ text: 'both' }}),\n\
+             ];\n",
+            fixture()
+        ),
+    );
+    assert_eq!(
+        invoke(&p, "outer", json!({})).await.unwrap(),
+        json!([3, "both"])
+    );
+    // Alone, `inner` has only its own mount.
+    let (kind, message) = invoke(&p, "inner", json!({})).await.unwrap_err();
+    assert_eq!(kind, ErrorKind::NotFound, "{message}");
+    assert!(message.contains("fx-add"), "{message}");
+}

@@ -111,9 +111,9 @@ impl Pool {
         let mut summary = Map::new();
         for mount in mounts {
             let server = self.server(&mount.spec)?;
-            let conn = server.connection().await?;
+            server.connection().await?;
             let tools = {
-                let mut listed = conn.listed.lock();
+                let mut listed = server.listed.lock();
                 match listed.mounted.iter().find(|(m, _)| m == mount) {
                     Some((_, tools)) => tools.clone(),
                     None => {

@@ -186,8 +186,8 @@ fn mount(name: &str, map: &Map<String, Value>, cwd: &Path, field: &str) -> Resul
     };
     let timeout = match map.get("timeout") {
         None | Some(Value::Null) => None,
-        Some(v) => match v.as_f64() {
-            Some(secs) if secs > 0.0 && secs.is_finite() => Some(Duration::from_secs_f64(secs)),
+        Some(v) => match v.as_f64().and_then(|s| Duration::try_from_secs_f64(s).ok()) {
+            Some(limit) if !limit.is_zero() => Some(limit),
             _ => {
                 return Err(format!(
                     "`{field}.timeout` must be a positive number of seconds, got {v}"

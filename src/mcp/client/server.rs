@@ -31,14 +31,15 @@ const PASSED_ENV: [&str; 10] = [
     "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LC_ALL", "TERM", "TMPDIR", "TZ",
 ];
 
-/// A live connection and what the server listed on it.
+/// A live connection.
 pub struct Connection {
     service: RunningService<RoleClient, Listener>,
-    pub listed: parking_lot::Mutex<Listed>,
 }
 
 /// A server's tools, and those tools as mounted (built once per listing and mount, so the
-/// indexes they are layered into are built once too).
+/// indexes they are layered into are built once too; a reconnect that lists the same tools
+/// keeps them).
+#[derive(Default)]
 pub struct Listed {
     pub tools: Vec<rmcp::model::Tool>,
     pub mounted: Vec<(Mount, Layered)>,
@@ -69,7 +70,15 @@ pub struct Server {
     last_used: parking_lot::Mutex<Instant>,
     /// Calls under way.
     in_flight: AtomicUsize,
+    /// The last failure to connect, answered again for a moment instead of each waiting
+    /// caller trying (and waiting for) the same dead server in turn.
+    failed: parking_lot::Mutex<Option<(Instant, SkillError)>>,
+    /// What it listed last.
+    pub listed: parking_lot::Mutex<Listed>,
 }
+
+/// How long a failure to connect is answered without trying again.
+const RETRY_AFTER: Duration = Duration::from_secs(2);
 
 /// Counts a call as under way while it lives.
 struct InFlight<'a>(&'a Server);
@@ -88,6 +97,8 @@ impl Server {
             current: tokio::sync::Mutex::new(None),
             last_used: parking_lot::Mutex::new(Instant::now()),
             in_flight: AtomicUsize::new(0),
+            failed: parking_lot::Mutex::new(None),
+            listed: parking_lot::Mutex::default(),
         }
     }
 
@@ -109,7 +120,8 @@ impl Server {
     }
 
     /// The live connection, made (again) when there is none or it was closed; its tools
-    /// listed again when the server said they changed.
+    /// listed again when the server said they changed. A listing equal to the one before
+    /// keeps the tools already mounted from it (and so the indexes built with them).
     pub async fn connection(&self) -> Result<Arc<Connection>> {
         let mut current = self.current.lock().await;
         *self.last_used.lock() = Instant::now();
@@ -117,16 +129,15 @@ impl Server {
             && !conn.service.is_transport_closed()
         {
             if conn.service.service().stale.swap(false, Ordering::SeqCst) {
-                match conn.service.peer().list_all_tools().await {
-                    Ok(tools) => {
-                        tracing::info!(server = %self.spec.describe(), tools = tools.len(), "an MCP server's tools changed");
-                        *conn.listed.lock() = Listed {
-                            tools,
-                            mounted: Vec::new(),
-                        };
-                    }
-                    Err(err) => {
+                let listing = conn.service.peer().list_all_tools();
+                match tokio::time::timeout(CONNECT_TIMEOUT, listing).await {
+                    Ok(Ok(tools)) => self.listing(tools),
+                    Ok(Err(err)) => {
+                        let err = self.scrub(&err.to_string());
                         tracing::warn!(server = %self.spec.describe(), "cannot list an MCP server's tools again: {err}");
+                    }
+                    Err(_) => {
+                        tracing::warn!(server = %self.spec.describe(), "an MCP server did not list its tools again in time");
                     }
                 }
             }
@@ -135,18 +146,42 @@ impl Server {
         if current.take().is_some() {
             tracing::info!(server = %self.spec.describe(), "MCP server connection closed; connecting again");
         }
-        let conn = match tokio::time::timeout(CONNECT_TIMEOUT, connect(&self.spec)).await {
-            Ok(conn) => conn?,
-            Err(_) => {
-                return Err(self.unavailable(format!(
-                    "did not answer within {} s",
-                    CONNECT_TIMEOUT.as_secs()
-                )));
+        if let Some((at, err)) = &*self.failed.lock()
+            && at.elapsed() < RETRY_AFTER
+        {
+            return Err(err.clone());
+        }
+        let outcome = match tokio::time::timeout(CONNECT_TIMEOUT, connect(&self.spec)).await {
+            Ok(outcome) => outcome.map_err(|e| self.scrubbed(e)),
+            Err(_) => Err(self.unavailable(format!(
+                "did not answer within {} s",
+                CONNECT_TIMEOUT.as_secs()
+            ))),
+        };
+        let (conn, tools) = match outcome {
+            Ok(connected) => connected,
+            Err(err) => {
+                *self.failed.lock() = Some((Instant::now(), err.clone()));
+                return Err(err);
             }
         };
+        *self.failed.lock() = None;
+        self.listing(tools);
         let conn = Arc::new(conn);
         *current = Some(conn.clone());
         Ok(conn)
+    }
+
+    /// Takes a new listing; the tools mounted from the last one stay when it is the same.
+    fn listing(&self, tools: Vec<rmcp::model::Tool>) {
+        let mut listed = self.listed.lock();
+        if listed.tools != tools {
+            tracing::info!(server = %self.spec.describe(), tools = tools.len(), "listed an MCP server's tools");
+            *listed = Listed {
+                tools,
+                mounted: Vec::new(),
+            };
+        }
     }
 
     /// Forgets `conn` if it is still the current connection (the next use connects again).
@@ -157,9 +192,10 @@ impl Server {
         }
     }
 
-    /// Calls `tool` (the server's name for it). A request that could not be sent is sent once
-    /// more on a new connection; a connection lost while the server had the request is an
-    /// error (the server may have acted on it), and the next call connects again.
+    /// Calls `tool` (the server's name for it). A stdio request that could not be written is
+    /// sent once more on a new connection; anything else that ends the connection during a
+    /// call is an error, not retried (the server may have acted on it: over HTTP a failed
+    /// POST can follow the whole run), and the next call connects again.
     pub async fn call(
         &self,
         tool: &str,
@@ -169,7 +205,7 @@ impl Server {
         self.in_flight.fetch_add(1, Ordering::SeqCst);
         let _in_flight = InFlight(self);
         let params = CallToolRequestParams::new(tool.to_string()).with_arguments(args);
-        let mut retried = false;
+        let mut retry = matches!(self.spec, ServerSpec::Stdio { .. });
         loop {
             let conn = self.connection().await?;
             let call = conn.service.peer().call_tool(params.clone());
@@ -187,10 +223,11 @@ impl Server {
             };
             match outcome {
                 Ok(result) => return Ok(result),
-                Err(ServiceError::TransportSend(err)) if !retried => {
+                Err(ServiceError::TransportSend(err)) if retry => {
+                    let err = self.scrub(&err.to_string());
                     tracing::info!(server = %self.spec.describe(), "an MCP request was not sent ({err}); connecting again");
                     self.forget(&conn).await;
-                    retried = true;
+                    retry = false;
                 }
                 Err(ServiceError::McpError(err)) => {
                     let kind = if err.code == rmcp::model::ErrorCode::INVALID_PARAMS {
@@ -198,12 +235,12 @@ impl Server {
                     } else {
                         ErrorKind::Failed
                     };
+                    let message = self.scrub(&err.message);
                     return Err(SkillError::new(
                         kind,
                         format!(
-                            "MCP server {} refused `{tool}`: {}",
-                            self.spec.describe(),
-                            err.message
+                            "MCP server {} refused `{tool}`: {message}",
+                            self.spec.describe()
                         ),
                     ));
                 }
@@ -213,7 +250,10 @@ impl Server {
                         "closed the connection during `{tool}` (the next call connects again)"
                     )));
                 }
-                Err(other) => return Err(self.unavailable(format!("`{tool}`: {other}"))),
+                Err(other) => {
+                    let other = self.scrub(&other.to_string());
+                    return Err(self.unavailable(format!("`{tool}`: {other}")));
+                }
             }
         }
     }
@@ -223,6 +263,26 @@ impl Server {
             ErrorKind::Internal,
             format!("MCP server {} {why}", self.spec.describe()),
         )
+    }
+
+    /// `text` without the server's URL as written (an error of the HTTP client repeats it,
+    /// query and credentials included): the described form stands in its place.
+    fn scrub(&self, text: &str) -> String {
+        let ServerSpec::Http { url, .. } = &self.spec else {
+            return text.to_string();
+        };
+        let described = self.spec.describe();
+        let shown = described.strip_prefix("HTTP ").unwrap_or(&described);
+        let mut out = text.replace(url.as_str(), shown);
+        if let Ok(parsed) = reqwest::Url::parse(url) {
+            out = out.replace(parsed.as_str(), shown);
+        }
+        out
+    }
+
+    fn scrubbed(&self, err: SkillError) -> SkillError {
+        let message = self.scrub(err.message());
+        SkillError::new(err.kind(), message)
     }
 }
 
@@ -236,7 +296,7 @@ fn client() -> Listener {
     }
 }
 
-async fn connect(spec: &ServerSpec) -> Result<Connection> {
+async fn connect(spec: &ServerSpec) -> Result<(Connection, Vec<rmcp::model::Tool>)> {
     let failed = |why: String| {
         SkillError::new(
             ErrorKind::Internal,
@@ -294,13 +354,7 @@ async fn connect(spec: &ServerSpec) -> Result<Connection> {
         .await
         .map_err(|e| failed(format!("cannot list its tools: {e}")))?;
     tracing::info!(server = %spec.describe(), tools = tools.len(), "connected to an MCP server");
-    Ok(Connection {
-        service,
-        listed: parking_lot::Mutex::new(Listed {
-            tools,
-            mounted: Vec::new(),
-        }),
-    })
+    Ok((Connection { service }, tools))
 }
 
 /// A stdio server's stderr, line by line, into the log.
@@ -311,4 +365,22 @@ fn forward_stderr(command: String, stderr: tokio::process::ChildStderr) {
             tracing::info!(target: "skillgate::mcp", server = %command, "{line}");
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_error_repeating_the_url_does_not_show_its_query_or_credentials() {
+        let server = Server::new(ServerSpec::Http {
+            url: "https://u:p@h/mcp?token=secret".into(),
+            headers: Default::default(),
+        });
+        let text = server.scrub(
+            "error sending request for url (https://u:p@h/mcp?token=secret): refused; again https://u:p@h/mcp?token=secret",
+        );
+        assert!(!text.contains("secret") && !text.contains("u:p"), "{text}");
+        assert!(text.contains("url (https://h/mcp)"), "{text}");
+    }
 }
