@@ -4,19 +4,13 @@
 use serde_json::Value;
 
 use crate::error::SkillError;
-use crate::middleware::{native, pass, working_dir};
+use crate::middleware::{metadata_middleware, pass, working_dir};
 use crate::skills::tool::Tool;
 
 pub fn tool() -> Tool {
-    native(
-        r#"
-name: cwd
-description: Sets the working folder of the served skill.
-metadata:
-  role: middleware
-  visibility: hidden
-  tags: [meta-internal, meta-metadata]
-"#,
+    metadata_middleware(
+        "cwd",
+        "Sets the working folder of the served skill.",
         |ctx, args| async move {
             let target = ctx.ctx_target()?;
             let Some(dir) = args.as_str() else {

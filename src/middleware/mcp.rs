@@ -4,19 +4,13 @@
 
 use crate::error::{ErrorKind, SkillError};
 use crate::mcp::client::{Pool, mount};
-use crate::middleware::{idle_without, native, pass, served_at, working_dir};
+use crate::middleware::{idle_without, metadata_middleware, pass, served_at, working_dir};
 use crate::skills::tool::Tool;
 
 pub fn tool() -> Tool {
-    native(
-        r#"
-name: mcp
-description: Mounts MCP servers; their tools become `<server>-<tool>` for the served skill.
-metadata:
-  role: middleware
-  visibility: hidden
-  tags: [meta-internal, meta-metadata]
-"#,
+    metadata_middleware(
+        "mcp",
+        "Mounts MCP servers; their tools become `<server>-<tool>` for the served skill.",
         |ctx, args| async move {
             let target = ctx.ctx_target()?;
             target.check_may_mount()?;

@@ -44,6 +44,20 @@ where
     native_fn(yaml, f)
 }
 
+/// A metadata middleware: the one that acts on the metadata key of its name (`cwd`, `mcp`,
+/// `session`, ...), hidden from listings and tagged as pipeline machinery.
+pub fn metadata_middleware<F, Fut>(name: &str, description: &str, body: F) -> Tool
+where
+    F: Fn(Context, Arc<Value>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Option<Value>>> + Send + 'static,
+{
+    let yaml = format!(
+        "name: {name}\ndescription: {}\nmetadata:\n  role: middleware\n  visibility: hidden\n  tags: [meta-internal, meta-metadata]\n",
+        Value::String(description.to_string())
+    );
+    native(&yaml, body)
+}
+
 /// Builds a native tool from frontmatter and an already boxed body.
 pub fn native_fn(yaml: &str, body: NativeFn) -> Tool {
     let mut fm = frontmatter::parse_yaml("native tool", yaml, 1)

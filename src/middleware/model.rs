@@ -9,19 +9,13 @@ use serde_json::{Map, Value, json};
 use crate::agent::config::AgentConfig;
 use crate::agent::policy::BUILT_IN_TAG;
 use crate::middleware::agent_execute::AGENT;
-use crate::middleware::{native, pass, served_at};
+use crate::middleware::{metadata_middleware, pass, served_at};
 use crate::skills::tool::Tool;
 
 pub fn tool() -> Tool {
-    native(
-        r#"
-name: model
-description: Checks the served skill's model settings and records them in locals.config.model.
-metadata:
-  role: middleware
-  visibility: hidden
-  tags: [meta-internal, meta-metadata]
-"#,
+    metadata_middleware(
+        "model",
+        "Checks the served skill's model settings and records them in locals.config.model.",
         |ctx, args| async move {
             let target = ctx.ctx_target()?;
             if args.is_null() {

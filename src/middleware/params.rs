@@ -4,19 +4,13 @@
 
 use serde_json::{Map, Value};
 
-use crate::middleware::{native, pass};
+use crate::middleware::{metadata_middleware, pass};
 use crate::skills::tool::Tool;
 
 pub fn tool() -> Tool {
-    native(
-        r#"
-name: params
-description: Declares the args schema; exposes args with defaults applied as locals.params.
-metadata:
-  role: middleware
-  visibility: hidden
-  tags: [meta-internal, meta-metadata]
-"#,
+    metadata_middleware(
+        "params",
+        "Declares the args schema; exposes args with defaults applied as locals.params.",
         |ctx, schema| async move {
             let target = ctx.ctx_target()?;
             let args = target.args();

@@ -4,19 +4,13 @@
 use serde_json::Value;
 
 use crate::error::SkillError;
-use crate::middleware::{native, pass};
+use crate::middleware::{metadata_middleware, pass};
 use crate::skills::tool::Tool;
 
 pub fn tool() -> Tool {
-    native(
-        r#"
-name: paths
-description: Sets the skill search paths for the served skill and what it invokes.
-metadata:
-  role: middleware
-  visibility: hidden
-  tags: [meta-internal, meta-metadata]
-"#,
+    metadata_middleware(
+        "paths",
+        "Sets the skill search paths for the served skill and what it invokes.",
         |ctx, args| async move {
             let target = ctx.ctx_target()?;
             let list: Vec<Value> = match &*args {

@@ -7,19 +7,13 @@ use std::path::PathBuf;
 use serde_json::Value;
 
 use crate::error::SkillError;
-use crate::middleware::{native, pass, working_dir};
+use crate::middleware::{metadata_middleware, pass, working_dir};
 use crate::skills::tool::Tool;
 
 pub fn tool() -> Tool {
-    native(
-        r#"
-name: workspace
-description: Gives the served skill a folder to write in, created when missing.
-metadata:
-  role: middleware
-  visibility: hidden
-  tags: [meta-internal, meta-metadata]
-"#,
+    metadata_middleware(
+        "workspace",
+        "Gives the served skill a folder to write in, created when missing.",
         |ctx, args| async move {
             let target = ctx.ctx_target()?;
             let relative = match &*args {

@@ -12,20 +12,14 @@ use crate::context::Context;
 use crate::context::id::{iso, now_ms};
 use crate::error::{Result, SkillError};
 use crate::events::KernelBus;
-use crate::middleware::{idle_without, native, pass, served_at};
+use crate::middleware::{idle_without, metadata_middleware, pass, served_at};
 use crate::session::settings::{Capture, Settings};
 use crate::skills::tool::Tool;
 
 pub fn tool() -> Tool {
-    native(
-        r#"
-name: session
-description: Keeps the served skill's per-conversation history, durable in the event store.
-metadata:
-  role: middleware
-  visibility: hidden
-  tags: [meta-internal, meta-metadata]
-"#,
+    metadata_middleware(
+        "session",
+        "Keeps the served skill's per-conversation history, durable in the event store.",
         |ctx, args| async move {
             let target = ctx.ctx_target()?;
             if args.is_null() {
