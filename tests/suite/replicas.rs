@@ -364,18 +364,17 @@ struct Seen {
     wrong: Vec<String>,
 }
 
-/// `clients` tasks send `POST /invoke/hello` round robin to `addrs` until `stop`; each answer is
-/// checked against the name it asked for.
+/// What each replica's clients saw so far, shared with the test while [`load`] runs.
+type Tally = Arc<parking_lot::Mutex<Vec<Seen>>>;
+
+/// `clients` tasks send `POST /invoke/hello` round robin to `addrs` until `stop`, counting in
+/// `seen`; each answer is checked against the name it asked for.
 async fn load(
     addrs: Vec<String>,
     clients: usize,
     stop: tokio_util::sync::CancellationToken,
-) -> Vec<Seen> {
-    let seen = Arc::new(parking_lot::Mutex::new(
-        (0..addrs.len())
-            .map(|_| Seen::default())
-            .collect::<Vec<_>>(),
-    ));
+    seen: Tally,
+) {
     let tasks: Vec<_> = (0..clients)
         .map(|client| {
             let (addrs, seen, stop) = (addrs.clone(), seen.clone(), stop.clone());
@@ -417,7 +416,15 @@ async fn load(
     for task in tasks {
         task.await.unwrap();
     }
-    Arc::try_unwrap(seen).ok().unwrap().into_inner()
+}
+
+/// Waits until `ready` holds of the tally (a hang guard of 30 s: a machine busy with other
+/// tests can be slow to get the first answers through).
+async fn until(seen: &Tally, ready: impl Fn(&[Seen]) -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !ready(&seen.lock()) && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 #[test]
@@ -440,17 +447,23 @@ fn replicas_under_load_answer_every_request_they_take_when_one_is_killed_and_one
             replicas.next().unwrap(),
         );
         let stop = tokio_util::sync::CancellationToken::new();
-        let running = tokio::spawn(load(addrs, 6, stop.clone()));
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        let tally: Tally = Arc::new(parking_lot::Mutex::new(
+            (0..addrs.len()).map(|_| Seen::default()).collect(),
+        ));
+        let running = tokio::spawn(load(addrs, 6, stop.clone(), tally.clone()));
+        // Every replica is under load before one goes.
+        until(&tally, |seen| seen.iter().all(|s| s.answered >= 5)).await;
         // SIGKILL one replica under load.
         third.kill();
         tokio::time::sleep(Duration::from_millis(500)).await;
         // A rolling restart of another: SIGTERM drains what it took, then it comes back.
         let (code, _) = first.stop();
         assert_eq!(code, Some(0), "the stopped replica drained cleanly");
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        let before = tally.lock()[1].answered;
+        until(&tally, |seen| seen[1].answered >= before + 5).await;
         stop.cancel();
-        let seen = running.await.unwrap();
+        running.await.unwrap();
+        let seen = std::mem::take(&mut *tally.lock());
         for (i, replica) in seen.iter().enumerate() {
             assert!(
                 replica.wrong.is_empty(),
