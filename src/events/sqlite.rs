@@ -570,19 +570,11 @@ impl EventStore for SqliteStore {
     }
 
     async fn schedules(&self) -> StoreResult<Vec<StoredSchedule>> {
-        let rows = sqlx::query("SELECT name, spec, next_ms, runs FROM sg_schedules ORDER BY name")
-            .fetch_all(&self.pool)
-            .await?;
-        rows.iter()
-            .map(|row| {
-                Ok(StoredSchedule {
-                    name: row.try_get("name")?,
-                    spec: row.try_get("spec")?,
-                    next_ms: row.try_get("next_ms")?,
-                    runs: row.try_get("runs")?,
-                })
-            })
-            .collect()
+        Ok(sqlx::query_as::<_, StoredSchedule>(
+            "SELECT name, spec, next_ms, runs FROM sg_schedules ORDER BY name",
+        )
+        .fetch_all(&self.pool)
+        .await?)
     }
 
     async fn take_firing(
@@ -631,22 +623,14 @@ impl EventStore for SqliteStore {
     }
 
     async fn session_entries(&self, key: &str, limit: usize) -> StoreResult<Vec<SessionEntry>> {
-        let rows = sqlx::query(
+        Ok(sqlx::query_as::<_, SessionEntry>(
             "SELECT at_ms, entry FROM (SELECT id, at_ms, entry FROM sg_sessions WHERE key = ?1
                  ORDER BY id DESC LIMIT ?2) AS newest ORDER BY id",
         )
         .bind(key)
         .bind(limit as i64)
         .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
-            .map(|row| {
-                Ok(SessionEntry {
-                    at_ms: row.try_get("at_ms")?,
-                    entry: row.try_get("entry")?,
-                })
-            })
-            .collect()
+        .await?)
     }
 
     async fn session_clear(&self, key: &str) -> StoreResult<u64> {

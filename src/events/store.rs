@@ -76,7 +76,7 @@ pub enum KeyClaim {
 }
 
 /// One entry of a session's history.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct SessionEntry {
     /// When it was written (ms since the epoch).
     pub at_ms: i64,
@@ -85,7 +85,7 @@ pub struct SessionEntry {
 }
 
 /// A schedule as the store keeps it (`spec` is JSON the store does not read).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct StoredSchedule {
     pub name: String,
     pub spec: String,
