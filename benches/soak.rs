@@ -12,7 +12,6 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::Arc;
@@ -69,18 +68,7 @@ impl Replica {
             .stderr(Stdio::piped())
             .spawn()
             .expect("start skillgate serve");
-        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-        let addr = loop {
-            let line = lines
-                .next()
-                .expect("serve prints where it listens")
-                .unwrap();
-            if let Some(rest) = line.split("listening on http://").nth(1) {
-                break rest.split_whitespace().next().unwrap().parse().unwrap();
-            }
-        };
-        // Keep reading so the pipe never fills.
-        std::thread::spawn(move || for _ in lines.map_while(Result::ok) {});
+        let addr = common::listen_addr(&mut child).parse().unwrap();
         Replica { child, addr }
     }
 }

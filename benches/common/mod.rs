@@ -20,6 +20,25 @@ use skillgate::gateway::http::{HttpConfig, Server};
 use skillgate::gateway::metrics::Metrics;
 use skillgate::middleware::native;
 
+/// Where a started `skillgate serve` listens (`host:port`), read from its piped stderr; the
+/// rest of its stderr is drained on a thread so the pipe never fills.
+pub fn listen_addr(child: &mut std::process::Child) -> String {
+    use std::io::{BufRead, BufReader};
+    let stderr = child.stderr.take().expect("serve's stderr is piped");
+    let mut lines = BufReader::new(stderr).lines();
+    let addr = loop {
+        let line = lines
+            .next()
+            .expect("serve prints where it listens")
+            .unwrap();
+        if let Some(rest) = line.split("listening on http://").nth(1) {
+            break rest.split_whitespace().next().unwrap().to_string();
+        }
+    };
+    std::thread::spawn(move || for _ in lines.map_while(Result::ok) {});
+    addr
+}
+
 /// A number from the environment, or `default`.
 pub fn env_or(name: &str, default: u64) -> u64 {
     std::env::var(name)
