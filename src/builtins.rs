@@ -30,5 +30,7 @@ pub fn builder(project_dir: impl Into<PathBuf>) -> KernelBuilder {
         ])
         .script_parser(crate::sandbox::load)
         .extension(bus)
+        // Whoever holds API keys (`serve`) installs them, so stored work finds its key.
+        .extension(Arc::new(crate::kernel::authority::Keys::new()))
         .extension(Arc::new(crate::mcp::client::Pool::new()))
 }

@@ -75,10 +75,19 @@ pub struct KeySpec {
     /// Skill name patterns the key may invoke (default: all).
     #[serde(default)]
     pub skills: Vec<String>,
+    /// Topic name patterns the key may read and emit on; default: every non-reserved topic for
+    /// a key without `skills`, none for a key limited to some skills.
+    #[serde(default)]
+    pub topics: Option<Vec<String>>,
+    /// The control plane: schedules, subscriptions, other principals' queues, reserved topics
+    /// (to read), `web-send` by name.
+    #[serde(default)]
+    pub admin: bool,
 }
 
-/// API keys: `name=sha256:<hex>,...` on the command line (unnamed ones are `key-N`), a list of
-/// [`KeySpec`] (or the same string) in the file.
+/// API keys: `name=sha256:<hex>,...` on the command line (unnamed ones are `key-N`), each
+/// optionally followed by `;admin`, `;skills=a|b*` and `;topics=x|y.*` (globs separated by `|`;
+/// `;topics=` alone is none); a list of [`KeySpec`] (or the same string) in the file.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct KeyList(pub Vec<KeySpec>);
 
@@ -91,8 +100,10 @@ impl FromStr for KeyList {
                 .into_iter()
                 .enumerate()
                 .map(|(i, item)| {
-                    let (name, hash) = item.split_once('=').unwrap_or(("", item.as_str()));
-                    KeySpec {
+                    let mut parts = item.split(';').map(str::trim);
+                    let first = parts.next().unwrap_or_default();
+                    let (name, hash) = first.split_once('=').unwrap_or(("", first));
+                    let mut spec = KeySpec {
                         name: if name.is_empty() {
                             format!("key-{}", i + 1)
                         } else {
@@ -100,7 +111,27 @@ impl FromStr for KeyList {
                         },
                         hash: hash.to_string(),
                         skills: Vec::new(),
+                        topics: None,
+                        admin: false,
+                    };
+                    let globs = |list: &str| -> Vec<String> {
+                        list.split('|')
+                            .map(str::trim)
+                            .filter(|g| !g.is_empty())
+                            .map(str::to_string)
+                            .collect()
+                    };
+                    for part in parts {
+                        match part.split_once('=') {
+                            None if part == "admin" => spec.admin = true,
+                            Some(("skills", list)) => spec.skills = globs(list),
+                            Some(("topics", list)) => spec.topics = Some(globs(list)),
+                            // A word it does not know makes the hash unreadable: the key is
+                            // refused at start with its name, never taken with fewer limits.
+                            _ => spec.hash = format!("{hash};{part}"),
+                        }
                     }
+                    spec
                 })
                 .collect(),
         ))
@@ -147,6 +178,21 @@ mod tests {
         )
         .unwrap();
         assert_eq!(file.0[0].skills, ["r-*"]);
+    }
+
+    #[test]
+    fn a_flag_key_takes_admin_skills_and_topics_after_semicolons() {
+        let flag: KeyList = "ops=sha256:ab;admin,bot=sha256:cd;skills=r-*|hello;topics=orders.*"
+            .parse()
+            .unwrap();
+        assert!(flag.0[0].admin && flag.0[0].hash == "sha256:ab");
+        assert_eq!(flag.0[1].skills, ["r-*", "hello"]);
+        assert_eq!(
+            flag.0[1].topics.as_deref(),
+            Some(&["orders.*".to_string()][..])
+        );
+        let odd: KeyList = "x=sha256:ab;root".parse().unwrap();
+        assert_eq!(odd.0[0].hash, "sha256:ab;root");
     }
 
     #[test]

@@ -57,6 +57,8 @@ pub(crate) struct Inner {
     /// How many skill invocations deep this context is (1 for a root; chain entries share the
     /// depth of the context they serve). Bounded by the kernel's `max_depth`.
     pub(crate) depth: u32,
+    /// Who named this invocation, for whom (see `kernel::authority`).
+    pub(crate) authority: crate::kernel::authority::Authority,
     /// The id of the run's root context (this one's for a root): per-run log settings are kept
     /// under it, never under the `rootContextId` in `nonlocals`, which code can write.
     pub(crate) root: u64,
@@ -277,6 +279,29 @@ impl Context {
     /// The search index lookups from this context use.
     pub fn index(&self) -> Arc<SearchIndex> {
         self.0.state.lock().index.clone()
+    }
+
+    /// The authority this invocation was named under: the level of the code or request that
+    /// named it, and the principal it runs for. A native tool acting on refs or data from its
+    /// args decides by it.
+    pub fn authority(&self) -> &crate::kernel::authority::Authority {
+        &self.0.authority
+    }
+
+    /// The authority of what this context's own code invokes: untrusted while its code is marked
+    /// untrusted, else project level (skill files and native tools are the project's code), for
+    /// the same principal.
+    pub fn code_authority(&self) -> crate::kernel::authority::Authority {
+        use crate::kernel::authority::{Authority, Level};
+        let level = if self.is_untrusted() {
+            Level::Untrusted
+        } else {
+            Level::Project
+        };
+        Authority {
+            level,
+            principal: self.0.authority.principal.clone(),
+        }
     }
 
     /// Marks this context's own `invoke` calls as untrusted: only bare tool names pass.

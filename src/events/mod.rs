@@ -72,15 +72,22 @@ pub struct Event {
     /// ends at the kernel's depth limit instead of running forever.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub depth: Option<u32>,
+    /// Who emitted it (`key:ops`, `local`, `project`, ...): set by the kernel from the emitting
+    /// run's authority, never by the emitter (`source` is free text).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub principal: Option<String>,
 }
 
-/// Topics only skillgate itself emits on: `shutdown`, the gateway's and the agent's
-/// (`gateway-*`, `agent-*`), and dead letters (`*.dead`). `event-emit` refuses them to callers.
-pub fn is_reserved_topic(topic: &str) -> bool {
-    topic == "shutdown"
-        || topic.starts_with("gateway-")
-        || topic.starts_with("agent-")
-        || topic.ends_with(".dead")
+pub use crate::kernel::authority::is_reserved_topic;
+
+/// The queue `queue` names for `principal`: a principal's queues are its own (prefixed with its
+/// namespace), so it can never name a worker's or another principal's; the project's and an
+/// `admin` key's names are taken as they are.
+pub fn owned_queue(principal: &crate::kernel::authority::Principal, queue: &str) -> String {
+    match principal.namespace() {
+        Some(ns) if !principal.admin() => format!("{ns}.{queue}"),
+        _ => queue.to_string(),
+    }
 }
 
 /// Marks an `event-emit` run started by skillgate itself (a typed extension at
@@ -103,6 +110,7 @@ impl Event {
             timestamp: now_ms(),
             root_context_id: None,
             depth: None,
+            principal: None,
         }
     }
 
@@ -329,7 +337,32 @@ impl Bus {
         args: Option<Value>,
         replay: bool,
     ) -> Result<bool> {
-        let queue = handler_queue(reference);
+        self.subscribe_handler_as(
+            kernel,
+            topic,
+            reference,
+            args,
+            replay,
+            crate::kernel::authority::Principal::project(),
+        )
+        .await
+    }
+
+    /// [`Bus::subscribe_handler`] for `principal`: the handler runs as its call (named under
+    /// its grants, args as data), on a queue of its own.
+    pub async fn subscribe_handler_as(
+        self: &Arc<Self>,
+        kernel: &Kernel,
+        topic: &str,
+        reference: &str,
+        args: Option<Value>,
+        replay: bool,
+        principal: crate::kernel::authority::Principal,
+    ) -> Result<bool> {
+        let queue = match principal.namespace() {
+            Some(ns) => format!("{ns}.{}", handler_queue(reference)),
+            None => handler_queue(reference),
+        };
         self.subscribe_queue(topic, &queue, replay).await?;
         let key = (topic.to_string(), queue.clone());
         let token = {
@@ -348,10 +381,42 @@ impl Bus {
             queue,
             reference: reference.to_string(),
             args,
+            authority: crate::kernel::authority::Authority::caller(principal),
             stop: token,
         };
         tokio::spawn(worker.run());
         Ok(true)
+    }
+
+    /// Removes handlers of `topic` for `principal`: its own (`reference`, or all of them); with
+    /// `admin`, the project's and every principal's too. Returns how many.
+    pub async fn unsubscribe_for(
+        &self,
+        topic: &str,
+        reference: Option<&str>,
+        principal: &crate::kernel::authority::Principal,
+    ) -> Result<usize> {
+        check_name("topic", topic)?;
+        let own = principal.namespace().map(|ns| format!("{ns}."));
+        let queues: Vec<String> = self
+            .store
+            .queues(topic)
+            .await
+            .map_err(store_error)?
+            .into_iter()
+            .filter(|q| {
+                let (prefix, rest) = match q.find("handler:") {
+                    Some(at) => q.split_at(at),
+                    None => return false,
+                };
+                let mine = match &own {
+                    Some(own) => prefix == own,
+                    None => prefix.is_empty(),
+                };
+                (mine || principal.admin()) && reference.is_none_or(|r| rest == handler_queue(r))
+            })
+            .collect();
+        self.drop_handlers(topic, queues).await
     }
 
     /// Removes one skill handler (`reference`), or every handler of the topic. Returns how many.
@@ -368,6 +433,11 @@ impl Bus {
                 .filter(|q| q.starts_with("handler:"))
                 .collect(),
         };
+        self.drop_handlers(topic, queues).await
+    }
+
+    /// Stops the workers of `queues` and drops the queues; returns how many were there.
+    async fn drop_handlers(&self, topic: &str, queues: Vec<String>) -> Result<usize> {
         let mut removed = 0;
         for queue in queues {
             if let Some(token) = self
@@ -527,6 +597,8 @@ struct Worker {
     queue: String,
     reference: String,
     args: Option<Value>,
+    /// Who the handler runs for.
+    authority: crate::kernel::authority::Authority,
     stop: CancellationToken,
 }
 
@@ -561,7 +633,7 @@ impl Worker {
                 map.entry(k.clone()).or_insert_with(|| v.clone());
             }
         }
-        let mut options = InvokeOptions::default();
+        let mut options = InvokeOptions::as_authority(self.authority.clone());
         options.context.depth = delivery.event.depth;
         let limit = self.bus.config.handler_timeout;
         let run = self.kernel.invoke(self.reference.as_str(), args, options);

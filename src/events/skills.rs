@@ -11,14 +11,16 @@ use crate::error::{ErrorKind, Result, SkillError};
 use crate::events::{
     Bus, DEFAULT_QUEUE, SYSTEM_EMIT_PATH, SystemEmit, event_from_args, is_reserved_topic,
 };
+use crate::kernel::authority::{Authority, Level, ToolClass, check_data};
 use crate::middleware::{native, pass};
 use crate::skills::tool::Tool;
 
 pub fn tools() -> Vec<Tool> {
     vec![
         emit(),
-        subscribe(),
-        unsubscribe(),
+        // Subscriptions outlive the request that made them: control-plane tools.
+        subscribe().class(ToolClass::ControlPlane),
+        unsubscribe().class(ToolClass::ControlPlane),
         wait(),
         ack(),
         middleware(),
@@ -38,6 +40,39 @@ fn bad(message: impl Into<String>) -> SkillError {
 
 fn string<'a>(args: &'a Value, key: &str) -> Option<&'a str> {
     args.get(key).and_then(Value::as_str)
+}
+
+/// Refuses a topic the authority's principal may not read or emit on (below project level:
+/// project code serving a caller keeps the project's topics).
+fn check_topic(authority: &Authority, topic: &str) -> Result<()> {
+    if authority.level == Level::Project || authority.principal.may_use_topic(topic) {
+        return Ok(());
+    }
+    let why = if is_reserved_topic(topic) {
+        "reserved for skillgate itself (reading it needs a key with `admin`)"
+    } else {
+        "not among its `topics`"
+    };
+    Err(SkillError::new(
+        ErrorKind::Denied,
+        format!(
+            "`{}` may not use the topic `{topic}`: {why}",
+            authority.principal.id()
+        ),
+    )
+    .with_data(json!({ "rule": "topic", "topic": topic })))
+}
+
+/// The queue `args.queue` (default `default`) names for the invoking authority: below project
+/// level, the principal's own queue of that name (see `events::owned_queue`).
+fn queue_of(ctx: &Context, args: &Value) -> String {
+    let queue = string(args, "queue").unwrap_or(DEFAULT_QUEUE);
+    let authority = ctx.authority();
+    if authority.level == Level::Project {
+        queue.to_string()
+    } else {
+        crate::events::owned_queue(&authority.principal, queue)
+    }
 }
 
 fn emit() -> Tool {
@@ -62,6 +97,12 @@ metadata:
                 |p| p.tool_name().to_string(),
             );
             let mut event = event_from_args(&args, &source, &ctx.root_id())?;
+            let authority = ctx.authority();
+            if !is_reserved_topic(&event.topic) {
+                check_topic(authority, &event.topic)?;
+            }
+            // Set here, from the run's authority: what the emitter says is `source`.
+            event.principal = Some(authority.principal.id().to_string());
             if is_reserved_topic(&event.topic)
                 && ctx.extension::<SystemEmit>(SYSTEM_EMIT_PATH).is_none()
             {
@@ -110,14 +151,23 @@ metadata:
                             "event-subscribe `ref` must be a skill name ([a-z0-9-]), got `{reference}`"
                         )));
                     }
-                    ctx.index().find(reference)?;
+                    // The handler runs later as its principal's call: what it names and the
+                    // args it keeps are checked against that principal now.
+                    let principal = ctx.authority().principal.clone();
+                    let runs_as = Authority::caller(principal.clone());
+                    runs_as.reach(&ctx.index(), reference)?;
+                    check_topic(&runs_as, topic)?;
+                    if let Some(stored) = args.get("args") {
+                        check_data(stored, runs_as.level.min(Level::Caller))?;
+                    }
                     let created = bus
-                        .subscribe_handler(
+                        .subscribe_handler_as(
                             ctx.kernel(),
                             topic,
                             reference,
                             args.get("args").cloned(),
                             replay,
+                            principal,
                         )
                         .await?;
                     Ok(Some(
@@ -125,8 +175,9 @@ metadata:
                     ))
                 }
                 None => {
-                    let queue = string(&args, "queue").unwrap_or(DEFAULT_QUEUE);
-                    let created = bus.subscribe_queue(topic, queue, replay).await?;
+                    check_topic(ctx.authority(), topic)?;
+                    let queue = queue_of(&ctx, &args);
+                    let created = bus.subscribe_queue(topic, &queue, replay).await?;
                     Ok(Some(
                         json!({ "topic": topic, "queue": queue, "created": created }),
                     ))
@@ -155,9 +206,15 @@ metadata:
             let topic =
                 string(&args, "topic").ok_or_else(|| bad("event-unsubscribe needs a `topic`"))?;
             let bus = bus(&ctx)?;
+            let principal = &ctx.authority().principal;
             let removed = match string(&args, "queue") {
-                Some(queue) => usize::from(bus.drop_queue(topic, queue).await?),
-                None => bus.unsubscribe(topic, string(&args, "ref")).await?,
+                Some(_) => usize::from(bus.drop_queue(topic, &queue_of(&ctx, &args)).await?),
+                // Handlers are removed by whom they run for: a principal's own, or any with
+                // `admin` (the project's included).
+                None => {
+                    bus.unsubscribe_for(topic, string(&args, "ref"), principal)
+                        .await?
+                }
             };
             Ok(Some(json!({ "removed": removed })))
         },
@@ -183,7 +240,9 @@ metadata:
 "#,
         |ctx, args| async move {
             let topic = string(&args, "topic").ok_or_else(|| bad("event-wait needs a `topic`"))?;
-            let queue = string(&args, "queue").unwrap_or(DEFAULT_QUEUE);
+            check_topic(ctx.authority(), topic)?;
+            let queue = queue_of(&ctx, &args);
+            let queue = queue.as_str();
             let timeout = match args.get("timeout") {
                 None | Some(Value::Null) => 30_000.0,
                 Some(v) => v.as_f64().ok_or_else(|| {
@@ -248,7 +307,9 @@ metadata:
 "#,
         |ctx, args| async move {
             let topic = string(&args, "topic").ok_or_else(|| bad("event-ack needs a `topic`"))?;
-            let queue = string(&args, "queue").unwrap_or(DEFAULT_QUEUE);
+            check_topic(ctx.authority(), topic)?;
+            let queue = queue_of(&ctx, &args);
+            let queue = queue.as_str();
             let mut ids: Vec<String> = args
                 .get("ids")
                 .and_then(Value::as_array)

@@ -24,6 +24,9 @@ pub struct Inbound {
     pub transport: &'static str,
     /// The routed skill.
     pub skill: ToolRef,
+    /// Who names it, for whom: the caller's own authority when the caller named the skill, the
+    /// project's serving the caller when a route the project declared chose it.
+    pub authority: crate::kernel::authority::Authority,
     pub args: Value,
     /// Parsed request fields for `nonlocals.request` (the id and the raw handle are added).
     pub request: Map<String, Value>,
@@ -159,6 +162,7 @@ impl Run {
             announce,
             timeout,
             session,
+            authority,
             ..
         } = inbound;
         // Args are data: refused before the message is announced or anything runs.
@@ -169,16 +173,18 @@ impl Run {
             event.source = Some(transport.to_string());
             event.data = Some(data);
             event.root_context_id = Some(self.root_id.clone());
+            event.principal = Some(authority.principal.id().to_string());
             kernel.bus().emit(&event).await?;
         }
         request.insert("id".into(), Value::String(request_id.clone()));
-        let mut options = InvokeOptions::default();
+        let principal = authority.principal.id().to_string();
+        let mut options = InvokeOptions::as_authority(authority);
         let seed = &mut options.context;
         seed.id = Some(self.context_id);
         seed.signal = Some(self.abort.clone());
         seed.nonlocals
             .insert("request".into(), Value::Object(request));
-        let mut gateway = json!({ "name": transport, "transport": transport, "replyTo": reply_to, "requestId": request_id });
+        let mut gateway = json!({ "name": transport, "transport": transport, "replyTo": reply_to, "requestId": request_id, "principal": principal });
         if let Some(session) = session {
             gateway["sessionId"] = Value::String(session);
         }

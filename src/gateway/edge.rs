@@ -1,64 +1,45 @@
 //! Input from outside is data. What a transport hands the kernel (request bodies, frames, mails,
-//! chat events) is checked here before anything runs: a `$`-prefixed key at the top of args is
-//! an invoke option (`$context`, `$detached`) that would let a caller steer the pipeline (seed
-//! the prompt, the middleware, `nonlocals`), so it is refused, naming the key.
+//! chat events) is checked here before anything runs or is announced: a directive key
+//! (`$context`, `$detached`) at any depth would let a caller steer the pipeline (seed the
+//! prompt, the middleware, `nonlocals`) or, kept in stored args, steer it later, so it is
+//! refused, naming its path. Other `$` keys (`$schema`, `$gt`) are plain data.
 //!
-//! The kernel still reads `$NAME` keys from args of trusted callers inside the process (skills,
-//! the command line), as spec 02 says; untrusted sandbox code is refused by the kernel itself.
+//! The kernel refuses the same at every level below the project (see `kernel::authority`); this
+//! check answers the caller before the message is announced.
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use crate::error::{ErrorKind, Result, SkillError};
+use crate::error::Result;
+use crate::kernel::authority::{Level, check_data};
 
-/// Refuses args whose top level holds `$`-prefixed keys. Keys deeper down are plain data.
+/// Refuses args holding a directive key at any depth.
 pub fn check_args(args: &Value) -> Result<()> {
-    let Value::Object(map) = args else {
-        return Ok(());
-    };
-    let refused: Vec<&str> = map
-        .keys()
-        .map(String::as_str)
-        .filter(|k| k.starts_with('$'))
-        .collect();
-    if refused.is_empty() {
-        return Ok(());
-    }
-    let names = refused
-        .iter()
-        .map(|k| format!("`{k}`"))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let errors: Vec<Value> = refused
-        .iter()
-        .map(|k| {
-            json!({
-                "path": format!("/{k}"),
-                "message": format!("`{k}` is an invoke option, not an arg; args from a caller are data and may not use `$`-prefixed keys"),
-            })
-        })
-        .collect();
-    Err(SkillError::new(
-        ErrorKind::InvalidArgs,
-        format!("args from a caller may not use `$`-prefixed keys: {names} refused"),
-    )
-    .with_data(json!({ "errors": errors, "refused": refused })))
+    check_data(args, Level::Caller)
 }
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
+    use crate::error::ErrorKind;
 
     #[test]
-    fn top_level_dollar_keys_are_refused_and_named() {
-        let err = check_args(&json!({ "a": 1, "$context": {}, "$x": 2 })).unwrap_err();
+    fn directive_keys_are_refused_at_any_depth_and_named_by_path() {
+        let err = check_args(&json!({ "a": 1, "$context": {} })).unwrap_err();
         assert_eq!(err.kind(), ErrorKind::InvalidArgs);
-        assert!(err.message().contains("`$context`") && err.message().contains("`$x`"));
+        assert!(err.message().contains("`$context`"), "{}", err.message());
         assert_eq!(err.data().unwrap()["errors"][0]["path"], "/$context");
+        let err = check_args(&json!({ "args": { "x": [{ "$detached": true }] } })).unwrap_err();
+        assert_eq!(
+            err.data().unwrap()["errors"][0]["path"],
+            "/args/x/0/$detached"
+        );
     }
 
     #[test]
-    fn nested_dollar_keys_and_plain_args_pass() {
-        assert!(check_args(&json!({ "a": { "$context": 1 } })).is_ok());
+    fn other_dollar_keys_and_plain_args_pass() {
+        assert!(check_args(&json!({ "$schema": "s", "q": { "$gt": 1 } })).is_ok());
         assert!(check_args(&json!({})).is_ok());
         assert!(check_args(&json!("text")).is_ok());
     }

@@ -4,6 +4,7 @@
 //!
 //! - [`edge`]: what is refused of outside input before anything runs (`$` keys in args).
 //! - [`policy`]: which skills a caller may reach, and how a failed run is told to it.
+//! - [`principal`]: who a chat user, a mail sender or a webhook route is, as principals.
 //! - [`error`]: [`GatewayError`], what the gateway answers instead of a result.
 //! - [`dispatch`]: the shared steps 2–5 and the [`dispatch::Inbound`] every transport builds.
 //! - [`reply`]: the reply channel, the raw response handle at `nonlocals.request.res`.
@@ -22,6 +23,7 @@ pub mod error;
 pub mod http;
 pub mod metrics;
 pub mod policy;
+pub mod principal;
 pub mod queue;
 pub mod reply;
 pub mod send;

@@ -10,7 +10,13 @@ use crate::middleware::native;
 use crate::skills::tool::Tool;
 
 pub fn tools() -> Vec<Tool> {
-    vec![gateway_send(), gateway_receive(), web_send()]
+    vec![
+        gateway_send(),
+        gateway_receive(),
+        // Taking over the HTTP response (a redirect, a cookie, a page) is the project's: a web
+        // route's skill may, a caller naming it directly needs `admin`, untrusted code never.
+        web_send().class(crate::kernel::authority::ToolClass::ControlPlane),
+    ]
 }
 
 fn reply_of(ctx: &Context, tool: &str) -> Result<std::sync::Arc<Reply>> {

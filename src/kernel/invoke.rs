@@ -18,6 +18,7 @@ use crate::cascade::{self, Entry, EntryKind, Resolved};
 use crate::context::{Chain, Context, Inner, Locals, Run, State, id};
 use crate::error::{ErrorKind, Result, SkillError};
 use crate::kernel::Kernel;
+use crate::kernel::authority::{self, Authority, Level};
 use crate::kernel::options::{InvokeOptions, ToolRef, extract_dollar_keys};
 use crate::kernel::stack::Guarded;
 use crate::kernel::trace::in_span;
@@ -74,6 +75,11 @@ impl Context {
             .with_data(serde_json::json!({ "rule": "untrusted-args", "key": key }));
             return Guarded::new(futures::future::ready(Err(err)).boxed());
         }
+        let derived = self.code_authority();
+        let authority = match &options.authority {
+            Some(asked) => derived.at(asked.level),
+            None => derived,
+        };
         let request = Request {
             kernel: self.0.kernel.clone(),
             caller: Some(self.clone()),
@@ -83,6 +89,7 @@ impl Context {
             options,
             interactive: false,
             policy,
+            authority,
         };
         Guarded::new(run(request))
     }
@@ -108,17 +115,19 @@ impl Context {
             options,
             interactive: false,
             policy: None,
+            // The chain is the project's: resolved from its files and declared metadata.
+            authority: self.code_authority(),
         };
         Guarded::new(run(request))
     }
 }
 
-/// The first `$`-prefixed key at the top of `args`, if any.
+/// The first directive key at the top of `args`, if any.
 fn dollar_key(args: &Value) -> Option<&str> {
     args.as_object()?
         .keys()
         .map(String::as_str)
-        .find(|k| k.starts_with('$'))
+        .find(|k| crate::kernel::options::is_directive(k))
 }
 
 /// Starts a run with no parent.
@@ -129,6 +138,7 @@ pub(crate) async fn invoke_root(
     options: InvokeOptions,
     interactive: bool,
 ) -> Result<Output> {
+    let authority = options.authority.clone().unwrap_or_else(Authority::project);
     let request = Request {
         kernel: kernel.clone(),
         caller: None,
@@ -138,6 +148,7 @@ pub(crate) async fn invoke_root(
         options,
         interactive,
         policy: None,
+        authority,
     };
     Guarded::new(run(request)).await
 }
@@ -151,16 +162,23 @@ struct Request {
     options: InvokeOptions,
     interactive: bool,
     policy: Option<Arc<crate::skills::patterns::AllowedTools>>,
+    /// Who names the tool, for whom: decides step 1 and what step 2 may reach.
+    authority: Authority,
 }
 
 /// Steps 1–2, synchronously; the returned future runs the pipeline. Keeping this part out of
 /// the future keeps the future small (it is boxed and moved once per invocation).
 fn run(mut request: Request) -> BoxFuture<'static, Result<Output>> {
-    // 1. `$NAME` extraction.
-    if request
+    // 1. `$NAME` extraction: project code seeds through directive keys; below project level
+    // args are data, and a directive key at any depth is refused.
+    if request.authority.level < Level::Project {
+        if let Err(err) = authority::check_data(&request.args, request.authority.level) {
+            return futures::future::ready(Err(err)).boxed();
+        }
+    } else if request
         .args
         .as_object()
-        .is_some_and(|m| m.keys().any(|k| k.starts_with('$')))
+        .is_some_and(|m| m.keys().any(|k| crate::kernel::options::is_directive(k)))
     {
         let args = (*request.args).clone();
         match extract_dollar_keys(args, &mut request.options) {
@@ -198,11 +216,21 @@ fn run(mut request: Request) -> BoxFuture<'static, Result<Output>> {
 /// policy admits it.
 fn lookup(request: &Request) -> Result<(Arc<Tool>, Arc<Resolved>)> {
     // 6–7 (authority and cascade) come cached with the index slot.
+    let authority = &request.authority;
+    let below = authority.level < Level::Project;
     let (tool, resolved) = match &request.tool {
-        ToolRef::Name(name) if let Some(found) = request.kernel.callback(name, &request.index) => {
+        ToolRef::Name(name)
+            if let Some(found) = (!below)
+                .then(|| request.kernel.callback(name, &request.index))
+                .flatten() =>
+        {
             found?
         }
         ToolRef::Name(name) => {
+            if below {
+                // Missing, hidden, internal and out-of-grants tools look alike.
+                authority.reach(&request.index, name)?;
+            }
             let slot = request.index.find_slot(name)?;
             let resolved = slot
                 .resolved
@@ -210,8 +238,17 @@ fn lookup(request: &Request) -> Result<(Arc<Tool>, Arc<Resolved>)> {
                 .clone()?;
             (slot.tool.clone(), resolved)
         }
-        ToolRef::Def(tool) => (tool.clone(), cascade::resolved_for(&request.index, tool)?),
+        ToolRef::Def(tool) => {
+            if below && !authority.may_name(tool) {
+                return Err(SkillError::new(
+                    ErrorKind::NotFound,
+                    format!("no skill named `{}`", tool.name),
+                ));
+            }
+            (tool.clone(), cascade::resolved_for(&request.index, tool)?)
+        }
     };
+    authority.check_class(&tool)?;
     if let Some(policy) = &request.policy
         && !policy.is_empty()
     {
@@ -275,6 +312,7 @@ fn prepare(
         args,
         options,
         interactive,
+        authority,
         ..
     } = request;
     let seed = options.context;
@@ -296,6 +334,7 @@ fn prepare(
         tool,
         args,
         interactive,
+        authority,
     };
     let ctx = create(&kernel, birth, resolved);
     apply_seed(&ctx, seed.locals, seed.nonlocals, seed.run)?;
@@ -318,6 +357,7 @@ struct Birth {
     tool: Arc<Tool>,
     args: Arc<Value>,
     interactive: bool,
+    authority: Authority,
 }
 
 fn create(kernel: &Kernel, birth: Birth, resolved: &Resolved) -> Context {
@@ -330,6 +370,7 @@ fn create(kernel: &Kernel, birth: Birth, resolved: &Resolved) -> Context {
         tool,
         args,
         interactive,
+        authority,
     } = birth;
     // A root's id is its run's `rootContextId`, needed now; other ids are made on first use.
     let id = match (&parent, id) {
@@ -388,6 +429,7 @@ fn create(kernel: &Kernel, birth: Birth, resolved: &Resolved) -> Context {
         started: id::now_ms(),
         interactive,
         depth,
+        authority,
         root,
         kernel: kernel.clone(),
         aborted: AtomicBool::new(false),

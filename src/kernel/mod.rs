@@ -3,6 +3,7 @@
 //!
 //! `invoke.rs` holds the eight invocation steps, `chain.rs` the onion (`next`, `inject`, hooks).
 
+pub mod authority;
 pub mod callbacks;
 pub mod chain;
 pub mod invoke;

@@ -130,6 +130,11 @@ pub struct InvokeOptions {
     pub context: ContextSeed,
     /// Fire and forget: do not wait, swallow errors.
     pub detached: bool,
+    /// The authority to name the tool under. For a root: who the run is for (default: the
+    /// project). Below a root it can only narrow what the invoking code has (a native tool
+    /// invoking a ref from its args passes its own invoker's authority); the principal never
+    /// changes.
+    pub authority: Option<crate::kernel::authority::Authority>,
 }
 
 impl InvokeOptions {
@@ -139,32 +144,38 @@ impl InvokeOptions {
             ..Default::default()
         }
     }
+
+    /// Options naming the tool under `authority`.
+    pub fn as_authority(authority: crate::kernel::authority::Authority) -> Self {
+        InvokeOptions {
+            authority: Some(authority),
+            ..Default::default()
+        }
+    }
 }
 
-/// Step 1: moves `$`-prefixed keys of `args` into `options`. Explicit options win; a `$NAME`
+/// True for a key the kernel interprets as an invoke directive.
+pub fn is_directive(key: &str) -> bool {
+    crate::kernel::authority::DIRECTIVE_KEYS.contains(&key)
+}
+
+/// Step 1: moves the directive keys of `args` into `options`. Explicit options win; a `$NAME`
 /// object only fills what they leave missing.
 pub fn extract_dollar_keys(args: Value, options: &mut InvokeOptions) -> Result<Value> {
     let Value::Object(map) = args else {
         return Ok(args);
     };
-    if !map.keys().any(|k| k.starts_with('$')) {
+    if !map.keys().any(|k| is_directive(k)) {
         return Ok(Value::Object(map));
     }
     let mut clean = Map::with_capacity(map.len());
     for (key, value) in map {
-        match key.strip_prefix('$') {
-            None => {
+        match key.as_str() {
+            "$context" => options.context.fill_from_json(&value)?,
+            "$detached" => options.detached |= value.as_bool().unwrap_or(false),
+            // Other `$` keys (`$schema`, `$gt`) are plain data.
+            _ => {
                 clean.insert(key, value);
-            }
-            Some("context") => options.context.fill_from_json(&value)?,
-            Some("detached") => options.detached |= value.as_bool().unwrap_or(false),
-            Some(other) => {
-                return Err(SkillError::new(
-                    ErrorKind::InvalidArgs,
-                    format!(
-                        "unknown invoke option `${other}` in args (known: $context, $detached)"
-                    ),
-                ));
             }
         }
     }

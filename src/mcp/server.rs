@@ -43,11 +43,16 @@ impl SkillServer {
 /// The caller's scope: its API key's, when the request came through the HTTP auth layer;
 /// every public skill otherwise (stdio: the local user).
 fn scope(context: &RequestContext<RoleServer>) -> &Scope {
-    let caller = context
+    Caller::scope(caller(context))
+}
+
+/// The HTTP caller, when the request came through the HTTP auth layer; none on stdio, which
+/// runs for the local user (a caller without admin, never the project: a model drives it).
+fn caller(context: &RequestContext<RoleServer>) -> Option<&Caller> {
+    context
         .extensions
         .get::<axum::http::request::Parts>()
-        .and_then(|parts| parts.extensions.get::<Caller>());
-    Caller::scope(caller)
+        .and_then(|parts| parts.extensions.get::<Caller>())
 }
 
 /// A skill as an MCP tool: its name, description and params schema (an object schema, as MCP
@@ -102,9 +107,13 @@ impl ServerHandler for SkillServer {
         let mut fields = Map::new();
         fields.insert("method".into(), json!("tools/call"));
         fields.insert("tool".into(), json!(tool.name));
+        let authority = self
+            .policy
+            .authority(&tool, Caller::principal(caller(&context)));
         let inbound = Inbound {
             transport: "mcp",
             skill: ToolRef::Name(Arc::from(tool.name.as_str())),
+            authority,
             args: Value::Object(request.arguments.unwrap_or_default()),
             request: fields,
             request_id: request_id.clone(),

@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::context::id::now_ms;
 use crate::events::{EventStore, KernelBus};
+use crate::kernel::authority::{Authority, Keys};
 use crate::kernel::{InvokeOptions, Kernel};
 use crate::schedule::spec::{GRACE_MS, Missed, Spec};
 use crate::skills::index::SearchIndex;
@@ -154,11 +155,26 @@ pub async fn fire_due(
             tracing::info!(schedule = %stored.name, late_ms = now - due, "missed firing skipped");
             continue;
         }
+        // It runs as its principal's call; a key's work waits while no key has its name.
+        let principal = match spec.principal().map(|p| match kernel.extension::<Keys>() {
+            Some(keys) => keys.current(&p),
+            None => Ok(p),
+        }) {
+            Ok(Ok(principal)) => principal,
+            Ok(Err(why)) => {
+                tracing::info!(schedule = %stored.name, "firing skipped: paused ({why})");
+                continue;
+            }
+            Err(e) => {
+                tracing::error!(schedule = %stored.name, "unreadable schedule principal: {e}");
+                continue;
+            }
+        };
         taken += 1;
         let kernel = kernel.clone();
         let name = stored.name.clone();
         tokio::spawn(async move {
-            let mut options = InvokeOptions::default();
+            let mut options = InvokeOptions::as_authority(Authority::caller(principal));
             options.context.nonlocals.insert(
                 "schedule".into(),
                 json!({ "name": name, "scheduledAt": due, "firedAt": now, "missed": missed }),

@@ -54,9 +54,24 @@ pub struct Spec {
     /// Declared in a skill's metadata (kept in step with the skills at each start).
     #[serde(default)]
     pub declared: bool,
+    /// Who it runs for (see `kernel::authority::Principal::to_json`). Absent on a declared
+    /// schedule (the project's) and on one stored before principals were kept, which runs for
+    /// the local caller, never as the project.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub principal: Option<Value>,
 }
 
 impl Spec {
+    /// The principal it runs for.
+    pub fn principal(&self) -> crate::error::Result<crate::kernel::authority::Principal> {
+        use crate::kernel::authority::Principal;
+        match (&self.principal, self.declared) {
+            (Some(stored), _) => Principal::from_json(stored),
+            (None, true) => Ok(Principal::project()),
+            (None, false) => Ok(Principal::local()),
+        }
+    }
+
     /// Reads a schedule for skill `reference`: a cron string, `@every <duration>`, or
     /// `{ cron | every, tz, args, times, missed }`. `now` anchors intervals. The error names the
     /// field.
@@ -134,6 +149,7 @@ impl Spec {
             times,
             missed,
             declared: false,
+            principal: None,
         })
     }
 
@@ -191,6 +207,9 @@ impl Spec {
             }),
         );
         out.insert("declared".into(), Value::Bool(self.declared));
+        if let Ok(principal) = self.principal() {
+            out.insert("principal".into(), Value::from(principal.id()));
+        }
         Value::Object(out)
     }
 

@@ -7,12 +7,17 @@ use crate::context::Context;
 use crate::context::id::{iso, now_ms};
 use crate::error::{ErrorKind, Result, SkillError};
 use crate::events::{EventStore, KernelBus};
+use crate::kernel::authority::{Authority, Keys, Level, Principal, ToolClass, check_data};
 use crate::middleware::native;
 use crate::schedule::spec::Spec;
 use crate::skills::tool::Tool;
 
+/// Schedules administer the server: control-plane tools (see `kernel::authority`).
 pub fn tools() -> Vec<Tool> {
-    vec![create(), delete(), list()]
+    [create(), delete(), list()]
+        .into_iter()
+        .map(|t| t.class(ToolClass::ControlPlane))
+        .collect()
 }
 
 fn bad(message: impl Into<String>) -> SkillError {
@@ -27,13 +32,17 @@ fn store_error(e: crate::events::StoreError) -> SkillError {
     SkillError::internal(format!("the schedule store failed: {e}"))
 }
 
-/// `name` of a schedule: what skill names may be, plus `#` and digits for declared lists.
-fn check_name(name: &str) -> Result<()> {
+/// `name` of a schedule: what skill names may be, plus `#` and digits for declared lists (the
+/// project's alone).
+fn check_name(name: &str, principal: &Principal) -> Result<()> {
     let ok = !name.is_empty()
         && name.len() <= 100
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'-' | b'#'));
+        && name.bytes().all(|b| {
+            b.is_ascii_lowercase()
+                || b.is_ascii_digit()
+                || b == b'-'
+                || (b == b'#' && principal.is_project())
+        });
     if ok {
         Ok(())
     } else {
@@ -72,39 +81,67 @@ metadata:
     required: [name, ref]
 "#,
         |ctx, args| async move {
-            // A schedule runs later, outside any policy of the code that made it: code
-            // marked untrusted (an agent's) may not leave one behind.
-            if ctx.parent().is_some_and(Context::is_untrusted) {
-                return Err(SkillError::new(
-                    ErrorKind::Denied,
-                    "untrusted code may not create schedules",
-                ));
-            }
+            // Who asked (the kernel let only the project or an admin key run this) and for whom:
+            // the schedule is the principal's, and runs later as its call.
+            let principal = ctx.authority().principal.clone();
             let name = args["name"].as_str().unwrap_or_default().to_string();
-            check_name(&name)?;
+            check_name(&name, &principal)?;
             let reference = args["ref"].as_str().unwrap_or_default();
             if !crate::skills::frontmatter::is_tool_name(reference) {
                 return Err(bad(format!(
                     "schedule-create `ref` must be a skill name ([a-z0-9-]), got `{reference}`"
                 )));
             }
-            ctx.index().find(reference)?;
+            let runs_as = Authority::caller(principal.clone());
+            runs_as.reach(&ctx.index(), reference)?;
+            if let Some(stored) = args.get("args") {
+                check_data(stored, runs_as.level.min(Level::Caller))?;
+            }
             let now = now_ms() as i64;
-            let spec = Spec::parse(&args, reference, now)
+            let mut spec = Spec::parse(&args, reference, now)
                 .map_err(|e| bad(format!("schedule `{name}`: {e}")))?;
+            if !principal.is_project() {
+                spec.principal = Some(principal.to_json());
+            }
+            let store = store(&ctx);
+            if let Some(existing) = find(&store, &name).await?
+                && !principal.is_project()
+                && existing.principal().ok().as_ref() != Some(&principal)
+            {
+                return Err(taken(&name));
+            }
             let next = spec.next_after(now);
-            let written = store(&ctx)
+            let written = store
                 .put_schedule(&name, &spec.to_stored(), next)
                 .await
                 .map_err(store_error)?;
-            let mut out =
+            let out =
                 json!({ "name": name, "changed": written, "next": next.map_or(Value::Null, iso) });
-            if let (Value::Object(out), Value::Object(more)) = (&mut out, spec.describe()) {
-                out.extend(more);
-            }
-            Ok(Some(out))
+            Ok(Some(with_spec(out, &spec)))
         },
     )
+}
+
+/// The schedule named `name`, if any.
+async fn find(store: &std::sync::Arc<dyn EventStore>, name: &str) -> Result<Option<Spec>> {
+    let stored = store.schedules().await.map_err(store_error)?;
+    Ok(stored
+        .into_iter()
+        .find(|s| s.name == name)
+        .and_then(|s| Spec::from_stored(&s.spec).ok()))
+}
+
+/// Another principal's schedule: refused as not found, so names beyond reach are not told.
+fn taken(name: &str) -> SkillError {
+    SkillError::new(
+        ErrorKind::NotFound,
+        format!("no schedule named `{name}` of yours; pick another name"),
+    )
+}
+
+/// Whether `principal` may see and remove `spec`: its own, or any with `admin`.
+fn owns(principal: &Principal, spec: &Spec) -> bool {
+    principal.admin() || spec.principal().ok().as_ref() == Some(principal)
 }
 
 fn delete() -> Tool {
@@ -122,10 +159,14 @@ metadata:
 "#,
         |ctx, args| async move {
             let name = args["name"].as_str().unwrap_or_default();
-            let deleted = store(&ctx)
-                .delete_schedule(name)
-                .await
-                .map_err(store_error)?;
+            let principal = &ctx.authority().principal;
+            let store = store(&ctx);
+            match find(&store, name).await? {
+                Some(spec) if owns(principal, &spec) => {}
+                // Missing and not yours look alike.
+                _ => return Ok(Some(json!({ "deleted": false }))),
+            }
+            let deleted = store.delete_schedule(name).await.map_err(store_error)?;
             Ok(Some(json!({ "deleted": deleted })))
         },
     )
@@ -141,22 +182,32 @@ metadata:
 "#,
         |ctx, _args| async move {
             let stored = store(&ctx).schedules().await.map_err(store_error)?;
-            let list: Vec<Value> = stored
-                .iter()
-                .map(|s| {
-                    let mut out = json!({
-                        "name": s.name,
-                        "next": s.next_ms.map_or(Value::Null, iso),
-                        "nextMs": s.next_ms,
-                        "runs": s.runs,
-                    });
-                    match Spec::from_stored(&s.spec) {
-                        Ok(spec) => out = with_spec(out, &spec),
-                        Err(e) => out["error"] = Value::from(e),
+            let principal = ctx.authority().principal.clone();
+            let keys = ctx.kernel().extension::<Keys>().cloned();
+            let mut list = Vec::new();
+            for s in &stored {
+                let mut out = json!({
+                    "name": s.name,
+                    "next": s.next_ms.map_or(Value::Null, iso),
+                    "nextMs": s.next_ms,
+                    "runs": s.runs,
+                });
+                match Spec::from_stored(&s.spec) {
+                    Ok(spec) if owns(&principal, &spec) => {
+                        if let (Some(keys), Ok(owner)) = (&keys, spec.principal())
+                            && let Err(why) = keys.current(&owner)
+                        {
+                            out["paused"] = Value::from(why);
+                        }
+                        out = with_spec(out, &spec);
                     }
-                    out
-                })
-                .collect();
+                    Ok(_) => continue,
+                    // Unreadable ones are the operators' to see.
+                    Err(e) if principal.admin() => out["error"] = Value::from(e),
+                    Err(_) => continue,
+                }
+                list.push(out);
+            }
             Ok(Some(Value::Array(list)))
         },
     )

@@ -86,6 +86,9 @@ pub struct Tool {
     /// For a built-in middleware: true when it has nothing to do for a served tool with this
     /// resolved metadata (see [`IdleWhen`]).
     pub idle_when: Option<IdleWhen>,
+    /// Control plane, internal machinery, or plain (see `kernel::authority`): set by the code
+    /// that registers a native tool, never by a file.
+    pub class: crate::kernel::authority::ToolClass,
 }
 
 /// Whether a middleware would only pass for a served tool, judged from the served tool's
@@ -163,6 +166,15 @@ impl Tool {
         let frontmatter = Value::Object(frontmatter);
         let origin = json!({ "uri": uri, "frontmatter": frontmatter });
         let prompt = prompt.map(|raw| Arc::new(json!({ "raw": raw, "expanded": raw })));
+        // Pipeline machinery (the agent, its providers, middleware) is the project's to name.
+        let class = if tags.iter().any(|t| t == "meta-internal")
+            || name == "agent-strands"
+            || role.as_str() == Some("middleware")
+        {
+            crate::kernel::authority::ToolClass::Internal
+        } else {
+            crate::kernel::authority::ToolClass::Plain
+        };
         Tool {
             is_main: role.as_str() == Some("main"),
             hidden: visibility.as_str() == Some("hidden"),
@@ -178,7 +190,14 @@ impl Tool {
             body,
             tags,
             idle_when: None,
+            class,
         }
+    }
+
+    /// Declares what kind of tool this is for authority (see `kernel::authority`).
+    pub fn class(mut self, class: crate::kernel::authority::ToolClass) -> Tool {
+        self.class = class;
+        self
     }
 
     /// Declares when this middleware has nothing to do (see [`IdleWhen`]).

@@ -52,7 +52,7 @@ async fn a_wrong_key_is_401_and_a_valid_key_is_accepted() {
 }
 
 #[tokio::test]
-async fn a_key_scoped_to_other_skills_is_403() {
+async fn a_skill_outside_a_keys_globs_gets_the_same_404_as_a_missing_one() {
     let mut server = TestServer::start(project(), with_keys()).await;
     let send = |skill: &str| {
         server
@@ -62,8 +62,11 @@ async fn a_key_scoped_to_other_skills_is_403() {
             .send()
     };
     assert_eq!(send("hello").await.unwrap().status(), 200);
-    let body = problem(send("admin").await.unwrap(), 403).await;
-    assert!(body["detail"].as_str().unwrap().contains("`admin`"));
+    let scoped = problem(send("admin").await.unwrap(), 404).await;
+    let missing = problem(send("nothing-here").await.unwrap(), 404).await;
+    assert_eq!(scoped["type"], missing["type"]);
+    assert_eq!(scoped["title"], missing["title"]);
+    assert!(scoped["detail"].as_str().unwrap().contains("`admin`"));
     server.finish().await;
 }
 

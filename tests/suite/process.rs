@@ -60,12 +60,21 @@ impl Served {
 
     /// POSTs `body` as JSON to `path`: the status and the JSON answer.
     pub async fn post(&self, path: &str, body: &serde_json::Value) -> (u16, serde_json::Value) {
-        let response = crate::common::http_client()
-            .post(self.url(path))
-            .json(body)
-            .send()
-            .await
-            .expect("request sent");
+        self.post_as(None, path, body).await
+    }
+
+    /// [`Served::post`] with `key` as the bearer key, if any.
+    pub async fn post_as(
+        &self,
+        key: Option<&str>,
+        path: &str,
+        body: &serde_json::Value,
+    ) -> (u16, serde_json::Value) {
+        let mut request = crate::common::http_client().post(self.url(path)).json(body);
+        if let Some(key) = key {
+            request = request.bearer_auth(key);
+        }
+        let response = request.send().await.expect("request sent");
         let status = response.status().as_u16();
         (status, response.json().await.expect("a JSON answer"))
     }

@@ -269,8 +269,19 @@ fn start(project: &Project, store: &Store) -> Served {
     if let Some(url) = &store.url {
         args.extend(["--store", url.as_str()]);
     }
-    serve(project.path(), &args, &[("SKILLGATE_RATE_LIMIT", "0")])
+    let keys = format!(
+        "ops={};admin",
+        skillgate::gateway::http::auth::hash_key(OPS_KEY)
+    );
+    serve(
+        project.path(),
+        &args,
+        &[("SKILLGATE_RATE_LIMIT", "0"), ("SKILLGATE_API_KEYS", &keys)],
+    )
 }
+
+/// A key with the `admin` scope: schedules are the control plane.
+const OPS_KEY: &str = "sg_ops_key";
 
 #[test]
 fn two_replicas_fire_a_one_second_schedule_ten_times_in_ten_seconds_not_twenty() {
@@ -283,7 +294,8 @@ fn two_replicas_fire_a_one_second_schedule_ten_times_in_ten_seconds_not_twenty()
         .enable_all()
         .build()
         .unwrap()
-        .block_on(a.post(
+        .block_on(a.post_as(
+            Some(OPS_KEY),
             "/invoke/schedule-create",
             &json!({ "name": "every-second", "ref": "tick", "every": "1s", "times": 10 }),
         ))

@@ -52,13 +52,16 @@ pub fn hello_and_admin() -> Project {
     project
 }
 
-/// [`config`] with two keys: `ci` (`sg_ci_key`, every skill) and `narrow` (`sg_narrow_key`,
-/// skills matching `hel*`).
+/// [`config`] with three keys: `ci` (`sg_ci_key`, every skill), `narrow` (`sg_narrow_key`,
+/// skills matching `hel*`) and `ops` (`sg_ops_key`, every skill and the `admin` scope).
 pub fn with_keys() -> HttpConfig {
     let mut settings = config();
     settings.keys = KeyRing::new(vec![
         ApiKey::new("ci", &hash_key("sg_ci_key"), vec![]).unwrap(),
         ApiKey::new("narrow", &hash_key("sg_narrow_key"), vec!["hel*".into()]).unwrap(),
+        ApiKey::new("ops", &hash_key("sg_ops_key"), vec![])
+            .and_then(|k| k.with_grants(None, true))
+            .unwrap(),
     ])
     .unwrap();
     settings
@@ -114,6 +117,17 @@ impl TestServer {
     pub async fn post_json(&self, path: &str, body: &Value) -> reqwest::Response {
         self.client
             .post(self.url(path))
+            .json(body)
+            .send()
+            .await
+            .expect("request sent")
+    }
+
+    /// [`TestServer::post_json`] with `key` as the bearer key.
+    pub async fn post_json_as(&self, key: &str, path: &str, body: &Value) -> reqwest::Response {
+        self.client
+            .post(self.url(path))
+            .bearer_auth(key)
             .json(body)
             .send()
             .await

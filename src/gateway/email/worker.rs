@@ -20,6 +20,7 @@ use crate::gateway::policy::Policy;
 use crate::gateway::reply::as_markdown;
 use crate::gateway::{Gateway, GatewayError, Inbound, ReplyPart};
 use crate::kernel::ToolRef;
+use crate::kernel::authority::Authority;
 
 /// Mails answered at once.
 const CONCURRENCY: usize = 8;
@@ -67,9 +68,19 @@ async fn run(
             };
             request.insert("envelopeFrom".into(), data["envelopeFrom"].clone());
             request.insert("recipients".into(), data["recipients"].clone());
+            let principal = crate::gateway::principal::peer(&format!(
+                "email:{}",
+                mail.from.to_ascii_lowercase()
+            ));
+            let authority = if data["named"] == true {
+                Authority::caller(principal)
+            } else {
+                Authority::serving(principal)
+            };
             let inbound = Inbound {
                 transport: "email",
                 skill: ToolRef::Name(Arc::from(tool.name.as_str())),
+                authority,
                 args: data["args"].clone(),
                 request,
                 request_id: request_id.clone(),

@@ -17,6 +17,7 @@ use crate::gateway::GatewayError;
 use crate::gateway::http::state::AppState;
 use crate::gateway::policy::access::glob_set;
 use crate::gateway::policy::{PatternError, Scope};
+use crate::kernel::authority::{Grants, Principal};
 
 /// One configured key: a name (for logs, metrics and rate limits), the hash, and the skills it
 /// may invoke.
@@ -25,6 +26,9 @@ pub struct ApiKey {
     pub name: String,
     hash: [u8; 32],
     scope: Scope,
+    /// Who a request with this key runs for: `key:<name>`, with its skills, topics and admin.
+    principal: Principal,
+    skills: Vec<String>,
 }
 
 /// A key that cannot be used as configured, or a new one that cannot be made.
@@ -38,6 +42,8 @@ pub enum KeyError {
     BadDigest { name: String },
     #[error("key `{name}`: {source}")]
     Skills { name: String, source: PatternError },
+    #[error("key `{name}`: {message}")]
+    Grants { name: String, message: String },
     #[error("two API keys are named `{0}`")]
     Duplicate(String),
     #[error("no randomness available: {0}")]
@@ -60,16 +66,43 @@ impl ApiKey {
             name: name.into(),
             source,
         })?;
-        Ok(ApiKey {
+        let mut key = ApiKey {
             name: name.to_string(),
             hash: bytes,
             scope,
-        })
+            principal: Principal::local(),
+            skills,
+        };
+        key = key.with_grants(None, false)?;
+        Ok(key)
+    }
+
+    /// Sets the topics the key may read and emit on (`None`: every non-reserved topic for a
+    /// key with every skill, none for a key limited to some) and whether it has `admin`.
+    pub fn with_grants(
+        mut self,
+        topics: Option<Vec<String>>,
+        admin: bool,
+    ) -> Result<ApiKey, KeyError> {
+        let skills = (!self.skills.is_empty()).then_some(self.skills.as_slice());
+        let topics = topics.or_else(|| skills.map(|_| Vec::new()));
+        let grants =
+            Grants::new(skills, topics.as_deref(), admin).map_err(|e| KeyError::Grants {
+                name: self.name.clone(),
+                message: e.message().to_string(),
+            })?;
+        self.principal = Principal::key(&self.name, grants);
+        Ok(self)
     }
 
     /// The skills this key may invoke.
     pub fn scope(&self) -> &Scope {
         &self.scope
+    }
+
+    /// Who a request with this key runs for.
+    pub fn principal(&self) -> &Principal {
+        &self.principal
     }
 }
 
@@ -145,6 +178,16 @@ pub enum Caller {
 }
 
 impl Caller {
+    /// Who a request runs for: its key's principal; the one local caller when keys are off; an
+    /// anonymous web visitor on a public path (no topics, no admin).
+    pub fn principal(caller: Option<&Caller>) -> Principal {
+        match caller {
+            Some(Caller::Key(key)) => key.principal().clone(),
+            Some(Caller::Anonymous) => anonymous(),
+            None => Principal::local(),
+        }
+    }
+
     /// The skills `caller` may invoke. Without a caller (authentication is off) and on a public
     /// path, every skill is in scope.
     pub fn scope(caller: Option<&Caller>) -> &Scope {
@@ -152,6 +195,29 @@ impl Caller {
             Some(Caller::Key(key)) => key.scope(),
             Some(Caller::Anonymous) | None => Scope::all(),
         }
+    }
+}
+
+/// An anonymous visitor of a public path: every public skill, no topic, no admin.
+fn anonymous() -> Principal {
+    static ANONYMOUS: std::sync::OnceLock<Principal> = std::sync::OnceLock::new();
+    ANONYMOUS
+        .get_or_init(|| {
+            Principal::peer(
+                "web:anonymous",
+                Grants::new(None, Some(&[]), false).unwrap_or_default(),
+            )
+        })
+        .clone()
+}
+
+/// Looks keys up by name for stored work (see `kernel::authority::KeyDirectory`).
+impl crate::kernel::authority::KeyDirectory for KeyRing {
+    fn lookup(&self, name: &str) -> Option<Principal> {
+        self.keys
+            .iter()
+            .find(|k| k.name == name)
+            .map(|k| k.principal.clone())
     }
 }
 

@@ -236,7 +236,9 @@ impl HttpConfig {
             .into_iter()
             .enumerate()
         {
-            match ApiKey::new(&key.name, &key.hash, key.skills) {
+            match ApiKey::new(&key.name, &key.hash, key.skills)
+                .and_then(|k| k.with_grants(key.topics, key.admin))
+            {
                 Ok(key) => keys.push(key),
                 Err(e) => bad(&format!("http.api-keys[{i}]"), e.to_string()),
             }

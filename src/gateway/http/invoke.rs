@@ -60,9 +60,13 @@ pub async fn invoke(
                 return resume::follow(&state, &topic, over, &headers).await;
             }
         };
+    let authority = state
+        .policy
+        .authority(&tool, Caller::principal(caller.as_ref()));
     let inbound = Inbound {
         transport: "http",
         skill: ToolRef::Name(Arc::from(tool.name.as_str())),
+        authority,
         announce: state
             .config
             .announce

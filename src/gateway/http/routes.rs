@@ -24,6 +24,7 @@ use crate::gateway::http::request_id::RequestId;
 use crate::gateway::http::state::AppState;
 use crate::gateway::{GatewayError, Inbound};
 use crate::kernel::ToolRef;
+use crate::kernel::authority::Authority;
 use crate::skills::index::SearchIndex;
 use crate::skills::tool::Tool;
 
@@ -271,8 +272,12 @@ async fn handle(
         .extensions()
         .get::<RequestId>()
         .map_or_else(String::new, |r| r.0.clone());
-    let scope = Caller::scope(req.extensions().get::<Caller>());
-    state.policy.reach_routed(&route.skill, scope)?;
+    let caller = req.extensions().get::<Caller>().cloned();
+    state
+        .policy
+        .reach_routed(&route.skill, Caller::scope(caller.as_ref()))?;
+    // The project declared the route: its skill runs as the project's code serving the caller.
+    let authority = Authority::serving(Caller::principal(caller.as_ref()));
     let params: Map<String, Value> = params
         .iter()
         .map(|(k, v)| (k.to_string(), Value::String(v.to_string())))
@@ -302,6 +307,7 @@ async fn handle(
     let inbound = Inbound {
         transport: "http",
         skill: ToolRef::Name(Arc::from(route.skill.as_str())),
+        authority,
         announce: state.config.announce.then(|| args.clone()),
         request: request_fields(&method, &path, &headers, &query),
         args,

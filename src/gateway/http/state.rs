@@ -54,6 +54,10 @@ impl AppState {
         let public = PublicPaths::new(&config.public)?;
         let hosts = AllowedHosts::new(&config.allowed_hosts)?;
         let policy = Policy::new(&config.expose_hidden)?;
+        // Stored work of a key runs with the key's grants of now, and pauses while it is gone.
+        if let Some(keys) = gateway.kernel.extension::<crate::kernel::authority::Keys>() {
+            keys.install(Arc::new(config.keys.clone()));
+        }
         let ws = config
             .websocket
             .enabled

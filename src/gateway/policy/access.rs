@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use globset::{Glob, GlobSet, GlobSetBuilder};
 
+use crate::kernel::authority::{Authority, Principal};
 use crate::skills::index::SearchIndex;
 use crate::skills::tool::Tool;
 
@@ -130,20 +131,27 @@ impl Policy {
         skill: &str,
         scope: &Scope,
     ) -> Result<Arc<Tool>, Refusal> {
+        // A skill outside the caller's grants looks missing too: the answer must not tell the
+        // caller what exists beyond its reach.
         match index.get(skill) {
-            Some(tool) if self.visible(tool) => {
-                if scope.allows(skill) {
-                    Ok(tool.clone())
-                } else {
-                    Err(Refusal::OutOfScope {
-                        skill: skill.to_string(),
-                    })
-                }
-            }
+            Some(tool) if self.visible(tool) && scope.allows(skill) => Ok(tool.clone()),
             _ => Err(Refusal::Unknown {
                 skill: skill.to_string(),
                 suggestions: self.suggest(index, skill, scope),
             }),
+        }
+    }
+
+    /// The authority a door invokes `tool` under for `principal`, once [`Policy::reach`] let the
+    /// caller have it: the caller's own for a skill callers see; the project's serving the
+    /// caller for a hidden one the project exposed (`expose-hidden` is the project's word).
+    pub fn authority(&self, tool: &Tool, principal: Principal) -> Authority {
+        let middleware =
+            tool.decl.get("role").and_then(serde_json::Value::as_str) == Some("middleware");
+        if tool.hidden || middleware {
+            Authority::serving(principal)
+        } else {
+            Authority::caller(principal)
         }
     }
 
@@ -266,12 +274,8 @@ mod tests {
         let policy = Policy::default();
         let scope = Scope::new(&["hel*".into()]).unwrap();
         assert!(policy.reach(&index, "hello", &scope).is_ok());
-        assert_eq!(
-            policy.reach(&index, "admin", &scope).unwrap_err(),
-            Refusal::OutOfScope {
-                skill: "admin".into()
-            }
-        );
+        // Outside the globs looks like missing.
+        unknown(policy.reach(&index, "admin", &scope));
         assert!(!policy.lists(index.get("admin").unwrap(), &scope));
         assert!(policy.reach(&index, "admin", Scope::all()).is_ok());
         // An empty list is every skill.

@@ -19,6 +19,7 @@ use crate::gateway::slack::intake::{QUEUE, TOPIC};
 use crate::gateway::slack::reply::{self, Thread};
 use crate::gateway::{Gateway, GatewayError, Inbound};
 use crate::kernel::ToolRef;
+use crate::kernel::authority::Authority;
 
 /// Events answered at once.
 const CONCURRENCY: usize = 8;
@@ -85,9 +86,21 @@ async fn run(
             ] {
                 request.insert(key.to_string(), value);
             }
+            let principal = crate::gateway::principal::peer(&format!(
+                "slack:{team}:{}",
+                message["user"].as_str().unwrap_or_default()
+            ));
+            // A skill the message named runs as the sender's call; one the project's route
+            // chose runs as the project's code serving the sender.
+            let authority = if data["named"] == true {
+                Authority::caller(principal)
+            } else {
+                Authority::serving(principal)
+            };
             let inbound = Inbound {
                 transport: "slack",
                 skill: ToolRef::Name(Arc::from(name.as_str())),
+                authority,
                 announce: Some(json!({
                     "channel": channel,
                     "user": message["user"],

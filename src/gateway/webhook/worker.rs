@@ -15,6 +15,7 @@ use crate::gateway::http::state::AppState;
 use crate::gateway::webhook::routes::WebhookRoute;
 use crate::gateway::{Gateway, Inbound, ReplyPart};
 use crate::kernel::ToolRef;
+use crate::kernel::authority::Authority;
 
 /// The queue of a route's topic that its worker claims from.
 pub const QUEUE: &str = "run";
@@ -63,9 +64,15 @@ async fn run(gateway: &Gateway, route: &WebhookRoute, delivery: Delivery, timeou
     request.insert("headers".into(), data["headers"].clone());
     request.insert("deliveryId".into(), json!(delivery_id));
     let request_id = id::format(id::next_id());
+    // The route is the project's; the sender is the route's principal, whose body is data.
+    let authority = Authority::serving(crate::gateway::principal::peer(&format!(
+        "webhook:{}",
+        route.path
+    )));
     let inbound = Inbound {
         transport: "webhook",
         skill: ToolRef::Name(Arc::from(route.skill.as_str())),
+        authority,
         announce: Some(json!({
             "path": route.path,
             "deliveryId": delivery_id,

@@ -206,19 +206,22 @@ impl Connection {
                 }
             }
             ClientFrame::Subscribe(subscribe) => {
+                let principal = Caller::principal(self.caller());
                 if self.draining {
                     self.outbox.push(out::error(None, &shutting_down()));
-                } else if !Caller::scope(self.caller()).is_all() {
+                } else if !principal.may_use_topic(&subscribe.topic) {
                     self.outbox.push(out::error(
                         None,
                         &GatewayError::Denied {
-                            message: "a key limited to some skills cannot subscribe to topics"
-                                .into(),
+                            message: format!(
+                                "this key may not follow the topic `{}` (its `topics` do not name it; reserved topics need `admin`)",
+                                subscribe.topic
+                            ),
                             run: None,
                         },
                     ));
                 } else {
-                    self.subscriptions.subscribe(subscribe);
+                    self.subscriptions.subscribe(subscribe, &principal);
                 }
             }
             ClientFrame::Unsubscribe(u) => self.subscriptions.unsubscribe(&u.topic),
@@ -271,9 +274,14 @@ impl Connection {
         };
         let args = args.unwrap_or_else(|| Value::Object(Map::new()));
         let request_id = id::format(id::next_id());
+        let authority = self
+            .state
+            .policy
+            .authority(&tool, Caller::principal(self.caller()));
         let inbound = Inbound {
             transport: "websocket",
             skill: ToolRef::Name(Arc::from(tool.name.as_str())),
+            authority,
             announce: Some(json!({
                 "skill": skill,
                 "args": args,

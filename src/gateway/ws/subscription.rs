@@ -18,6 +18,7 @@ use crate::gateway::GatewayError;
 use crate::gateway::ws::outbox::{Outbox, code};
 use crate::gateway::ws::protocol::{Subscribe, out};
 use crate::kernel::Kernel;
+use crate::kernel::authority::Principal;
 
 /// Events of a group subscription handed to the client and not yet acked.
 pub const PREFETCH: usize = 64;
@@ -54,8 +55,15 @@ impl Subscriptions {
         }
     }
 
-    pub fn subscribe(&mut self, frame: Subscribe) {
+    /// Subscribes for `principal`: a group is a queue of its own (another principal's group of
+    /// the same name is another queue), except for an `admin` key, which names queues as they
+    /// are.
+    pub fn subscribe(&mut self, frame: Subscribe, principal: &Principal) {
         let Subscribe { topic, group, from } = frame;
+        let group = group.map(|g| Group {
+            queue: crate::events::owned_queue(principal, &g),
+            name: g,
+        });
         if self.active.contains_key(&topic) {
             self.outbox.push(out::error(
                 None,
@@ -183,20 +191,27 @@ async fn follow(
     }
 }
 
+/// A consumer group as the client named it, and the queue it is for its principal.
+struct Group {
+    name: String,
+    queue: String,
+}
+
 /// A group subscription: claims what the prefetch allows, hands it out, and waits for acks.
 async fn consume(
     bus: Arc<Bus>,
     outbox: Arc<Outbox>,
     held: Arc<Mutex<HashMap<String, Held>>>,
     topic: String,
-    group: String,
+    group: Group,
     stop: CancellationToken,
 ) {
+    let Group { name, queue: group } = group;
     if let Err(err) = bus.subscribe_queue(&topic, &group, false).await {
         outbox.push(out::error(None, &GatewayError::BadRequest(err.to_string())));
         return;
     }
-    outbox.push(out::subscribed(&topic, Some(&group), false));
+    outbox.push(out::subscribed(&topic, Some(&name), false));
     let slots = Arc::new(Semaphore::new(PREFETCH));
     loop {
         let first = tokio::select! {
@@ -238,7 +253,7 @@ async fn consume(
                     }
                 },
             };
-            let mut frame = out::topic_event(&topic, Some(&group), &delivery.event);
+            let mut frame = out::topic_event(&topic, Some(&name), &delivery.event);
             frame["attempts"] = delivery.attempts.into();
             let duplicate = {
                 let mut held = held.lock();

@@ -189,15 +189,22 @@ async fn context_in_args_cannot_take_the_response_over_with_web_send() {
 }
 
 #[tokio::test]
-async fn detached_and_unknown_dollar_keys_in_args_are_refused_too() {
+async fn detached_in_args_is_refused_and_other_dollar_keys_are_data() {
     let mut server = TestServer::start(project(), config()).await;
     refused(&server, "hello", &json!({ "$detached": true }), "$detached").await;
-    refused(&server, "hello", &json!({ "$bogus": 1 }), "$bogus").await;
+    let echo = server
+        .post_json("/invoke/hello", &json!({ "name": "x", "$bogus": 1 }))
+        .await;
+    assert_eq!(
+        echo.status(),
+        200,
+        "`$bogus` is not a directive: plain data"
+    );
     server.finish().await;
 }
 
 #[tokio::test]
-async fn dollar_keys_deeper_in_args_are_plain_data() {
+async fn directive_keys_deeper_in_args_are_refused_by_path() {
     let project = Project::new();
     project.skill(
         "echo.skill.md",
@@ -205,9 +212,24 @@ async fn dollar_keys_deeper_in_args_are_plain_data() {
     );
     let mut server = TestServer::start(project, config()).await;
     let response = server
-        .post_json("/invoke/echo", &json!({ "note": { "$context": 1 } }))
+        .post_json("/invoke/echo", &json!({ "note": [{ "$context": 1 }] }))
         .await;
-    assert_eq!(response.status(), 200, "only top-level keys are options");
+    let problem = problem(response, 422).await;
+    assert_eq!(
+        problem["errors"][0]["path"], "/note/0/$context",
+        "{problem}"
+    );
+    let response = server
+        .post_json(
+            "/invoke/echo",
+            &json!({ "note": { "$gt": 1, "$schema": "s" } }),
+        )
+        .await;
+    assert_eq!(
+        response.status(),
+        200,
+        "other `$` keys are data at any depth"
+    );
     server.finish().await;
 }
 

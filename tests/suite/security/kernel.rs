@@ -344,7 +344,8 @@ async fn the_system_still_announces_shutdown_on_its_reserved_topic() {
 
 #[tokio::test]
 async fn caller_mistakes_with_event_skills_are_422_not_500() {
-    let mut server = TestServer::start(Project::new(), config()).await;
+    // `event-subscribe` is the control plane: an admin key's mistakes are 422 too.
+    let mut server = TestServer::start(Project::new(), crate::server::with_keys()).await;
     let cases = [
         ("event-emit", json!({ "topic": "Not A Topic" })),
         (
@@ -358,7 +359,9 @@ async fn caller_mistakes_with_event_skills_are_422_not_500() {
         ),
     ];
     for (skill, args) in cases {
-        let response = server.post_json(&format!("/invoke/{skill}"), &args).await;
+        let response = server
+            .post_json_as("sg_ops_key", &format!("/invoke/{skill}"), &args)
+            .await;
         let status = response.status().as_u16();
         let body: Value = response.json().await.unwrap();
         assert_eq!(status, 422, "{skill} {args}: {body}");
