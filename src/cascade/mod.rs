@@ -91,9 +91,12 @@ pub fn resolved_for(index: &SearchIndex, tool: &Arc<Tool>) -> Result<Arc<Resolve
     }
 }
 
-/// Keys whose values may not depend on the invocation: the MCP servers a skill mounts (a
-/// `${args.x}` there would let a caller pick the command started or the URL its headers go to).
-const FIXED_KEYS: [&str; 1] = ["mcp"];
+/// Keys whose values may not depend on the invocation: spawn and secret settings, which come
+/// from project files only. A `${args.x}` there would let a caller pick the command an MCP
+/// server starts or the URL its headers go to (`mcp`), the URL a model's API key is sent to and
+/// the variable it is read from (`model`), or the folders tools and files are read from
+/// (`paths`, `workspace`, `cwd`).
+pub const FIXED_KEYS: [&str; 5] = ["mcp", "model", "paths", "workspace", "cwd"];
 
 fn compute_merged(index: &SearchIndex, tool: &Arc<Tool>) -> Result<Merged> {
     let project = index

@@ -17,7 +17,33 @@ use crate::context::{Context, State, path};
 use crate::error::{Result, SkillError};
 use crate::skills::tool::DECL_KEYS;
 
+/// What untrusted code's own `globals` start as: the process's `config` (copied), empty
+/// `tools` and `cache`.
+fn fresh_globals(kernel: &crate::kernel::Kernel) -> Map<String, Value> {
+    let mut own = Map::new();
+    let config = kernel.globals().read().get("config").cloned();
+    own.insert("config".into(), config.unwrap_or_else(|| json!({})));
+    own.insert("tools".into(), json!({}));
+    own.insert("cache".into(), json!({}));
+    own
+}
+
 impl Context {
+    /// A copy of this context's own `globals` when its code is untrusted (see `State`).
+    pub(crate) fn own_globals(&self) -> Option<Map<String, Value>> {
+        let mut state = self.0.state.lock();
+        if !state.locals.untrusted_ref {
+            return None;
+        }
+        let kernel = &self.0.kernel;
+        Some(
+            state
+                .own_globals
+                .get_or_insert_with(|| fresh_globals(kernel))
+                .clone(),
+        )
+    }
+
     /// Reads a property by dotted path (`locals.config.cwd`); `None` when absent.
     pub fn get(&self, dotted: &str) -> Result<Option<Value>> {
         let segments = path::split(dotted).map_err(SkillError::failed)?;
@@ -26,6 +52,9 @@ impl Context {
             "envelope" => return Ok(self.envelope_get(rest)),
             "args" => return Ok(path::get(&self.0.args, rest).cloned()),
             "globals" => {
+                if let Some(own) = self.own_globals() {
+                    return Ok(path::get_map(&own, rest));
+                }
                 let globals = self.0.kernel.globals().read();
                 return Ok(path::get_map(&globals, rest));
             }
@@ -77,6 +106,16 @@ impl Context {
                 "`{dotted}`: args are set once, when the context is created"
             ))),
             "globals" => {
+                {
+                    let mut state = self.0.state.lock();
+                    if state.locals.untrusted_ref {
+                        let kernel = &self.0.kernel;
+                        let own = state
+                            .own_globals
+                            .get_or_insert_with(|| fresh_globals(kernel));
+                        return set_map(own, rest, value, dotted);
+                    }
+                }
                 let written = {
                     let mut globals = self.0.kernel.globals().write();
                     set_map(&mut globals, rest, value, dotted)

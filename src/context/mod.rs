@@ -93,6 +93,9 @@ pub(crate) struct State {
     pub(crate) chain: Chain,
     /// Values that are not JSON (connections, response handles), by dotted path.
     pub(crate) extensions: Option<HashMap<String, Arc<dyn Any + Send + Sync>>>,
+    /// The `globals` of untrusted code running in this context: its own, made on first use
+    /// from the process's `config`, so what it writes never reaches another request.
+    pub(crate) own_globals: Option<Map<String, Value>>,
 }
 
 pub(crate) struct Locals {

@@ -52,7 +52,10 @@ fn serialize(ctx: &Context, depth: usize, visiting: &mut Vec<u64>) -> Value {
             run_json(ctx, &state),
         )
     };
-    let globals = Value::Object(ctx.0.kernel.globals().read().clone());
+    let globals = Value::Object(
+        ctx.own_globals()
+            .unwrap_or_else(|| ctx.0.kernel.globals().read().clone()),
+    );
     visiting.pop();
     let mut out = Map::new();
     out.insert(

@@ -153,6 +153,23 @@ impl GatewayError {
                 message,
                 run: Some(run),
             },
+            Failure::NotFound => GatewayError::NotFound(Missing::Skill {
+                name: err
+                    .data()
+                    .and_then(|d| d.get("skill"))
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string(),
+                suggestions: err
+                    .data()
+                    .and_then(|d| d.get("suggestions"))
+                    .and_then(Value::as_array)
+                    .map(|s| {
+                        s.iter()
+                            .filter_map(|v| v.as_str().map(str::to_string))
+                            .collect()
+                    }),
+            }),
             Failure::Timeout => GatewayError::Timeout { message, run },
             Failure::Aborted => GatewayError::Aborted { message, run },
             Failure::Internal => {
@@ -253,6 +270,7 @@ mod tests {
             let slug = match Failure::of(&err, "hello") {
                 Failure::InvalidArgs => "invalid-args",
                 Failure::Denied => "denied",
+                Failure::NotFound => "not-found",
                 Failure::Timeout => "timeout",
                 Failure::Aborted => "aborted",
                 Failure::Internal => "internal",

@@ -462,8 +462,9 @@ impl Authority {
                             .join(", ")
                     ));
                 }
-                Err(SkillError::new(ErrorKind::NotFound, message)
-                    .with_data(json!({ "skill": name, "suggestions": suggestions })))
+                Err(SkillError::new(ErrorKind::NotFound, message).with_data(
+                    json!({ "rule": "unreachable", "skill": name, "suggestions": suggestions }),
+                ))
             }
         }
     }

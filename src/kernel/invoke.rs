@@ -243,7 +243,8 @@ fn lookup(request: &Request) -> Result<(Arc<Tool>, Arc<Resolved>)> {
                 return Err(SkillError::new(
                     ErrorKind::NotFound,
                     format!("no skill named `{}`", tool.name),
-                ));
+                )
+                .with_data(serde_json::json!({ "rule": "unreachable", "skill": tool.name })));
             }
             (tool.clone(), cascade::resolved_for(&request.index, tool)?)
         }
@@ -418,6 +419,7 @@ fn create(kernel: &Kernel, birth: Birth, resolved: &Resolved) -> Context {
             pending: Vec::new(),
         },
         extensions: None,
+        own_globals: None,
         tool: tool.clone(),
     };
     Context(Arc::new(Inner {

@@ -155,6 +155,10 @@ pub struct HttpSettings {
     /// Emit `gateway-message` for every HTTP invocation too (file only).
     #[arg(skip)]
     pub gateway_message: Option<bool>,
+    /// Serve without API keys on an address other than loopback: anyone who reaches it is the
+    /// local caller. Refused without this; set `SKILLGATE_API_KEYS` instead.
+    #[arg(long, env = "SKILLGATE_INSECURE_NO_AUTH", num_args = 0..=1, default_missing_value = "true")]
+    pub insecure_no_auth: Option<bool>,
 }
 
 /// `a.or(b)` field by field: `a`'s value where it has one, else `b`'s.
@@ -167,7 +171,8 @@ macro_rules! or_fields {
 impl HttpSettings {
     /// True when `key` names an HTTP setting (to point a misplaced top-level key to `http:`).
     pub fn is_setting(key: &str) -> bool {
-        const KEYS: [&str; 15] = [
+        const KEYS: [&str; 16] = [
+            "insecure-no-auth",
             "bind",
             "api-keys",
             "public",
@@ -208,6 +213,7 @@ impl HttpSettings {
                 allowed_hosts,
                 expose_hidden,
                 gateway_message,
+                insecure_no_auth,
             }
         )
     }
@@ -287,6 +293,18 @@ impl HttpConfig {
             config.expose_hidden = hidden;
         }
         config.announce = settings.gateway_message.unwrap_or(false);
+        if config.keys.is_empty()
+            && !config.bind.ip().is_loopback()
+            && !settings.insecure_no_auth.unwrap_or(false)
+        {
+            bad(
+                "http.bind",
+                format!(
+                    "{} is not a loopback address and no API keys are set: anyone who reaches it would be the local caller. Set SKILLGATE_API_KEYS (`skillgate keys new`), bind 127.0.0.1, or pass --insecure-no-auth",
+                    config.bind
+                ),
+            );
+        }
         let public_dir = project.join("public");
         config.public_dir = public_dir.is_dir().then_some(public_dir);
         errors.or_ok(config)

@@ -61,7 +61,25 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
     (status, axum::Json(body)).into_response()
 }
 
-pub async fn metrics(State(state): State<AppState>) -> Response {
+/// The metrics name every skill, hidden ones included: a key limited to some skills may not
+/// read them (an unscoped or `admin` key may; so may anyone where the operator made the path
+/// public).
+pub async fn metrics(
+    State(state): State<AppState>,
+    caller: Option<axum::Extension<crate::gateway::http::auth::Caller>>,
+) -> Response {
+    if let Some(axum::Extension(crate::gateway::http::auth::Caller::Key(key))) = &caller
+        && !key.principal().all_skills()
+        && !key.principal().admin()
+    {
+        return crate::gateway::GatewayError::Denied {
+            message:
+                "a key limited to some skills may not read the metrics (they name every skill)"
+                    .into(),
+            run: None,
+        }
+        .into_response();
+    }
     (
         [(
             header::CONTENT_TYPE,

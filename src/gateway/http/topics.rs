@@ -32,9 +32,11 @@ pub async fn follow(
     headers: HeaderMap,
 ) -> Result<Response, GatewayError> {
     let caller = caller.map(|Extension(c)| c);
-    if !Caller::scope(caller.as_ref()).is_all() {
+    if !Caller::principal(caller.as_ref()).may_use_topic(&topic) {
         return Err(GatewayError::Denied {
-            message: "a key limited to some skills cannot follow topics".into(),
+            message: format!(
+                "this key may not follow the topic `{topic}` (its `topics` do not name it; reserved topics need `admin`)"
+            ),
             run: None,
         });
     }

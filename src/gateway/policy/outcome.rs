@@ -18,6 +18,9 @@ pub enum Failure {
     /// A policy (allowed-tools, untrusted refs, reserved topics) refused a call; the message
     /// says which.
     Denied,
+    /// A skill the caller named (directly, or as the `ref` of work it stores) is missing or
+    /// beyond its reach; the two are told alike.
+    NotFound,
     /// The run took longer than the transport allows and was aborted.
     Timeout,
     /// The run was aborted: the server is shutting down, or the client went away.
@@ -34,6 +37,7 @@ impl Failure {
             // to a skill it invokes are a fault of the server's skills.
             ErrorKind::InvalidArgs if err.tool().is_none_or(|t| t == skill) => Failure::InvalidArgs,
             ErrorKind::Denied => Failure::Denied,
+            ErrorKind::NotFound if unreachable(err) => Failure::NotFound,
             ErrorKind::Aborted if timed_out(err) => Failure::Timeout,
             ErrorKind::Aborted => Failure::Aborted,
             ErrorKind::InvalidArgs
@@ -51,6 +55,14 @@ impl Failure {
     pub fn shows_message(self) -> bool {
         self != Failure::Internal
     }
+}
+
+/// The kernel marks a ref refused to an authority below the project's (see
+/// `kernel::authority::Authority::reach`).
+fn unreachable(err: &SkillError) -> bool {
+    err.data()
+        .and_then(|d| d.get("rule"))
+        .is_some_and(|r| r == "unreachable")
 }
 
 /// The gateway marks the abort of a run that ran out of time with `{"timeout": true}`.
