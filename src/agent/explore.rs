@@ -72,10 +72,12 @@ metadata:
                 .get(name)
                 .filter(|t| reachable(&ctx, t))
                 .ok_or_else(|| {
+                    // Missing and beyond reach look alike, and are the caller's mistake.
                     SkillError::new(
                         ErrorKind::NotFound,
                         format!("no tool `{name}` you may invoke (see skill-list)"),
                     )
+                    .with_data(json!({ "rule": "unreachable", "skill": name }))
                 })?;
             Ok(Some(json!({
                 "name": tool.name,
@@ -92,7 +94,7 @@ metadata:
 /// Whether whoever invoked `ctx` may invoke `tool`: not hidden, not the project's main skill,
 /// admitted by the caller's `allowed-tools` (by name; arg constraints are checked at the call).
 fn reachable(ctx: &Context, tool: &Tool) -> bool {
-    if tool.is_main || tool.hidden {
+    if tool.is_main || tool.hidden || !ctx.authority().may_name(tool) {
         return false;
     }
     let allowed = ctx

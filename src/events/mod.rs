@@ -627,16 +627,14 @@ impl Worker {
 
     /// Runs the handler on one event: true when it succeeded.
     async fn handle(&self, delivery: Delivery) -> bool {
-        let mut args = delivery.event.to_json();
-        if let (Value::Object(map), Some(Value::Object(extra))) = (&mut args, &self.args) {
-            for (k, v) in extra {
-                map.entry(k.clone()).or_insert_with(|| v.clone());
-            }
-        }
-        let mut options = InvokeOptions::as_authority(self.authority.clone());
-        options.context.depth = delivery.event.depth;
         let limit = self.bus.config.handler_timeout;
-        let run = self.kernel.invoke(self.reference.as_str(), args, options);
+        let run = run_handler(
+            &self.kernel,
+            &self.reference,
+            self.args.as_ref(),
+            self.authority.clone(),
+            &delivery.event,
+        );
         // Dropping the run on a timeout aborts it; the event comes back (nack) and, if it keeps
         // timing out, ends as a dead letter.
         let outcome = match tokio::time::timeout(limit, run).await {
@@ -657,6 +655,28 @@ impl Worker {
             }
         }
     }
+}
+
+/// Invokes handler `reference` with `event` (its envelope as args, `extra` args filling what
+/// the envelope leaves) as `authority`'s call: what a subscription's worker does with each
+/// event. The envelope and the stored args are data (directive keys in them are refused below
+/// project level).
+pub async fn run_handler(
+    kernel: &Kernel,
+    reference: &str,
+    extra: Option<&Value>,
+    authority: crate::kernel::authority::Authority,
+    event: &Event,
+) -> Result<crate::kernel::invoke::Output> {
+    let mut args = event.to_json();
+    if let (Value::Object(map), Some(Value::Object(extra))) = (&mut args, extra) {
+        for (k, v) in extra {
+            map.entry(k.clone()).or_insert_with(|| v.clone());
+        }
+    }
+    let mut options = InvokeOptions::as_authority(authority);
+    options.context.depth = event.depth;
+    kernel.invoke(reference, args, options).await
 }
 
 /// How an emit is written: the envelope fields a skill may give.

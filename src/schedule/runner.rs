@@ -155,39 +155,60 @@ pub async fn fire_due(
             tracing::info!(schedule = %stored.name, late_ms = now - due, "missed firing skipped");
             continue;
         }
-        // It runs as its principal's call; a key's work waits while no key has its name.
-        let principal = match spec.principal().map(|p| match kernel.extension::<Keys>() {
-            Some(keys) => keys.current(&p),
-            None => Ok(p),
-        }) {
-            Ok(Ok(principal)) => principal,
-            Ok(Err(why)) => {
-                tracing::info!(schedule = %stored.name, "firing skipped: paused ({why})");
-                continue;
-            }
-            Err(e) => {
-                tracing::error!(schedule = %stored.name, "unreadable schedule principal: {e}");
-                continue;
-            }
-        };
         taken += 1;
         let kernel = kernel.clone();
         let name = stored.name.clone();
+        let firing = Firing {
+            name,
+            due,
+            now,
+            missed,
+        };
         tokio::spawn(async move {
-            let mut options = InvokeOptions::as_authority(Authority::caller(principal));
-            options.context.nonlocals.insert(
-                "schedule".into(),
-                json!({ "name": name, "scheduledAt": due, "firedAt": now, "missed": missed }),
-            );
-            let args = if spec.args.is_null() {
-                json!({})
-            } else {
-                spec.args.clone()
-            };
-            if let Err(e) = kernel.invoke(spec.reference.as_str(), args, options).await {
-                tracing::warn!(schedule = %name, skill = %spec.reference, "scheduled run failed: {e}");
+            if let Err(e) = run_firing(&kernel, &spec, &firing).await {
+                tracing::warn!(schedule = %firing.name, skill = %spec.reference, "scheduled run failed: {e}");
             }
         });
     }
     Ok(taken)
+}
+
+/// One firing of a schedule: its name and when it was due, fired and whether it was late.
+#[derive(Debug, Clone)]
+pub struct Firing {
+    pub name: String,
+    pub due: i64,
+    pub now: i64,
+    pub missed: bool,
+}
+
+/// Runs one firing of `spec` as its principal's call (a key's with the key's grants of now):
+/// the ref is named under those grants and the stored args are data. A key that no longer
+/// exists pauses its schedules (`key-revoked`): the firing is refused.
+pub async fn run_firing(
+    kernel: &Kernel,
+    spec: &Spec,
+    firing: &Firing,
+) -> crate::error::Result<crate::kernel::invoke::Output> {
+    let stored = spec.principal()?;
+    let principal = match kernel.extension::<Keys>() {
+        Some(keys) => keys.current(&stored).map_err(|why| {
+            crate::error::SkillError::new(
+                crate::error::ErrorKind::Denied,
+                format!("schedule `{}` is paused: {why}", firing.name),
+            )
+        })?,
+        None => stored,
+    };
+    let mut options = InvokeOptions::as_authority(Authority::caller(principal));
+    options.context.nonlocals.insert(
+        "schedule".into(),
+        json!({ "name": firing.name, "scheduledAt": firing.due, "firedAt": firing.now, "missed": firing.missed }),
+    );
+    let args = if spec.args.is_null() {
+        json!({})
+    } else {
+        spec.args.clone()
+    };
+    kernel.invoke(spec.reference.as_str(), args, options).await
 }

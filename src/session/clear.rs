@@ -37,8 +37,9 @@ metadata:
                 }
                 at = caller.parent();
             }
+            // The caller's mistake (nothing to clear), not the server's.
             Err(SkillError::new(
-                ErrorKind::Failed,
+                ErrorKind::InvalidArgs,
                 "`session-clear` was not invoked inside a conversation: no caller keeps a session with a key (`metadata.session`)",
             ))
         },

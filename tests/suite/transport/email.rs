@@ -76,6 +76,7 @@ pub fn outcome(answer: &Received) -> (Vec<Value>, Outcome) {
         let kind = match status.as_str() {
             "not-found" => Refusal::NotFound,
             "invalid-args" => Refusal::InvalidArgs,
+            "denied" => Refusal::Denied,
             _ => Refusal::Failed,
         };
         return (Vec::new(), Outcome::Refused(kind, text));

@@ -95,6 +95,7 @@ fn refusal(status: u16, text: String) -> Outcome {
         401 => Refusal::Credential,
         404 => Refusal::NotFound,
         400 | 422 => Refusal::InvalidArgs,
+        403 => Refusal::Denied,
         _ => Refusal::Failed,
     };
     Outcome::Refused(kind, text)

@@ -91,6 +91,7 @@ fn outcome(last: &Value) -> Outcome {
         Some("ok") => Outcome::Ok(payload["result"].clone()),
         Some("not-found") => Outcome::Refused(Refusal::NotFound, text),
         Some("invalid-args") => Outcome::Refused(Refusal::InvalidArgs, text),
+        Some("denied") => Outcome::Refused(Refusal::Denied, text),
         _ => Outcome::Refused(Refusal::Failed, text),
     }
 }

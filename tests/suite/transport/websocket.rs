@@ -128,6 +128,7 @@ fn outcome(frame: &Value) -> Outcome {
         401 => Refusal::Credential,
         404 => Refusal::NotFound,
         400 | 422 => Refusal::InvalidArgs,
+        403 => Refusal::Denied,
         _ => Refusal::Failed,
     };
     Outcome::Refused(kind, frame.to_string())
