@@ -6,6 +6,8 @@
 //! - `http`: sockets, bodies, headers, metrics, `public/`, and small leaks of the HTTP edge.
 //! - `kernel`: invocation depth, event handler timeouts, the log hub, ids, reserved topics,
 //!   caller mistakes answered as 4xx.
+//! - `trust`: the trust model: untrusted code, stored schedules and subscriptions, keys and
+//!   their scopes, reserved topics (the caller rules run over every door in `transport`).
 //! - `fuzz`: bounded property tests over HTTP args, frontmatter and skill bodies (JS values are
 //!   fuzzed next to their conversion, in `src/sandbox/convert/fuzz.rs`).
 
@@ -14,3 +16,4 @@ mod fuzz;
 mod http;
 mod kernel;
 mod sandbox;
+mod trust;

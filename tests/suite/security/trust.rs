@@ -1,0 +1,366 @@
+//! The trust model (see SECURITY.md): a caller's request is data, never control. One test per
+//! finding of the probe that ran a shell command with one request, over the doors not covered by
+//! the transport contract (which runs the caller rules over HTTP, WebSocket, Slack and email):
+//! untrusted code, stored schedules and subscriptions, keys and their scopes, reserved topics.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+use skillgate::events::{Event, KernelBus, run_handler};
+use skillgate::gateway::http::auth::{ApiKey, KeyRing, hash_key};
+use skillgate::kernel::authority::{Authority, Grants, Keys, Principal};
+use skillgate::schedule::runner::{Firing, run_firing};
+use skillgate::schedule::spec::Spec;
+use skillgate::{Context, ErrorKind, InvokeOptions, Kernel};
+
+use crate::common::{Project, native, untrusted_probe};
+use crate::server::{TestServer, problem, with_keys};
+
+fn project() -> Project {
+    let project = Project::new();
+    project
+        .skill(
+            "hello.skill.md",
+            "---\nname: hello\ndescription: Greets.\n---\nHello, :arg[name]!\n",
+        )
+        .skill(
+            "vault.skill.md",
+            "---\nname: vault\ndescription: Hidden.\nmetadata:\n  visibility: hidden\n---\nVAULT-CONTENTS\n",
+        );
+    project
+}
+
+/// The seed of the attack: an `mcp` server whose command creates `marker`.
+fn spawn_seed(marker: &std::path::Path) -> Value {
+    json!({ "middleware": { "mcp": { "args": { "p": {
+        "command": "sh", "args": ["-c", format!("touch {}", marker.display())]
+    } } } } })
+}
+
+/// A kernel over `project` with the untrusted-code probe and `seen`, which records the
+/// authority it was invoked under.
+fn kernel(project: &Project) -> Kernel {
+    project
+        .builder()
+        .native(untrusted_probe())
+        .native(native(
+            "name: seen\ndescription: Reports who invoked it.\n",
+            |ctx: Context, _| async move {
+                let a = ctx.authority();
+                Ok(Some(
+                    json!({ "level": a.level.as_str(), "principal": a.principal.id() }),
+                ))
+            },
+        ))
+        .build()
+}
+
+/// Runs `code` as untrusted code (an agent's); `{ok}` or `{err, code}`.
+async fn untrusted(kernel: &Kernel, code: &str) -> Value {
+    let out = kernel
+        .invoke("probe", json!({ "code": code }), InvokeOptions::default())
+        .await
+        .unwrap()
+        .unwrap();
+    (*out).clone()
+}
+
+#[tokio::test]
+async fn untrusted_code_cannot_reach_the_control_plane_internal_tools_or_seed_what_it_invokes() {
+    let project = project();
+    let marker = project.path().join("pwned");
+    let k = kernel(&project);
+    let seed = spawn_seed(&marker);
+    let cases = [
+        (
+            "schedule-create",
+            json!({ "name": "x", "ref": "hello", "every": "1s", "args": { "name": "x" } }),
+            "denied",
+        ),
+        (
+            "event-subscribe",
+            json!({ "topic": "t", "ref": "hello" }),
+            "denied",
+        ),
+        ("event-unsubscribe", json!({ "topic": "t" }), "denied"),
+        ("schedule-delete", json!({ "name": "x" }), "denied"),
+        ("web-send", json!({ "status": 302 }), "denied"),
+        ("agent", json!({ "prompt": "x" }), "not-found"),
+        ("agent-model", json!({ "prompt": "x" }), "not-found"),
+        ("mcp", json!({}), "not-found"),
+        (
+            "hello",
+            json!({ "name": "x", "deep": [{ "$context": seed }] }),
+            "invalid-args",
+        ),
+    ];
+    for (tool, args, code) in cases {
+        let out = untrusted(
+            &k,
+            &format!("return await ctx.manager.invoke('{tool}', {args});"),
+        )
+        .await;
+        assert_eq!(out["code"], code, "{tool}: {out}");
+    }
+    let schedules = k.bus().store().schedules().await.unwrap();
+    assert!(schedules.is_empty() && !marker.exists());
+}
+
+#[tokio::test]
+async fn what_untrusted_code_invokes_runs_as_untrusted_code_for_the_same_principal() {
+    let project = project();
+    let k = kernel(&project);
+    let out = untrusted(&k, "return await ctx.manager.invoke('seen', {});").await;
+    assert_eq!(
+        out["ok"],
+        json!({ "level": "untrusted", "principal": "project" })
+    );
+    // A caller's run keeps the caller as principal all the way down.
+    let caller = Authority::caller(Principal::local());
+    let out = k
+        .invoke(
+            "probe",
+            json!({ "code": "return await ctx.manager.invoke('seen', {});" }),
+            InvokeOptions::as_authority(caller),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        out["ok"],
+        json!({ "level": "untrusted", "principal": "local" })
+    );
+}
+
+#[tokio::test]
+async fn untrusted_code_writes_its_own_globals_never_the_processes() {
+    let project = project();
+    let k = kernel(&project);
+    let out = untrusted(
+        &k,
+        "ctx.manager.set('globals.cache.token', 'forged'); return ctx.manager.get('globals.cache.token');",
+    )
+    .await;
+    assert_eq!(out["ok"], "forged", "it reads back its own write");
+    let reader = native(
+        "name: reader\ndescription: Reads globals.\n",
+        |ctx: Context, _| async move { ctx.get("globals.cache.token") },
+    );
+    let k2 = project
+        .builder()
+        .native(untrusted_probe())
+        .native(reader)
+        .build();
+    // The same kernel: write in one run, read in the next.
+    let wrote = k2
+        .invoke(
+            "probe",
+            json!({ "code": "ctx.manager.set('globals.cache.token', 'forged'); return 1;" }),
+            InvokeOptions::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(wrote.unwrap()["ok"], 1);
+    let read = k2
+        .invoke("reader", json!({}), InvokeOptions::default())
+        .await
+        .unwrap();
+    assert!(read.is_none(), "the next request sees nothing: {read:?}");
+}
+
+fn stored(reference: &str, args: Value, principal: Option<&Principal>) -> Spec {
+    let mut spec = Spec::parse(&json!({ "every": "1h", "args": args }), reference, 0).unwrap();
+    spec.principal = principal.map(Principal::to_json);
+    spec
+}
+
+fn firing() -> Firing {
+    Firing {
+        name: "x".into(),
+        due: 0,
+        now: 0,
+        missed: false,
+    }
+}
+
+#[tokio::test]
+async fn a_stored_schedule_is_its_principals_call_its_args_are_data_and_its_ref_is_checked() {
+    let project = project();
+    let marker = project.path().join("pwned");
+    let k = kernel(&project);
+    let local = Principal::local();
+    // Directive keys kept in stored args (an old row, or one written around the tools).
+    let spec = stored(
+        "hello",
+        json!({ "$context": spawn_seed(&marker) }),
+        Some(&local),
+    );
+    let err = run_firing(&k, &spec, &firing()).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgs, "{err}");
+    // A row from before principals were kept runs as the local caller, never as the project.
+    let spec = stored("hello", json!({ "x": { "$detached": true } }), None);
+    let err = run_firing(&k, &spec, &firing()).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgs, "{err}");
+    for hidden in ["vault", "agent", "agent-model"] {
+        let spec = stored(hidden, json!({}), Some(&local));
+        let err = run_firing(&k, &spec, &firing()).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::NotFound, "{hidden}: {err}");
+    }
+    let spec = stored("seen", json!({}), Some(&local));
+    let out = run_firing(&k, &spec, &firing()).await.unwrap().unwrap();
+    assert_eq!(*out, json!({ "level": "caller", "principal": "local" }));
+    assert!(!marker.exists());
+}
+
+#[tokio::test]
+async fn a_revoked_keys_schedules_pause_and_resume_when_a_key_of_that_name_returns() {
+    let project = project();
+    let k = kernel(&project);
+    let keys = k.extension::<Keys>().unwrap();
+    let ops = Principal::key("ops", Grants::default());
+    let spec = stored("seen", json!({}), Some(&ops));
+    keys.install(Arc::new(KeyRing::new(vec![]).unwrap()));
+    let err = run_firing(&k, &spec, &firing()).await.unwrap_err();
+    assert!(err.message().contains("key-revoked"), "{err}");
+    // Rotated: a new hash under the same name keeps the key's objects.
+    let ring = KeyRing::new(vec![
+        ApiKey::new("ops", &hash_key("sg_rotated"), vec![]).unwrap(),
+    ])
+    .unwrap();
+    keys.install(Arc::new(ring));
+    let out = run_firing(&k, &spec, &firing()).await.unwrap().unwrap();
+    assert_eq!(out["principal"], "key:ops");
+}
+
+#[tokio::test]
+async fn a_subscription_handler_runs_as_its_principal_and_event_data_stays_data() {
+    let project = project();
+    let marker = project.path().join("pwned");
+    let k = kernel(&project);
+    let caller = Authority::caller(Principal::local());
+    let mut event = Event::new("jobs", "job");
+    event.data = Some(json!({ "nested": { "$context": spawn_seed(&marker) } }));
+    let err = run_handler(&k, "seen", None, caller.clone(), &event)
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgs, "{err}");
+    let err = run_handler(
+        &k,
+        "vault",
+        None,
+        caller.clone(),
+        &Event::new("jobs", "job"),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotFound, "{err}");
+    let out = run_handler(&k, "seen", None, caller, &Event::new("jobs", "job"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(*out, json!({ "level": "caller", "principal": "local" }));
+    assert!(!marker.exists());
+}
+
+#[tokio::test]
+async fn an_admin_key_schedules_as_itself_and_a_key_without_admin_cannot_list_schedules() {
+    let mut server = TestServer::start(project(), with_keys()).await;
+    let create = json!({ "name": "greet", "ref": "hello", "every": "1h", "args": { "name": "x" } });
+    let made = server
+        .post_json_as("sg_ops_key", "/invoke/schedule-create", &create)
+        .await;
+    assert_eq!(made.status(), 200);
+    let made: Value = made.json().await.unwrap();
+    assert_eq!(made["result"]["principal"], "key:ops", "{made}");
+    // Without admin: the control plane is refused.
+    let listed = server
+        .post_json_as("sg_ci_key", "/invoke/schedule-list", &json!({}))
+        .await;
+    problem(listed, 403).await;
+    // A hidden ref is not found for the admin key either (it is a caller).
+    let hidden = json!({ "name": "peek", "ref": "vault", "every": "1h" });
+    let refused = server
+        .post_json_as("sg_ops_key", "/invoke/schedule-create", &hidden)
+        .await;
+    let missing = server
+        .post_json_as(
+            "sg_ops_key",
+            "/invoke/schedule-create",
+            &json!({ "name": "peek", "ref": "nope", "every": "1h" }),
+        )
+        .await;
+    let (refused, missing) = (problem(refused, 404).await, problem(missing, 404).await);
+    assert_eq!(refused["type"], missing["type"]);
+    server.finish().await;
+}
+
+#[tokio::test]
+async fn reserved_topics_and_metrics_need_more_than_an_unscoped_key() {
+    let mut server = TestServer::start(project(), with_keys()).await;
+    let get = |path: &str, key: &str| server.client.get(server.url(path)).bearer_auth(key).send();
+    problem(
+        get("/events/gateway-message", "sg_ci_key").await.unwrap(),
+        403,
+    )
+    .await;
+    problem(
+        get("/events/gateway-stream.x", "sg_ci_key").await.unwrap(),
+        403,
+    )
+    .await;
+    problem(get("/metrics", "sg_narrow_key").await.unwrap(), 403).await;
+    assert_eq!(get("/metrics", "sg_ci_key").await.unwrap().status(), 200);
+    // The admin key may read a reserved topic (it never emits on one).
+    let admin = get("/events/gateway-message", "sg_ops_key").await.unwrap();
+    assert_eq!(admin.status(), 200);
+    drop(admin);
+    let emitted = server
+        .post_json_as(
+            "sg_ops_key",
+            "/invoke/event-emit",
+            &json!({ "topic": "gateway-message", "data": {} }),
+        )
+        .await;
+    problem(emitted, 403).await;
+    server.finish().await;
+}
+
+#[tokio::test]
+async fn an_envelope_names_its_emitters_principal_whatever_the_emitter_says() {
+    let mut server = TestServer::start(project(), with_keys()).await;
+    let emitted = server
+        .post_json_as(
+            "sg_ci_key",
+            "/invoke/event-emit",
+            &json!({ "topic": "orders", "source": "project", "principal": "project" }),
+        )
+        .await;
+    let emitted: Value = emitted.json().await.unwrap();
+    assert_eq!(emitted["result"]["principal"], "key:ci", "{emitted}");
+    assert_eq!(
+        emitted["result"]["source"], "project",
+        "source stays free text"
+    );
+    server.finish().await;
+}
+
+#[test]
+fn keys_off_on_an_address_other_than_loopback_refuses_to_start_unless_told() {
+    use skillgate::gateway::http::{HttpConfig, HttpSettings};
+    let dir = tempfile::tempdir().unwrap();
+    let settings = HttpSettings {
+        bind: Some("0.0.0.0:0".parse().unwrap()),
+        ..HttpSettings::default()
+    };
+    let errors = HttpConfig::resolve(dir.path(), settings.clone(), &|_| None).unwrap_err();
+    let text = errors.to_string();
+    assert!(
+        text.contains("http.bind") && text.contains("--insecure-no-auth"),
+        "{text}"
+    );
+    let insecure = HttpSettings {
+        insecure_no_auth: Some(true),
+        ..settings
+    };
+    assert!(HttpConfig::resolve(dir.path(), insecure, &|_| None).is_ok());
+}
