@@ -11,6 +11,18 @@ use crate::events::memory::MemoryStore;
 use crate::events::{Bus, BusConfig, Limits};
 use crate::kernel::{Kernel, KernelBuilder};
 
+/// Every tool skillgate ships.
+pub fn tools() -> Vec<crate::skills::tool::Tool> {
+    let mut tools = crate::middleware::builtins();
+    tools.extend(crate::events::skills::tools());
+    tools.extend(crate::gateway::send::tools());
+    tools.extend(crate::agent::tools());
+    tools.extend(crate::schedule::tools::tools());
+    tools.push(crate::session::middleware::tool());
+    tools.push(crate::session::clear::tool());
+    tools
+}
+
 /// A kernel builder for the project in `project_dir` with every built-in, and an in-memory
 /// event bus unless one is given (`.bus(...)` from [`crate::events::WithBus`]).
 pub fn builder(project_dir: impl Into<PathBuf>) -> KernelBuilder {
@@ -19,15 +31,7 @@ pub fn builder(project_dir: impl Into<PathBuf>) -> KernelBuilder {
         BusConfig::default(),
     ));
     Kernel::builder(project_dir)
-        .builtins(crate::middleware::builtins())
-        .builtins(crate::events::skills::tools())
-        .builtins(crate::gateway::send::tools())
-        .builtins(crate::agent::tools())
-        .builtins(crate::schedule::tools::tools())
-        .builtins(vec![
-            crate::session::middleware::tool(),
-            crate::session::clear::tool(),
-        ])
+        .builtins(tools())
         .script_parser(crate::sandbox::load)
         .extension(bus)
         // Whoever holds API keys (`serve`) installs them, so stored work finds its key.

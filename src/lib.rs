@@ -30,6 +30,7 @@
 //! - [`telemetry`]: tracing output (text or JSON) and OpenTelemetry export from `OTEL_*`.
 //! - [`cli`]: the `skillgate` command line.
 //! - [`error`]: the one error type that unwinds through the onion.
+//! - [`trust_table`]: who may run each built-in tool, as SECURITY.md shows it.
 //! - [`shutdown`]: SIGINT/SIGTERM and the `shutdown` topic.
 
 pub mod agent;
@@ -53,6 +54,7 @@ pub mod shutdown;
 pub mod skills;
 pub mod telemetry;
 pub mod tls;
+pub mod trust_table;
 
 pub use context::Context;
 pub use error::{ErrorKind, Result, SkillError};

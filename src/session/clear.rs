@@ -26,7 +26,8 @@ metadata:
                     .and_then(|v| v.as_str().map(str::to_string));
                 if let Some(key) = key {
                     let skill = caller.tool_name().to_string();
-                    let stored_key = format!("{skill}/{key}");
+                    let stored_key =
+                        crate::session::stored_key(&skill, &caller.authority().principal, &key);
                     let store = caller.kernel().bus().store().clone();
                     let cleared = store.session_clear(&stored_key).await.map_err(|e| {
                         SkillError::internal(format!("the session store failed: {e}"))

@@ -33,7 +33,8 @@ pub fn tool() -> Tool {
                 target.set("locals.session", json!({ "key": null, "history": [] }))?;
                 return pass(&target).await;
             };
-            let stored_key = format!("{}/{key}", target.tool_name());
+            let stored_key =
+                super::stored_key(target.tool_name(), &target.authority().principal, &key);
             let store = target.kernel().bus().store().clone();
             let entries = store
                 .session_entries(&stored_key, settings.max_entries)

@@ -14,6 +14,21 @@ pub mod settings;
 
 use serde_json::Value;
 
+/// Where a conversation `key` of `skill` is kept for `principal`: per skill and per principal,
+/// so a key built from args (`${args.customer}`) can never reach another principal's history.
+/// The project's own (the command line) are kept under the skill alone.
+pub fn stored_key(
+    skill: &str,
+    principal: &crate::kernel::authority::Principal,
+    key: &str,
+) -> String {
+    if principal.is_project() {
+        format!("{skill}/{key}")
+    } else {
+        format!("{skill}/{}/{key}", principal.id())
+    }
+}
+
 /// The longest text one captured value contributes to a rendered history.
 const RENDER_LIMIT: usize = 2_000;
 

@@ -364,3 +364,58 @@ fn keys_off_on_an_address_other_than_loopback_refuses_to_start_unless_told() {
     };
     assert!(HttpConfig::resolve(dir.path(), insecure, &|_| None).is_ok());
 }
+
+/// The table between `<!-- trust-table -->` and `<!-- /trust-table -->` in `file`.
+fn documented_table(file: &str) -> String {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
+    let text = std::fs::read_to_string(&path).unwrap_or_default();
+    let start = text.find("<!-- trust-table -->\n").map(|i| i + 21);
+    let end = text.find("<!-- /trust-table -->");
+    match (start, end) {
+        (Some(start), Some(end)) if start <= end => text[start..end].to_string(),
+        _ => String::new(),
+    }
+}
+
+#[test]
+fn the_documented_table_of_who_may_run_each_tool_is_the_codes() {
+    let table = skillgate::trust_table::markdown();
+    for file in ["SECURITY.md", "README.md"] {
+        assert_eq!(
+            documented_table(file),
+            table,
+            "{file}: put this between <!-- trust-table --> and <!-- /trust-table -->:\n{table}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_session_key_from_args_never_crosses_principals() {
+    let project = project();
+    project.skill(
+        "notes.skill.md",
+        "---\nname: notes\ndescription: Remembers.\nmetadata:\n  session: { key: \"${args.ticket}\" }\n  params: { type: object, properties: { ticket: { type: string }, say: { type: string } } }\n---\n:context[locals.session.history]\n",
+    );
+    let mut server = TestServer::start(project, with_keys()).await;
+    let say = |key: &'static str, said: &'static str| {
+        let server = &server;
+        async move {
+            let out: Value = server
+                .post_json_as(key, "/invoke/notes", &json!({ "ticket": "7", "say": said }))
+                .await
+                .json()
+                .await
+                .unwrap();
+            out["result"].as_str().unwrap_or_default().to_string()
+        }
+    };
+    say("sg_ci_key", "the-secret").await;
+    let other = say("sg_ops_key", "hello").await;
+    assert!(
+        !other.contains("the-secret"),
+        "another key's history: {other}"
+    );
+    let own = say("sg_ci_key", "again").await;
+    assert!(own.contains("the-secret"), "its own history: {own}");
+    server.finish().await;
+}
