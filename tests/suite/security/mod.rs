@@ -8,10 +8,13 @@
 //!   caller mistakes answered as 4xx.
 //! - `trust`: the trust model: untrusted code, stored schedules and subscriptions, keys and
 //!   their scopes, reserved topics (the caller rules run over every door in `transport`).
+//! - `authority_props`: a property test that directive keys at any depth are never honored
+//!   below the project, whoever names the tool and wherever the args were kept.
 //! - `fuzz`: bounded property tests over HTTP args, frontmatter and skill bodies (JS values are
 //!   fuzzed next to their conversion, in `src/sandbox/convert/fuzz.rs`).
 
 mod args;
+mod authority_props;
 mod fuzz;
 mod http;
 mod kernel;
