@@ -11,7 +11,7 @@ use crate::error::{ErrorKind, Result, SkillError};
 use crate::events::{
     Bus, DEFAULT_QUEUE, SYSTEM_EMIT_PATH, SystemEmit, event_from_args, is_reserved_topic,
 };
-use crate::kernel::authority::{Authority, Level, ToolClass, check_data};
+use crate::kernel::authority::{Authority, Level, ToolClass, check_stored};
 use crate::middleware::{native, pass};
 use crate::skills::tool::Tool;
 
@@ -158,7 +158,7 @@ metadata:
                     runs_as.reach(&ctx.index(), reference)?;
                     check_topic(&runs_as, topic)?;
                     if let Some(stored) = args.get("args") {
-                        check_data(stored, runs_as.level.min(Level::Caller))?;
+                        check_stored(stored)?;
                     }
                     let created = bus
                         .subscribe_handler_as(

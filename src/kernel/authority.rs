@@ -555,19 +555,27 @@ pub fn find_directive_key(value: &Value) -> Option<String> {
 /// Refuses args holding a directive key at any depth, naming its path: what every authority
 /// below project level passes is data.
 pub fn check_data(args: &Value, level: Level) -> Result<()> {
+    let who = match level {
+        Level::Untrusted => "args from untrusted code",
+        _ => "args from a caller",
+    };
+    refuse_directives(args, who)
+}
+
+/// Refuses args kept for later (a schedule's, a subscription's) holding a directive key at any
+/// depth, whoever keeps them: they run later as data.
+pub fn check_stored(args: &Value) -> Result<()> {
+    refuse_directives(args, "stored args")
+}
+
+fn refuse_directives(args: &Value, what: &str) -> Result<()> {
     let Some(path) = find_directive_key(args) else {
         return Ok(());
     };
     let key = path.rsplit('/').next().unwrap_or_default().to_string();
-    let who = match level {
-        Level::Untrusted => "untrusted code",
-        _ => "a caller",
-    };
     Err(SkillError::new(
         ErrorKind::InvalidArgs,
-        format!(
-            "args from {who} are data: `{key}` at `{path}` is an invoke directive and was refused"
-        ),
+        format!("{what} are data: `{key}` at `{path}` is an invoke directive and was refused"),
     )
     .with_data(json!({
         "rule": "directive-key",

@@ -7,7 +7,7 @@ use crate::context::Context;
 use crate::context::id::{iso, now_ms};
 use crate::error::{ErrorKind, Result, SkillError};
 use crate::events::{EventStore, KernelBus};
-use crate::kernel::authority::{Authority, Keys, Level, Principal, ToolClass, check_data};
+use crate::kernel::authority::{Authority, Keys, Principal, ToolClass, check_stored};
 use crate::middleware::native;
 use crate::schedule::spec::Spec;
 use crate::skills::tool::Tool;
@@ -95,14 +95,12 @@ metadata:
             let runs_as = Authority::caller(principal.clone());
             runs_as.reach(&ctx.index(), reference)?;
             if let Some(stored) = args.get("args") {
-                check_data(stored, runs_as.level.min(Level::Caller))?;
+                check_stored(stored)?;
             }
             let now = now_ms() as i64;
             let mut spec = Spec::parse(&args, reference, now)
                 .map_err(|e| bad(format!("schedule `{name}`: {e}")))?;
-            if !principal.is_project() {
-                spec.principal = Some(principal.to_json());
-            }
+            spec.principal = Some(principal.to_json());
             let store = store(&ctx);
             if let Some(existing) = find(&store, &name).await?
                 && !principal.is_project()

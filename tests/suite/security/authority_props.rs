@@ -126,16 +126,13 @@ async fn attempt(k: &Kernel, who: Who, tool: &str, args: Value) -> Option<skillg
                 .await
                 .unwrap()
                 .unwrap();
-            return match out["code"].as_str() {
-                Some(code) => Some(skillgate::SkillError::new(
-                    ErrorKind::ALL
-                        .into_iter()
-                        .find(|k| k.code() == code)
-                        .unwrap_or(ErrorKind::Internal),
-                    out["err"].as_str().unwrap_or_default(),
-                )),
-                None => None,
-            };
+            return out["code"].as_str().map(|code| {
+                let kind = ErrorKind::ALL
+                    .into_iter()
+                    .find(|k| k.code() == code)
+                    .unwrap_or(ErrorKind::Internal);
+                skillgate::SkillError::new(kind, out["err"].as_str().unwrap_or_default())
+            });
         }
         Who::Relay => {
             let serving = InvokeOptions::as_authority(Authority::serving(local));

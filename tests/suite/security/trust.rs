@@ -419,3 +419,68 @@ async fn a_session_key_from_args_never_crosses_principals() {
     assert!(own.contains("the-secret"), "its own history: {own}");
     server.finish().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_websocket_group_is_the_callers_own_queue_and_reserved_topics_are_refused() {
+    use crate::ws_client::WsClient;
+    let mut server = TestServer::start(project(), crate::server::config()).await;
+    let bus = server.kernel.bus().clone();
+    bus.subscribe_queue("jobs", "handler:worker", false)
+        .await
+        .unwrap();
+    bus.emit(&Event::new("jobs", "job")).await.unwrap();
+    let (mut client, _) = WsClient::connect(server.addr, None).await;
+    client
+        .send(json!({ "type": "subscribe", "topic": "gateway-message" }))
+        .await;
+    let refused = client.recv().await;
+    assert_eq!(refused["type"], "error", "{refused}");
+    client
+        .send(json!({ "type": "subscribe", "topic": "jobs", "group": "handler:worker" }))
+        .await;
+    let subscribed = client.recv().await;
+    assert_eq!(subscribed["group"], "handler:worker", "{subscribed}");
+    // A second event reaches the caller's group; the worker's queue keeps both of its own.
+    bus.emit(&Event::new("jobs", "job")).await.unwrap();
+    let got = client.recv().await;
+    assert_eq!(got["type"], "event", "{got}");
+    let kept = bus
+        .wait(
+            "jobs",
+            "handler:worker",
+            std::time::Duration::ZERO,
+            10,
+            false,
+        )
+        .await
+        .unwrap();
+    assert_eq!(kept.len(), 2, "the worker's deliveries are all still there");
+    server.finish().await;
+}
+
+#[tokio::test]
+async fn caller_mistakes_with_stored_work_are_4xx_naming_what_was_wrong() {
+    let mut server = TestServer::start(project(), with_keys()).await;
+    for (skill, args) in [
+        ("event-subscribe", json!({ "topic": "jobs", "ref": "nope" })),
+        (
+            "schedule-create",
+            json!({ "name": "x", "ref": "nope", "every": "1h" }),
+        ),
+        ("skill-describe", json!({ "name": "vault" })),
+    ] {
+        let response = server
+            .post_json_as("sg_ops_key", &format!("/invoke/{skill}"), &args)
+            .await;
+        problem(response, 404).await;
+    }
+    let cleared = server
+        .post_json_as("sg_ci_key", "/invoke/session-clear", &json!({}))
+        .await;
+    let body = problem(cleared, 422).await;
+    assert!(
+        body["detail"].as_str().unwrap().contains("session-clear"),
+        "{body}"
+    );
+    server.finish().await;
+}
