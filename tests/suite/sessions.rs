@@ -52,19 +52,22 @@ async fn the_web_session_cookie_carries_a_conversation_across_replicas() {
         set.contains("HttpOnly") && set.contains("SameSite=Lax") && set.contains("Path=/"),
         "{set}"
     );
-    let id = set
+    let cookie = set
         .strip_prefix("skillgate_session=")
         .and_then(|rest| rest.split(';').next())
         .unwrap()
         .to_string();
+    // `<id>.<period>.<signature>`: the server's signature over the id it issued.
+    let id = cookie.split('.').next().unwrap().to_string();
     let body: Value = first.json().await.unwrap();
     assert_eq!(body, json!({ "sessionId": id, "seen": 0 }));
 
-    // The same browser on the other replica continues it; no new cookie.
+    // The same browser on the other replica continues it (the secret is shared through the
+    // store); no new cookie.
     let again = b
         .client
         .get(b.url("/turns"))
-        .header("cookie", format!("skillgate_session={id}"))
+        .header("cookie", format!("skillgate_session={cookie}"))
         .send()
         .await
         .unwrap();
@@ -86,6 +89,18 @@ async fn the_web_session_cookie_carries_a_conversation_across_replicas() {
     let body: Value = forged.json().await.unwrap();
     assert_eq!(body["seen"], 0);
     assert_ne!(body["sessionId"], json!("slack:T1:C1:1.0"));
+    // Nor is the bare id of someone else's session (fixation): it needs the server's signature.
+    let fixed = b
+        .client
+        .get(b.url("/turns"))
+        .header("cookie", format!("skillgate_session={id}"))
+        .send()
+        .await
+        .unwrap();
+    assert!(cookie_of(&fixed).is_some());
+    let body: Value = fixed.json().await.unwrap();
+    assert_ne!(body["sessionId"], json!(id));
+    assert_eq!(body["seen"], 0);
     for mut server in replicas {
         server.finish().await;
     }

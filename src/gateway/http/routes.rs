@@ -276,8 +276,17 @@ async fn handle(
     state
         .policy
         .reach_routed(&route.skill, Caller::scope(caller.as_ref()))?;
-    // The project declared the route: its skill runs as the project's code serving the caller.
-    let authority = Authority::serving(Caller::principal(caller.as_ref()));
+    let web_session =
+        WebSession::of(&state.sessions, req.headers(), crate::context::id::now_ms()).await;
+    // The project declared the route: its skill runs as the project's code serving the caller
+    // (a visitor of a public route without a key is its signed session).
+    let principal = match &caller {
+        Some(Caller::Anonymous) => {
+            crate::gateway::principal::peer(&format!("web:{}", web_session.id))
+        }
+        other => Caller::principal(other.as_ref()),
+    };
+    let authority = Authority::serving(principal);
     let params: Map<String, Value> = params
         .iter()
         .map(|(k, v)| (k.to_string(), Value::String(v.to_string())))
@@ -288,7 +297,6 @@ async fn handle(
     let method = req.method().to_string();
     let path = req.uri().path().to_string();
     let headers = req.headers().clone();
-    let web_session = WebSession::of(&headers);
     // Read as `/invoke` reads it: within the body limit and the body timeout.
     let body = Bytes::from_request(req, &state)
         .await

@@ -34,6 +34,8 @@ pub struct Shared {
     pub slack: Option<Arc<Slack>>,
     /// The email transport, when it is configured.
     pub email: Option<Arc<Email>>,
+    /// What signs web session cookies (secrets shared by the replicas through the store).
+    pub sessions: crate::gateway::http::session_cookie::SessionSecrets,
 }
 
 impl std::ops::Deref for AppState {
@@ -54,6 +56,10 @@ impl AppState {
         let public = PublicPaths::new(&config.public)?;
         let hosts = AllowedHosts::new(&config.allowed_hosts)?;
         let policy = Policy::new(&config.expose_hidden)?;
+        let gateway_store = {
+            use crate::events::KernelBus;
+            gateway.kernel.bus().store().clone()
+        };
         // Stored work of a key runs with the key's grants of now, and pauses while it is gone.
         if let Some(keys) = gateway.kernel.extension::<crate::kernel::authority::Keys>() {
             keys.install(Arc::new(config.keys.clone()));
@@ -73,6 +79,7 @@ impl AppState {
             background: Default::default(),
             slack,
             email,
+            sessions: crate::gateway::http::session_cookie::SessionSecrets::new(gateway_store),
         })))
     }
 }
