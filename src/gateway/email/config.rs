@@ -146,12 +146,46 @@ pub struct RouteSettings {
     /// The subject's first word names the skill; the body is its args (a JSON object, else
     /// `{text}`).
     pub command: Option<bool>,
+    /// With `command`: the skills a mail may name (globs; required, `['*']` for every public
+    /// one).
+    pub skills: Option<Vec<String>>,
 }
 
 #[derive(Debug, Clone)]
 pub enum Target {
     Skill(String),
-    Command,
+    /// The subject names the skill, one of `skills`.
+    Command {
+        skills: globset::GlobSet,
+    },
+}
+
+/// The `skills` of a command route: required (a sender names the skill, so the route says which
+/// it may name); a mistake is pushed onto `errors` and matches nothing.
+pub fn command_skills(
+    skills: Option<&[String]>,
+    at: &str,
+    errors: &mut Vec<String>,
+) -> globset::GlobSet {
+    let Some(globs) = skills else {
+        errors.push(format!(
+            "{at}.skills: a `command: true` route needs `skills`, the globs of the skills a message may name (`['*']` for every public one)"
+        ));
+        return globset::GlobSet::empty();
+    };
+    let mut set = globset::GlobSetBuilder::new();
+    for glob in globs {
+        match globset::Glob::new(glob) {
+            Ok(g) => {
+                set.add(g);
+            }
+            Err(e) => errors.push(format!("{at}.skills: `{glob}`: {e}")),
+        }
+    }
+    set.build().unwrap_or_else(|e| {
+        errors.push(format!("{at}.skills: {e}"));
+        globset::GlobSet::empty()
+    })
 }
 
 #[derive(Debug, Clone)]
@@ -251,18 +285,23 @@ impl EmailConfig {
                     None
                 }
             };
-            let target = match (r.skill, r.command.unwrap_or(false)) {
+            let command = r.command.unwrap_or(false);
+            if r.skills.is_some() && !command {
+                errors.push(format!("{at}.skills: only for `command: true` routes"));
+            }
+            let skills = command_skills(r.skills.as_deref(), &at, &mut errors);
+            let target = match (r.skill, command) {
                 (Some(skill), false) => Target::Skill(skill),
-                (None, true) => Target::Command,
+                (None, true) => Target::Command { skills },
                 (Some(_), true) => {
                     errors.push(format!(
                         "{at}: a route has either `ref` or `command: true`, not both"
                     ));
-                    Target::Command
+                    Target::Command { skills }
                 }
                 (None, false) => {
                     errors.push(format!("{at}.ref: missing"));
-                    Target::Command
+                    Target::Command { skills }
                 }
             };
             routes.push(Route {
@@ -323,7 +362,7 @@ impl EmailConfig {
             .enumerate()
             .filter_map(|(i, r)| match &r.target {
                 Target::Skill(s) => Some((format!("email.routes[{i}].ref"), s.clone())),
-                Target::Command => None,
+                Target::Command { .. } => None,
             })
             .collect();
         if let Some(default) = &self.default {
@@ -363,6 +402,28 @@ mod tests {
         assert_eq!(imap.folder, "INBOX");
         assert_eq!(imap.password, "s3cret");
         assert_eq!(imap.poll_interval, Duration::from_secs(60));
+    }
+
+    #[test]
+    fn a_command_route_without_skills_is_refused_naming_the_key() {
+        let settings = |skills: Option<Vec<String>>| EmailSettings {
+            routes: Some(vec![RouteSettings {
+                command: Some(true),
+                skills,
+                ..RouteSettings::default()
+            }]),
+            ..imap_only(ImapSettings {
+                host: Some("imap.example.org".into()),
+                user: Some("bot".into()),
+                password: Some("p".into()),
+                ..ImapSettings::default()
+            })
+        };
+        let errors = EmailConfig::resolve(settings(None), &|_| None)
+            .unwrap_err()
+            .join("\n");
+        assert!(errors.contains("email.routes[0].skills"), "{errors}");
+        assert!(EmailConfig::resolve(settings(Some(vec!["deploy-*".into()])), &|_| None).is_ok());
     }
 
     #[test]

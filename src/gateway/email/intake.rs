@@ -71,7 +71,7 @@ impl Intake {
             tracing::info!(from = mail.from, "mail from a sender not allowed; dropped");
             return Ok(Taken::Dropped("sender not allowed"));
         }
-        let Some((skill, args, named)) = route(&self.config, &mail, recipients) else {
+        let Some((skill, args, named, refused)) = route(&self.config, &mail, recipients) else {
             tracing::info!(
                 from = mail.from,
                 subject = mail.subject,
@@ -91,6 +91,7 @@ impl Intake {
             "skill": skill,
             "args": args,
             "named": named,
+            "refused": refused,
             "envelopeFrom": envelope_from,
             "recipients": recipients,
             "receivedAt": crate::context::id::now_ms(),
@@ -108,12 +109,12 @@ impl Intake {
 }
 
 /// The first route that takes `mail`, else the default: the skill, its args, and whether the
-/// mail named it (a command route).
+/// mail named it (a command route), and whether the route's `skills` leave that name out.
 fn route(
     config: &EmailConfig,
     mail: &Mail,
     recipients: &[String],
-) -> Option<(String, Value, bool)> {
+) -> Option<(String, Value, bool, bool)> {
     let to: Vec<String> = recipients
         .iter()
         .map(|r| r.to_ascii_lowercase())
@@ -144,14 +145,15 @@ fn route(
             }
         }
         return Some(match &route.target {
-            Target::Skill(skill) => (skill.clone(), Value::Object(args), false),
-            Target::Command => {
+            Target::Skill(skill) => (skill.clone(), Value::Object(args), false, false),
+            Target::Command { skills } => {
                 let subject = mail.subject.trim();
                 let skill = subject.split_whitespace().next().unwrap_or_default();
                 if skill.is_empty() {
                     continue;
                 }
-                (skill.to_string(), command_args(&mail.text), true)
+                let refused = !skills.is_match(skill);
+                (skill.to_string(), command_args(&mail.text), true, refused)
             }
         });
     }
@@ -159,6 +161,7 @@ fn route(
         (
             skill.clone(),
             json!({ "subject": mail.subject, "text": mail.text }),
+            false,
             false,
         )
     })

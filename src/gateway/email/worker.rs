@@ -59,7 +59,16 @@ async fn run(
     let skill = data["skill"].as_str().unwrap_or_default().to_string();
     let request_id = format!("mail-{id}");
     let index = gateway.kernel.registry().current();
-    let (text, status) = match policy.reach_message(&index, &skill, data["named"] == true) {
+    // A command route's `skills` left the named skill out: refused as if it did not exist.
+    let reached = if data["refused"] == true {
+        Err(crate::gateway::policy::Refusal::Unknown {
+            skill: skill.clone(),
+            suggestions: Vec::new(),
+        })
+    } else {
+        policy.reach_message(&index, &skill, data["named"] == true)
+    };
+    let (text, status) = match reached {
         Err(refusal) => failure(&GatewayError::from(refusal), &skill, &request_id),
         Ok(tool) => {
             let mut request = match mail.to_json() {

@@ -236,12 +236,21 @@ fn resolve_route(route: RouteSettings, at: &str) -> Result<Route, Vec<String>> {
     let target = match (route.skill, command) {
         (Some(skill), false) => Target::Skill(skill),
         (None, true) => {
-            let skills = route.skills.and_then(|globs| {
-                let patterns = globs.iter().map(|g| (g.clone(), globset::Glob::new(g)));
-                glob_set("pattern", patterns)
-                    .map_err(|e| errors.push(format!("{at}.skills: {e}")))
-                    .ok()
-            });
+            let skills = match route.skills {
+                Some(globs) => {
+                    let patterns = globs.iter().map(|g| (g.clone(), globset::Glob::new(g)));
+                    glob_set("pattern", patterns)
+                        .map_err(|e| errors.push(format!("{at}.skills: {e}")))
+                        .ok()
+                }
+                // A message names the skill: the route must say which it may name.
+                None => {
+                    errors.push(format!(
+                        "{at}.skills: a `command: true` route needs `skills`, the globs of the skills a message may name (`['*']` for every public one)"
+                    ));
+                    None
+                }
+            };
             Target::Command { skills }
         }
         (Some(_), true) => {
@@ -338,5 +347,18 @@ mod tests {
         ] {
             assert!(all.contains(expected), "`{expected}` in:\n{all}");
         }
+    }
+
+    #[test]
+    fn a_command_route_without_skills_is_refused_naming_the_key() {
+        let errors = SlackConfig::resolve(parse("routes:\n  - { command: true }\n"), &env)
+            .unwrap_err()
+            .join("\n");
+        assert!(errors.contains("slack.routes[0].skills"), "{errors}");
+        let ok = SlackConfig::resolve(
+            parse("routes:\n  - { command: true, skills: ['*'] }\n"),
+            &env,
+        );
+        assert!(ok.is_ok());
     }
 }

@@ -40,6 +40,7 @@ pub fn settings(sink: &Sink) -> EmailSettings {
         relay: Some(sink.relay()),
         routes: Some(vec![RouteSettings {
             command: Some(true),
+            skills: Some(vec!["*".into()]),
             ..RouteSettings::default()
         }]),
         reply_window: Some(Seconds(Duration::ZERO)),

@@ -32,6 +32,7 @@ pub fn settings(fake: &FakeSlack) -> SlackSettings {
         api_url: Some(fake.api_url()),
         routes: Some(vec![RouteSettings {
             command: Some(true),
+            skills: Some(vec!["*".into()]),
             ..RouteSettings::default()
         }]),
         post_interval: Some(Seconds(std::time::Duration::from_millis(1))),
