@@ -110,6 +110,7 @@ pub async fn serve(
     // Event-driven skills get their workers now, not at their first invocation; a durable
     // handler queue left from before a restart gets its worker back too.
     let routed = crate::events::routes::subscribe_declared(&kernel).await;
+    let kept = crate::events::restore_subscriptions(&kernel).await;
     // Declared schedules are written to the store; every replica then fires what is due, each
     // firing on one of them.
     let scheduled = crate::schedule::runner::sync_declared(&kernel).await;
@@ -121,6 +122,7 @@ pub async fn serve(
         .unwrap_or_default();
     let declared: String = [
         (routed, "event route(s)"),
+        (kept, "kept subscription(s)"),
         (scheduled, "declared schedule(s)"),
     ]
     .iter()

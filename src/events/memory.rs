@@ -10,7 +10,7 @@ use tokio::sync::broadcast;
 use crate::context::id::now_ms;
 use crate::events::store::{
     Delivery, EventStore, KeyClaim, Limits, SessionEntry, StoreResult, StoredSchedule,
-    distinct_topics,
+    StoredSubscription, distinct_topics,
 };
 use crate::events::{Event, dead_letter};
 
@@ -30,6 +30,7 @@ struct Inner {
     /// key -> (fingerprint, expires_ms, response).
     claims: HashMap<String, (String, u64, Option<String>)>,
     schedules: std::collections::BTreeMap<String, StoredSchedule>,
+    subscriptions: std::collections::BTreeMap<(String, String), String>,
     sessions: HashMap<String, VecDeque<SessionEntry>>,
 }
 
@@ -417,6 +418,37 @@ impl EventStore for MemoryStore {
             },
         );
         Ok(true)
+    }
+
+    async fn put_subscription(&self, topic: &str, queue: &str, spec: &str) -> StoreResult<()> {
+        self.inner
+            .lock()
+            .subscriptions
+            .insert((topic.to_string(), queue.to_string()), spec.to_string());
+        Ok(())
+    }
+
+    async fn delete_subscription(&self, topic: &str, queue: &str) -> StoreResult<bool> {
+        Ok(self
+            .inner
+            .lock()
+            .subscriptions
+            .remove(&(topic.to_string(), queue.to_string()))
+            .is_some())
+    }
+
+    async fn subscriptions(&self) -> StoreResult<Vec<StoredSubscription>> {
+        Ok(self
+            .inner
+            .lock()
+            .subscriptions
+            .iter()
+            .map(|((topic, queue), spec)| StoredSubscription {
+                topic: topic.clone(),
+                queue: queue.clone(),
+                spec: spec.clone(),
+            })
+            .collect())
     }
 
     async fn delete_schedule(&self, name: &str) -> StoreResult<bool> {

@@ -34,7 +34,8 @@ use crate::error::{ErrorKind, Result, SkillError};
 use crate::kernel::{InvokeOptions, Kernel, KernelBuilder};
 pub use consumer::{Consumer, ConsumerOptions};
 pub use store::{
-    Delivery, EventStore, KeyClaim, Limits, SessionEntry, StoreError, StoredSchedule, WAKE_ALL,
+    Delivery, EventStore, KeyClaim, Limits, SessionEntry, StoreError, StoredSchedule,
+    StoredSubscription, WAKE_ALL,
 };
 
 /// The queue that collects an exhausted topic's dead letters (on topic `<topic>.dead`).
@@ -359,10 +360,7 @@ impl Bus {
         replay: bool,
         principal: crate::kernel::authority::Principal,
     ) -> Result<bool> {
-        let queue = match principal.namespace() {
-            Some(ns) => format!("{ns}.{}", handler_queue(reference)),
-            None => handler_queue(reference),
-        };
+        let queue = handler_queue_for(&principal, reference);
         self.subscribe_queue(topic, &queue, replay).await?;
         let key = (topic.to_string(), queue.clone());
         let token = {
@@ -386,6 +384,29 @@ impl Bus {
         };
         tokio::spawn(worker.run());
         Ok(true)
+    }
+
+    /// [`Bus::subscribe_handler_as`], kept in the store with its args and principal so that
+    /// [`restore_subscriptions`] starts its worker again after a restart (`event-subscribe`).
+    pub async fn subscribe_kept(
+        self: &Arc<Self>,
+        kernel: &Kernel,
+        topic: &str,
+        reference: &str,
+        args: Option<Value>,
+        replay: bool,
+        principal: crate::kernel::authority::Principal,
+    ) -> Result<bool> {
+        let spec = json!({ "ref": reference, "args": args, "principal": principal.to_json() });
+        let queue = handler_queue_for(&principal, reference);
+        let created = self
+            .subscribe_handler_as(kernel, topic, reference, args, replay, principal)
+            .await?;
+        self.store
+            .put_subscription(topic, &queue, &spec.to_string())
+            .await
+            .map_err(store_error)?;
+        Ok(created)
     }
 
     /// Removes handlers of `topic` for `principal`: its own (`reference`, or all of them); with
@@ -447,6 +468,10 @@ impl Bus {
             {
                 token.cancel();
             }
+            self.store
+                .delete_subscription(topic, &queue)
+                .await
+                .map_err(store_error)?;
             if self
                 .store
                 .drop_queue(topic, &queue)
@@ -655,6 +680,49 @@ impl Worker {
             }
         }
     }
+}
+
+/// The queue of handler `reference` for `principal`: the project's is `handler:<ref>`, a
+/// principal's is in its namespace.
+fn handler_queue_for(principal: &crate::kernel::authority::Principal, reference: &str) -> String {
+    match principal.namespace() {
+        Some(ns) => format!("{ns}.{}", handler_queue(reference)),
+        None => handler_queue(reference),
+    }
+}
+
+/// Starts a worker again for every subscription `event-subscribe` kept (after a restart), each
+/// for its principal with its args. Returns how many were started; unreadable ones are logged.
+pub async fn restore_subscriptions(kernel: &Kernel) -> usize {
+    let bus = kernel.bus().clone();
+    let kept = match bus.store.subscriptions().await {
+        Ok(kept) => kept,
+        Err(e) => {
+            tracing::error!("kept subscriptions could not be read: {e}");
+            return 0;
+        }
+    };
+    let mut started = 0;
+    for sub in kept {
+        let spec: Value = serde_json::from_str(&sub.spec).unwrap_or(Value::Null);
+        let principal = crate::kernel::authority::Principal::from_json(&spec["principal"]);
+        let (Some(reference), Ok(principal)) = (spec["ref"].as_str(), principal) else {
+            tracing::error!(topic = %sub.topic, queue = %sub.queue, "an unreadable kept subscription was skipped");
+            continue;
+        };
+        let args = Some(spec["args"].clone()).filter(|a| !a.is_null());
+        match bus
+            .subscribe_handler_as(kernel, &sub.topic, reference, args, false, principal)
+            .await
+        {
+            Ok(true) => started += 1,
+            Ok(false) => {}
+            Err(e) => {
+                tracing::error!(topic = %sub.topic, handler = reference, "a kept subscription was not restored: {e}")
+            }
+        }
+    }
+    started
 }
 
 /// Invokes handler `reference` with `event` (its envelope as args, `extra` args filling what

@@ -20,7 +20,7 @@ use crate::context::id::now_ms;
 use crate::events::batch::Batcher;
 use crate::events::store::{
     Delivery, EventStore, KeyClaim, Limits, SessionEntry, StoreError, StoreResult, StoredSchedule,
-    WAKE_ALL, distinct_topics, missing,
+    StoredSubscription, WAKE_ALL, distinct_topics, missing,
 };
 use crate::events::{DEAD_QUEUE, Event, dead_letter};
 
@@ -680,6 +680,36 @@ impl EventStore for PostgresStore {
         .execute(&self.pool)
         .await?;
         Ok(written.rows_affected() > 0)
+    }
+
+    async fn put_subscription(&self, topic: &str, queue: &str, spec: &str) -> StoreResult<()> {
+        sqlx::query(
+            "INSERT INTO sg_subscriptions (topic, queue, spec) VALUES ($1, $2, $3)
+             ON CONFLICT (topic, queue) DO UPDATE SET spec = excluded.spec",
+        )
+        .bind(topic)
+        .bind(queue)
+        .bind(spec)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn delete_subscription(&self, topic: &str, queue: &str) -> StoreResult<bool> {
+        let deleted = sqlx::query("DELETE FROM sg_subscriptions WHERE topic = $1 AND queue = $2")
+            .bind(topic)
+            .bind(queue)
+            .execute(&self.pool)
+            .await?;
+        Ok(deleted.rows_affected() > 0)
+    }
+
+    async fn subscriptions(&self) -> StoreResult<Vec<StoredSubscription>> {
+        Ok(sqlx::query_as::<_, StoredSubscription>(
+            "SELECT topic, queue, spec FROM sg_subscriptions ORDER BY topic, queue",
+        )
+        .fetch_all(&self.pool)
+        .await?)
     }
 
     async fn delete_schedule(&self, name: &str) -> StoreResult<bool> {

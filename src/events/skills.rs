@@ -161,7 +161,7 @@ metadata:
                         check_stored(stored)?;
                     }
                     let created = bus
-                        .subscribe_handler_as(
+                        .subscribe_kept(
                             ctx.kernel(),
                             topic,
                             reference,

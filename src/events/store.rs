@@ -95,6 +95,15 @@ pub struct StoredSchedule {
     pub runs: i64,
 }
 
+/// A handler subscription as the store keeps it (`spec` is JSON the store does not read).
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct StoredSubscription {
+    pub topic: String,
+    /// The handler's queue.
+    pub queue: String,
+    pub spec: String,
+}
+
 /// Wildcard wakeup: every waiter re-reads (sent after a reconnect, when notifications may
 /// have been lost).
 pub const WAKE_ALL: &str = "*";
@@ -218,6 +227,15 @@ pub trait EventStore: Send + Sync + 'static {
 
     /// Applies schema migrations (no-op for memory).
     async fn migrate(&self) -> StoreResult<()>;
+
+    /// Keeps the subscription of `queue` to `topic` (replacing its spec).
+    async fn put_subscription(&self, topic: &str, queue: &str, spec: &str) -> StoreResult<()>;
+
+    /// Forgets the subscription of `queue` to `topic`; whether it was kept.
+    async fn delete_subscription(&self, topic: &str, queue: &str) -> StoreResult<bool>;
+
+    /// Every kept subscription.
+    async fn subscriptions(&self) -> StoreResult<Vec<StoredSubscription>>;
 
     /// Checks the store answers (a round trip for a database), for readiness probes.
     async fn ping(&self) -> StoreResult<()>;

@@ -138,6 +138,7 @@ contract!(
     event_skills_work_through_the_pipeline,
     the_event_middleware_routes_topics_to_skills,
     event_unsubscribe_removes_one_handler_a_queue_or_every_handler,
+    a_kept_subscription_is_restored_after_a_restart_for_its_principal_with_its_args,
     a_schedule_firing_is_taken_once_and_an_unchanged_put_keeps_it,
     a_session_keeps_its_newest_entries_in_order_and_clears,
     the_session_middleware_continues_a_conversation_across_replicas,
@@ -721,6 +722,79 @@ async fn event_unsubscribe_removes_one_handler_a_queue_or_every_handler(b: &Back
     let out = call("event-unsubscribe", json!({"topic": "u", "ref": "first"})).await;
     assert_eq!(out, json!({"removed": 0}));
     bus.shutdown();
+}
+
+/// A kernel over `project` on `bus` whose `who` handler sends what it saw on `seen`.
+fn recording(
+    project: &Project,
+    bus: Arc<Bus>,
+    seen: tokio::sync::mpsc::UnboundedSender<Value>,
+) -> Kernel {
+    project
+        .builder()
+        .bus(bus)
+        .native(native(
+            "name: who\ndescription: Records who ran it.\n",
+            move |ctx: skillgate::Context, args| {
+                let seen = seen.clone();
+                async move {
+                    let a = ctx.authority();
+                    let _ = seen.send(json!({
+                        "level": a.level.as_str(),
+                        "principal": a.principal.id(),
+                        "k": args["k"],
+                    }));
+                    Ok(None)
+                }
+            },
+        ))
+        .build()
+}
+
+async fn a_kept_subscription_is_restored_after_a_restart_for_its_principal_with_its_args(
+    b: &Backend,
+) {
+    use skillgate::kernel::authority::{Authority, Grants, Principal};
+    let project = Project::new();
+    let (tx, mut seen) = tokio::sync::mpsc::unbounded_channel();
+    let first = b.bus(Limits::default(), LONG).await;
+    let k = recording(&project, first.clone(), tx.clone());
+    // Project code serving the key `ops` subscribes: the handler is the key's.
+    let ops = Principal::key("ops", Grants::default());
+    k.invoke(
+        "event-subscribe",
+        json!({ "topic": "orders", "ref": "who", "args": { "k": 1 } }),
+        InvokeOptions::as_authority(Authority::serving(ops)),
+    )
+    .await
+    .unwrap();
+    first.shutdown();
+    // A new process on the same data: the worker starts again from what was kept.
+    let second = b.bus(Limits::default(), LONG).await;
+    let k2 = recording(&project, second.clone(), tx);
+    assert_eq!(skillgate::events::restore_subscriptions(&k2).await, 1);
+    second
+        .emit(&skillgate::events::Event::new("orders", "placed"))
+        .await
+        .unwrap();
+    let got = tokio::time::timeout(GUARD, seen.recv())
+        .await
+        .expect("the restored handler ran")
+        .unwrap();
+    assert_eq!(
+        got,
+        json!({ "level": "caller", "principal": "key:ops", "k": 1 })
+    );
+    // Unsubscribing forgets it.
+    k2.invoke(
+        "event-unsubscribe",
+        json!({ "topic": "orders" }),
+        InvokeOptions::default(),
+    )
+    .await
+    .unwrap();
+    assert!(second.store().subscriptions().await.unwrap().is_empty());
+    second.shutdown();
 }
 
 async fn a_schedule_firing_is_taken_once_and_an_unchanged_put_keeps_it(b: &Backend) {
