@@ -45,6 +45,8 @@ pub const DEFAULT_QUEUE: &str = "default";
 /// How often waiters re-read even without a wakeup (covers visibility timeouts and other
 /// processes on a store without notifications).
 const POLL: Duration = Duration::from_millis(250);
+/// How often a paused handler (its key revoked) looks whether its key is back.
+const PAUSE_RECHECK: Duration = Duration::from_secs(2);
 /// Entries a skill handler's consumer claims ahead (handled one at a time, in order).
 const HANDLER_PREFETCH: usize = 8;
 
@@ -629,35 +631,75 @@ struct Worker {
 
 impl Worker {
     async fn run(self) {
-        let consumer = Consumer::start(
-            self.bus.store.clone(),
-            &self.topic,
-            &self.queue,
-            ConsumerOptions {
-                prefetch: HANDLER_PREFETCH,
-                visibility: self.bus.config.visibility,
-            },
-            self.stop.clone(),
-        );
-        while let Some(delivery) = consumer.next().await {
-            let receipt = delivery.receipt;
-            if self.handle(delivery).await {
-                consumer.ack(receipt);
-            } else {
-                consumer.nack(receipt);
+        let mut told = false;
+        loop {
+            // A key's handlers pause while no key has its name (revoked), taking nothing from
+            // the queue, and go on when a key of that name returns.
+            if let Some(why) = self.paused() {
+                if !told {
+                    tracing::info!(topic = %self.topic, handler = %self.reference, "handler paused: {why}");
+                    told = true;
+                }
+                tokio::select! {
+                    () = tokio::time::sleep(PAUSE_RECHECK) => continue,
+                    () = self.stop.cancelled() => return,
+                }
+            }
+            told = false;
+            let consumer = Consumer::start(
+                self.bus.store.clone(),
+                &self.topic,
+                &self.queue,
+                ConsumerOptions {
+                    prefetch: HANDLER_PREFETCH,
+                    visibility: self.bus.config.visibility,
+                },
+                self.stop.child_token(),
+            );
+            while let Some(delivery) = consumer.next().await {
+                let receipt = delivery.receipt;
+                if self.paused().is_some() {
+                    consumer.nack(receipt);
+                    break;
+                }
+                if self.handle(delivery).await {
+                    consumer.ack(receipt);
+                } else {
+                    consumer.nack(receipt);
+                }
+            }
+            consumer.close().await;
+            if self.stop.is_cancelled() {
+                return;
             }
         }
-        consumer.close().await;
+    }
+
+    /// Why the handler may not run now (its key was revoked), if so.
+    fn paused(&self) -> Option<&'static str> {
+        let keys = self.kernel.extension::<crate::kernel::authority::Keys>()?;
+        keys.current(&self.authority.principal).err()
     }
 
     /// Runs the handler on one event: true when it succeeded.
     async fn handle(&self, delivery: Delivery) -> bool {
         let limit = self.bus.config.handler_timeout;
+        // A key's handler runs with the key's grants of now.
+        let authority = match self.kernel.extension::<crate::kernel::authority::Keys>() {
+            Some(keys) => match keys.current(&self.authority.principal) {
+                Ok(principal) => self
+                    .authority
+                    .at(self.authority.level)
+                    .with_principal(principal),
+                Err(_) => return false,
+            },
+            None => self.authority.clone(),
+        };
         let run = run_handler(
             &self.kernel,
             &self.reference,
             self.args.as_ref(),
-            self.authority.clone(),
+            authority,
             &delivery.event,
         );
         // Dropping the run on a timeout aborts it; the event comes back (nack) and, if it keeps

@@ -426,6 +426,14 @@ impl Authority {
         }
     }
 
+    /// The same level for `principal` (the current grants of the same key).
+    pub fn with_principal(self, principal: Principal) -> Authority {
+        Authority {
+            level: self.level,
+            principal,
+        }
+    }
+
     /// Whether it may run control-plane tools: project level, or a caller with `admin`.
     pub fn may_administer(&self) -> bool {
         match self.level {

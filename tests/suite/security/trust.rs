@@ -484,3 +484,43 @@ async fn caller_mistakes_with_stored_work_are_4xx_naming_what_was_wrong() {
     );
     server.finish().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoked_keys_handlers_pause_and_go_on_when_a_key_of_that_name_returns() {
+    let project = project();
+    let (tx, mut seen) = tokio::sync::mpsc::unbounded_channel::<Value>();
+    let k = project
+        .builder()
+        .native(native(
+            "name: who\ndescription: Records who ran it.\n",
+            move |ctx: Context, _| {
+                let tx = tx.clone();
+                async move {
+                    let _ = tx.send(json!(ctx.authority().principal.id()));
+                    Ok(None)
+                }
+            },
+        ))
+        .build();
+    let keys = k.extension::<Keys>().unwrap();
+    keys.install(Arc::new(KeyRing::new(vec![]).unwrap()));
+    let bus = k.bus().clone();
+    let ops = Principal::key("ops", Grants::default());
+    bus.subscribe_handler_as(&k, "orders", "who", None, false, ops)
+        .await
+        .unwrap();
+    bus.emit(&Event::new("orders", "placed")).await.unwrap();
+    // Revoked: nothing runs (a bounded look; the handler would run within milliseconds).
+    let early = tokio::time::timeout(std::time::Duration::from_millis(500), seen.recv()).await;
+    assert!(early.is_err(), "a revoked key's handler ran: {early:?}");
+    let ring = KeyRing::new(vec![
+        ApiKey::new("ops", &hash_key("sg_new"), vec![]).unwrap(),
+    ])
+    .unwrap();
+    keys.install(Arc::new(ring));
+    let ran = tokio::time::timeout(std::time::Duration::from_secs(20), seen.recv())
+        .await
+        .expect("the handler went on once the key returned");
+    assert_eq!(ran, Some(json!("key:ops")));
+    bus.shutdown();
+}
