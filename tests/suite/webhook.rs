@@ -336,3 +336,31 @@ fn webhook_routes_with_a_literal_secret_an_unset_variable_a_missing_skill_or_a_p
         assert!(!err.contains("plain-text"), "the secret is not printed: {err}");
     });
 }
+
+#[test]
+fn a_signed_body_holding_a_directive_key_is_refused_422_naming_its_path_and_never_queued() {
+    runtime().block_on(async {
+        let seen = Seen::default();
+        let mut server = start(&seen, false).await;
+        let body = r#"{"type":"x","items":[{"$context":{"middleware":{}}}]}"#;
+        let ts = now();
+        let signature = sign_standard("msg_dollar", ts, body);
+        let refused = deliver(&server, "/hooks/std", "msg_dollar", ts, body, &signature).await;
+        assert_eq!(refused.status(), 422);
+        let problem: Value = refused.json().await.unwrap();
+        assert_eq!(
+            problem["errors"][0]["path"], "/items/0/$context",
+            "{problem}"
+        );
+        let queued = server
+            .kernel
+            .bus()
+            .store()
+            .peek("gateway-webhook.hooks.std", "run", 10)
+            .await
+            .unwrap_or_default();
+        assert!(queued.is_empty(), "{queued:?}");
+        assert!(seen.runs.lock().is_empty());
+        server.finish().await;
+    });
+}

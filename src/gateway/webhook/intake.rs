@@ -78,6 +78,11 @@ async fn receive(
         tracing::info!(path = route.path, error = %err, "refused a webhook delivery");
         GatewayError::BadSignature(err.to_string())
     })?;
+    // The body is data: one holding a directive key is refused now (422, naming its path), not
+    // queued to be refused at every redelivery.
+    let parsed = parse_body(&body);
+    crate::gateway::edge::check_args(&parsed)
+        .map_err(|err| GatewayError::from_run(&err, &route.skill, &verified.id))?;
     let key = format!("webhook:{}:{}", route.path, verified.id);
     let fingerprint = crate::digest::sha256_hex(&body);
     let mut event = Event::new(&route.topic, "delivery");
@@ -87,7 +92,7 @@ async fn receive(
         "path": route.path,
         "scheme": route.scheme.name(),
         "headers": headers_json(headers),
-        "body": parse_body(&body),
+        "body": parsed,
         "receivedAt": now_ms(),
     }));
     let answer = json!({ "deliveryId": verified.id });
