@@ -15,11 +15,10 @@ use serde_json::{Value, json};
 
 use crate::common::Project;
 use crate::server::{TestServer, with_keys};
-use skillgate::events::KernelBus;
 
 /// A client that keeps the notifications it gets.
 #[derive(Clone, Default)]
-struct Client(Arc<Mutex<Vec<Value>>>);
+pub(crate) struct Client(Arc<Mutex<Vec<Value>>>);
 
 impl ClientHandler for Client {
     #[allow(deprecated)]
@@ -32,7 +31,7 @@ impl ClientHandler for Client {
     }
 }
 
-fn project() -> Project {
+pub(crate) fn project() -> Project {
     let p = Project::new();
     p.skill(
         "hello.skill.md",
@@ -57,7 +56,7 @@ fn project() -> Project {
     p
 }
 
-async fn connect(
+pub(crate) async fn connect(
     server: &TestServer,
     key: &str,
 ) -> Result<RunningService<RoleClient, Client>, String> {
@@ -69,7 +68,7 @@ async fn connect(
         .map_err(|e| e.to_string())
 }
 
-fn args(value: Value) -> JsonObject {
+pub(crate) fn args(value: Value) -> JsonObject {
     match value {
         Value::Object(map) => map,
         _ => unreachable!("an object"),
@@ -105,7 +104,7 @@ async fn tool_names(client: &RunningService<RoleClient, Client>) -> Vec<String> 
     tools.into_iter().map(|t| t.name.to_string()).collect()
 }
 
-fn text(result: &CallToolResult) -> String {
+pub(crate) fn text(result: &CallToolResult) -> String {
     result
         .content
         .iter()
@@ -273,55 +272,4 @@ async fn skillgate_mcp_serves_the_skills_over_stdio() {
     let out = call(&client, "steps", json!({"n": 2})).await;
     assert_eq!(out.structured_content, Some(json!({"steps": 2})));
     client.cancel().await.unwrap();
-}
-
-/// What `tools/call` answered: the text of a result or of a refusal.
-async fn attempt(client: &RunningService<RoleClient, Client>, tool: &str, a: Value) -> String {
-    match client
-        .call_tool(CallToolRequestParams::new(tool.to_string()).with_arguments(args(a)))
-        .await
-    {
-        Ok(result) => {
-            assert_eq!(
-                result.is_error,
-                Some(true),
-                "{tool} was refused: {result:?}"
-            );
-            text(&result)
-        }
-        Err(err) => err.to_string(),
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mcp_callers_cannot_seed_schedule_or_name_hidden_and_internal_skills() {
-    let project = project();
-    let marker = project.path().join("pwned");
-    let mut server = TestServer::start(project, with_keys()).await;
-    let client = connect(&server, "sg_ci_key").await.unwrap();
-    let seed = json!({ "middleware": { "mcp": { "args": { "p": {
-        "command": "sh", "args": ["-c", format!("touch {}", marker.display())]
-    } } } } });
-    let said = attempt(
-        &client,
-        "hello",
-        json!({ "name": "x", "deep": [{ "$context": seed }] }),
-    )
-    .await;
-    assert!(said.contains("/deep/0/$context"), "{said}");
-    let said = attempt(
-        &client,
-        "schedule-create",
-        json!({ "name": "x", "ref": "hello", "every": "1s", "args": { "name": "x" } }),
-    )
-    .await;
-    assert!(said.contains("admin"), "{said}");
-    for hidden in ["inner", "agent", "agent-model", "mcp"] {
-        let said = attempt(&client, hidden, json!({})).await;
-        assert!(said.contains("no skill is named"), "{hidden}: {said}");
-    }
-    let schedules = server.kernel.bus().store().schedules().await.unwrap();
-    assert!(schedules.is_empty() && !marker.exists());
-    client.cancel().await.unwrap();
-    server.finish().await;
 }

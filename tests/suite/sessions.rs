@@ -15,13 +15,13 @@ use crate::ws_client::WsClient;
 const TURNS: &str = "export const frontmatter = { metadata: { session: true, web: { route: 'GET /turns' } } };\n\
 export default async (ctx, args) => ({ sessionId: args.sessionId ?? null, seen: ctx.locals.session.history.length });\n";
 
-fn turns_project() -> Project {
+pub(crate) fn turns_project() -> Project {
     let p = Project::new();
     p.skill("turns.skill.js", TURNS);
     p
 }
 
-fn cookie_of(response: &reqwest::Response) -> Option<String> {
+pub(crate) fn cookie_of(response: &reqwest::Response) -> Option<String> {
     response
         .headers()
         .get("set-cookie")

@@ -524,3 +524,27 @@ async fn a_revoked_keys_handlers_pause_and_go_on_when_a_key_of_that_name_returns
     assert_eq!(ran, Some(json!("key:ops")));
     bus.shutdown();
 }
+
+#[tokio::test]
+async fn a_web_session_id_the_server_did_not_sign_is_replaced_not_adopted() {
+    use crate::sessions::{cookie_of, turns_project};
+    let mut server = TestServer::start(turns_project(), crate::server::config()).await;
+    // Fixation: the attacker plants a well-formed id in the victim's browser.
+    let planted = "0123456789abcdef0123456789abcdef";
+    for cookie in [
+        planted.to_string(),
+        format!("{planted}.0.0123456789abcdef0123456789abcdef"),
+    ] {
+        let response = server
+            .client
+            .get(server.url("/turns"))
+            .header("cookie", format!("skillgate_session={cookie}"))
+            .send()
+            .await
+            .unwrap();
+        assert!(cookie_of(&response).is_some(), "a new cookie is set");
+        let body: Value = response.json().await.unwrap();
+        assert_ne!(body["sessionId"], json!(planted), "{body}");
+    }
+    server.finish().await;
+}
