@@ -452,12 +452,17 @@ impl Authority {
             return index.find(name);
         }
         match index.get(name) {
-            Some(tool) if self.may_name(tool) => Ok(tool),
+            // The provider some metadata selects is the agent's machinery, like `agent-model`.
+            Some(tool) if self.may_name(tool) && !index.is_provider(name) => Ok(tool),
             _ => {
                 let suggestions: Vec<String> = index
                     .closest(name)
                     .into_iter()
-                    .filter(|n| index.get(n).is_some_and(|t| self.may_name(t)))
+                    .filter(|n| {
+                        index
+                            .get(n)
+                            .is_some_and(|t| self.may_name(t) && !index.is_provider(n))
+                    })
                     .collect();
                 let mut message = format!("no skill named `{name}`");
                 if !suggestions.is_empty() {

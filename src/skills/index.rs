@@ -56,6 +56,9 @@ pub struct SearchIndex {
     /// Metadata given on the command line: the top level of every cascade.
     pub overrides: Arc<Map<String, Value>>,
     pub(crate) scc: Mutex<SccState>,
+    /// The agent providers some metadata selects (`model.agent`): pipeline machinery, named by
+    /// the project only.
+    providers: std::collections::HashSet<String>,
 }
 
 impl SearchIndex {
@@ -102,6 +105,12 @@ impl SearchIndex {
             .into_iter()
             .filter(|f| !slots.contains_key(&f.name))
             .collect();
+        let providers = slots
+            .values()
+            .map(|s| &*s.tool.metadata)
+            .chain(std::iter::once(&*overrides))
+            .filter_map(|m| m.get("model")?.get("agent")?.as_str().map(str::to_string))
+            .collect();
         SearchIndex {
             generation,
             dirs,
@@ -113,7 +122,13 @@ impl SearchIndex {
             globals,
             overrides,
             scc: Mutex::new(SccState::default()),
+            providers,
         }
+    }
+
+    /// True when some metadata selects `name` as its agent provider (`model.agent`).
+    pub fn is_provider(&self, name: &str) -> bool {
+        self.providers.contains(name)
     }
 
     pub fn slot(&self, name: &str) -> Option<&Slot> {

@@ -548,3 +548,29 @@ async fn a_web_session_id_the_server_did_not_sign_is_replaced_not_adopted() {
     }
     server.finish().await;
 }
+
+#[tokio::test]
+async fn the_agent_provider_a_project_selects_is_internal_to_callers() {
+    let project = project();
+    project
+        .skill(
+            "mine.skill.md",
+            "---\nname: mine\ndescription: A provider of the project's.\n---\nprovider\n",
+        )
+        .skill(
+            "ask.skill.md",
+            "---\nname: ask\ndescription: Asks.\nmetadata:\n  model: { agent: mine }\n---\nQ\n",
+        );
+    let k = kernel(&project);
+    let as_caller = || InvokeOptions::as_authority(Authority::caller(Principal::local()));
+    for name in ["mine", "agent-strands"] {
+        let err = k.invoke(name, json!({}), as_caller()).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::NotFound, "{name}: {err}");
+    }
+    // The project names it as it likes.
+    assert!(
+        k.invoke("mine", json!({}), InvokeOptions::default())
+            .await
+            .is_ok()
+    );
+}
