@@ -26,9 +26,9 @@ fn note(name: &str) -> &'static str {
             "below project: the key's `topics`, its own queues; admin names any queue and reads reserved topics"
         }
         "event-subscribe" => {
-            "the handler runs as its principal's call; `ref` checked against its skills"
+            "the handler runs as its principal's call; `ref` checked against its skills; reserved topics: project only"
         }
-        "event-unsubscribe" => "its own handlers; admin any",
+        "event-unsubscribe" => "its own handlers; admin any; reserved topics: project only",
         "schedule-create" => {
             "the schedule runs as its principal's call; `ref` checked against its skills; replaces only its own"
         }

@@ -132,14 +132,14 @@ pub async fn serve(
     eprintln!(
         "skillgate: listening on http://{addr}{smtp} ({skills} skills{declared}, {store_kind} event store {store_label}, {})",
         if open {
-            "no API keys: every path is open".to_string()
+            "no API keys: one local caller, without admin".to_string()
         } else {
             format!("{keys} API key(s)")
         }
     );
     if open && !loopback {
         eprintln!(
-            "warning: listening on {addr} without API keys; set SKILLGATE_API_KEYS before exposing the server"
+            "warning: listening on {addr} without API keys (--insecure-no-auth): anyone who reaches it is the local caller; set SKILLGATE_API_KEYS instead"
         );
     }
     let transports: Vec<Box<dyn Transport>> = vec![Box::new(server)];

@@ -63,6 +63,20 @@ fn check_topic(authority: &Authority, topic: &str) -> Result<()> {
     .with_data(json!({ "rule": "topic", "topic": topic })))
 }
 
+/// Refuses changing who consumes a reserved topic (`gateway-*` workers' queues, dead letters)
+/// below project level, `admin` included: a worker's queue dropped would lose deliveries that
+/// were already answered 2xx.
+fn check_reserved_subscription(authority: &Authority, topic: &str) -> Result<()> {
+    if authority.level == Level::Project || !is_reserved_topic(topic) {
+        return Ok(());
+    }
+    Err(SkillError::new(
+        ErrorKind::Denied,
+        format!("the subscriptions of the reserved topic `{topic}` are skillgate's own"),
+    )
+    .with_data(json!({ "rule": "topic", "topic": topic })))
+}
+
 /// The queue `args.queue` (default `default`) names for the invoking authority: below project
 /// level, the principal's own queue of that name (see `events::owned_queue`).
 fn queue_of(ctx: &Context, args: &Value) -> String {
@@ -141,6 +155,7 @@ metadata:
         |ctx, args| async move {
             let topic =
                 string(&args, "topic").ok_or_else(|| bad("event-subscribe needs a `topic`"))?;
+            check_reserved_subscription(ctx.authority(), topic)?;
             let replay = args.get("replay").and_then(Value::as_bool).unwrap_or(false);
             let bus = bus(&ctx)?;
             match string(&args, "ref") {
@@ -205,6 +220,7 @@ metadata:
         |ctx, args| async move {
             let topic =
                 string(&args, "topic").ok_or_else(|| bad("event-unsubscribe needs a `topic`"))?;
+            check_reserved_subscription(ctx.authority(), topic)?;
             let bus = bus(&ctx)?;
             let principal = &ctx.authority().principal;
             let removed = match string(&args, "queue") {

@@ -574,3 +574,30 @@ async fn the_agent_provider_a_project_selects_is_internal_to_callers() {
             .is_ok()
     );
 }
+
+#[tokio::test]
+async fn not_even_an_admin_key_changes_who_consumes_a_reserved_topic() {
+    let mut server = TestServer::start(project(), with_keys()).await;
+    let bus = server.kernel.bus().clone();
+    bus.subscribe_queue("gateway-webhook.hooks.x", "run", false)
+        .await
+        .unwrap();
+    for (skill, args) in [
+        (
+            "event-unsubscribe",
+            json!({ "topic": "gateway-webhook.hooks.x", "queue": "run" }),
+        ),
+        (
+            "event-subscribe",
+            json!({ "topic": "gateway-email", "ref": "hello" }),
+        ),
+    ] {
+        let response = server
+            .post_json_as("sg_ops_key", &format!("/invoke/{skill}"), &args)
+            .await;
+        problem(response, 403).await;
+    }
+    let queues = bus.store().queues("gateway-webhook.hooks.x").await.unwrap();
+    assert_eq!(queues, ["run"]);
+    server.finish().await;
+}
