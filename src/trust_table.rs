@@ -23,7 +23,7 @@ fn note(name: &str) -> &'static str {
             "below project: only the key's `topics`; reserved topics never, not even with admin"
         }
         "event-wait" | "event-ack" => {
-            "below project: the key's `topics`, its own queues; admin names any queue and reads reserved topics"
+            "below project: the key's `topics`, its own queues; admin names any queue; reserved topics' queues: project only"
         }
         "event-subscribe" => {
             "the handler runs as its principal's call; `ref` checked against its skills; reserved topics: project only"

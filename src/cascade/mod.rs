@@ -95,8 +95,17 @@ pub fn resolved_for(index: &SearchIndex, tool: &Arc<Tool>) -> Result<Arc<Resolve
 /// from project files only. A `${args.x}` there would let a caller pick the command an MCP
 /// server starts or the URL its headers go to (`mcp`), the URL a model's API key is sent to and
 /// the variable it is read from (`model`), or the folders tools and files are read from
-/// (`paths`, `workspace`, `cwd`).
-pub const FIXED_KEYS: [&str; 5] = ["mcp", "model", "paths", "workspace", "cwd"];
+/// (`paths`, `workspace`, `cwd`), or the topics and skills the project subscribes (`event`,
+/// `observe`).
+pub const FIXED_KEYS: [&str; 7] = [
+    "mcp",
+    "model",
+    "paths",
+    "workspace",
+    "cwd",
+    "event",
+    "observe",
+];
 
 fn compute_merged(index: &SearchIndex, tool: &Arc<Tool>) -> Result<Merged> {
     let project = index

@@ -85,7 +85,8 @@ pub struct KeySpec {
     pub admin: bool,
 }
 
-/// API keys: `name=sha256:<hex>,...` on the command line (unnamed ones are `key-N`), each
+/// API keys: `name=sha256:<hex>,...` on the command line (an unnamed one is `key-<8 hex digits
+/// of its hash>`), each
 /// optionally followed by `;admin`, `;skills=a|b*` and `;topics=x|y.*` (globs separated by `|`;
 /// `;topics=` alone is none); a list of [`KeySpec`] (or the same string) in the file.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -98,14 +99,17 @@ impl FromStr for KeyList {
         Ok(KeyList(
             items
                 .into_iter()
-                .enumerate()
-                .map(|(i, item)| {
+                .map(|item| {
                     let mut parts = item.split(';').map(str::trim);
                     let first = parts.next().unwrap_or_default();
                     let (name, hash) = first.split_once('=').unwrap_or(("", first));
                     let mut spec = KeySpec {
+                        // Named after its hash, not its place in the list: the name is the key's
+                        // principal, which owns schedules and queues, and must not pass to
+                        // another secret when the list changes.
                         name: if name.is_empty() {
-                            format!("key-{}", i + 1)
+                            let digest = hash.trim().trim_start_matches("sha256:");
+                            format!("key-{}", digest.get(..8).unwrap_or(digest))
                         } else {
                             name.to_string()
                         },
@@ -172,7 +176,10 @@ mod tests {
     fn keys_read_from_a_flag_or_as_entries() {
         let flag: KeyList = "ci=sha256:ab,sha256:cd".parse().unwrap();
         assert_eq!(flag.0[0].name, "ci");
-        assert_eq!(flag.0[1].name, "key-2");
+        assert_eq!(
+            flag.0[1].name, "key-cd",
+            "an unnamed key is named after its hash"
+        );
         let file: KeyList = serde_json::from_value(
             json!([{ "name": "ci", "hash": "sha256:ab", "skills": ["r-*"] }]),
         )

@@ -77,6 +77,22 @@ fn check_reserved_subscription(authority: &Authority, topic: &str) -> Result<()>
     .with_data(json!({ "rule": "topic", "topic": topic })))
 }
 
+/// Refuses consuming a reserved topic's queues (`event-wait`, `event-ack`) below project level,
+/// `admin` included: they are skillgate's workers' (a delivery taken there was answered 2xx and
+/// would never run). An admin follows reserved topics instead (`GET /events/{topic}`).
+fn check_reserved_queue(authority: &Authority, topic: &str) -> Result<()> {
+    if authority.level == Level::Project || !is_reserved_topic(topic) {
+        return Ok(());
+    }
+    Err(SkillError::new(
+        ErrorKind::Denied,
+        format!(
+            "the queues of the reserved topic `{topic}` are skillgate's own; follow it instead"
+        ),
+    )
+    .with_data(json!({ "rule": "topic", "topic": topic })))
+}
+
 /// The queue `args.queue` (default `default`) names for the invoking authority: below project
 /// level, the principal's own queue of that name (see `events::owned_queue`).
 fn queue_of(ctx: &Context, args: &Value) -> String {
@@ -257,6 +273,7 @@ metadata:
         |ctx, args| async move {
             let topic = string(&args, "topic").ok_or_else(|| bad("event-wait needs a `topic`"))?;
             check_topic(ctx.authority(), topic)?;
+            check_reserved_queue(ctx.authority(), topic)?;
             let queue = queue_of(&ctx, &args);
             let queue = queue.as_str();
             let timeout = match args.get("timeout") {
@@ -324,6 +341,7 @@ metadata:
         |ctx, args| async move {
             let topic = string(&args, "topic").ok_or_else(|| bad("event-ack needs a `topic`"))?;
             check_topic(ctx.authority(), topic)?;
+            check_reserved_queue(ctx.authority(), topic)?;
             let queue = queue_of(&ctx, &args);
             let queue = queue.as_str();
             let mut ids: Vec<String> = args

@@ -33,7 +33,7 @@ use tokio::task::JoinHandle;
 
 use crate::cascade::entry::parse_extra;
 use crate::context::Context;
-use crate::error::{Result, SkillError};
+use crate::error::{ErrorKind, Result, SkillError};
 use crate::kernel::{InvokeOptions, ToolRef};
 use crate::sandbox::convert::{
     MAX_DEPTH, caught, depth, from_js, from_js_marked, throw, to_js, to_js_opt,
@@ -65,6 +65,16 @@ impl Bridge {
     pub(crate) fn close(&self) {
         self.closed.store(true, Ordering::Release);
         self.handles.lock().clear();
+    }
+
+    /// The context an operation on `path` through `ctx` acts on: untrusted code's `globals` are
+    /// its own, whichever handle it reads or writes them through.
+    fn acting(&self, ctx: &Context, path: &str) -> Result<Context> {
+        if self.untrusted && (path == "globals" || path.starts_with("globals.")) {
+            self.context(0)
+        } else {
+            Ok(ctx.clone())
+        }
     }
 
     fn context(&self, h: u32) -> Result<Context> {
@@ -258,14 +268,16 @@ fn path(value: Option<Value>, op: &str) -> Result<String> {
     }
 }
 
-fn get(_: &Bridge, ctx: &Context, p: Option<Value>, _: Option<Value>) -> Result<Option<Value>> {
-    ctx.get(&path(p, "get")?)
+fn get(b: &Bridge, ctx: &Context, p: Option<Value>, _: Option<Value>) -> Result<Option<Value>> {
+    let p = path(p, "get")?;
+    b.acting(ctx, &p)?.get(&p)
 }
 
 fn set(b: &Bridge, ctx: &Context, p: Option<Value>, v: Option<Value>) -> Result<Option<Value>> {
     let p = path(p, "set")?;
     let v = v.unwrap_or(Value::Null);
     refs::check_set(b.untrusted, &p, &v)?;
+    let ctx = &b.acting(ctx, &p)?;
     // Each segment of the path is a level above the value.
     if p.split('.').count() + depth(&v) > MAX_DEPTH {
         return Err(SkillError::failed(format!(
@@ -306,6 +318,15 @@ fn abort(_: &Bridge, ctx: &Context, r: Option<Value>, _: Option<Value>) -> Resul
 }
 
 fn inject(b: &Bridge, ctx: &Context, e: Option<Value>, _: Option<Value>) -> Result<Option<Value>> {
+    // Entries injected into another context's chain would run as that context's (the
+    // project's) code.
+    if b.untrusted && !ctx.is_untrusted() {
+        return Err(SkillError::new(
+            ErrorKind::Denied,
+            "untrusted code may only inject into its own chain",
+        )
+        .with_data(serde_json::json!({ "rule": "untrusted-ref" })));
+    }
     let entries = parse_extra(&e.unwrap_or(Value::Null))?;
     let mut list = Vec::with_capacity(entries.len());
     for (entry, _remove) in entries {
@@ -332,12 +353,20 @@ fn tail(_: &Bridge, ctx: &Context, o: Option<Value>, _: Option<Value>) -> Result
 }
 
 fn configure(
-    _: &Bridge,
+    b: &Bridge,
     ctx: &Context,
     o: Option<Value>,
     _: Option<Value>,
 ) -> Result<Option<Value>> {
-    ctx.configure(&o.unwrap_or(Value::Null)).map(Some)
+    let o = o.unwrap_or(Value::Null);
+    // Process-wide log settings are the project's.
+    if b.untrusted && o.get("global").is_some_and(|g| g == true) {
+        return Err(SkillError::new(
+            ErrorKind::Denied,
+            "untrusted code may not change the process's log settings (`global: true`)",
+        ));
+    }
+    ctx.configure(&o).map(Some)
 }
 
 /// `envelope` without `target` (that one is a ctx object, see `target`).
@@ -467,7 +496,9 @@ fn prepare_invoke<'js>(
     let options = arg(cx, options).catch(cx).map_err(js)?;
     refs::check_options(bridge.untrusted, options.as_ref())?;
     let options = invoke_options(options)?;
-    let ctx = bridge.context(h)?;
+    // Untrusted code invokes as itself whichever handle it holds (the served context's would
+    // be project code, under another policy).
+    let ctx = bridge.context(if bridge.untrusted { 0 } else { h })?;
     // `invoke` resolves the ref and spawns a detached run right away: on the main runtime too.
     let _main = bridge.main.enter();
     Ok(ctx.invoke(ToolRef::Name(Arc::from(reference)), args, options))

@@ -47,9 +47,18 @@ pub(crate) fn check_args(untrusted: bool, args: &serde_json::Value) -> Result<()
 /// Refuses a context seed in invoke options (`{ context: ... }`) from untrusted code: it would
 /// set the prompt, the middleware or `nonlocals` of what the code invokes.
 pub(crate) fn check_options(untrusted: bool, options: Option<&serde_json::Value>) -> Result<()> {
-    let seeded = options
-        .and_then(serde_json::Value::as_object)
-        .is_some_and(|o| o.get("context").is_some_and(|c| !c.is_null()));
+    let object = options.and_then(serde_json::Value::as_object);
+    if untrusted
+        && object.is_some_and(|o| o.get("detached") == Some(&serde_json::Value::Bool(true)))
+    {
+        // A detached run would outlive the code's own limits and timeout.
+        return Err(SkillError::new(
+            ErrorKind::Denied,
+            "untrusted code may not start detached runs (`options.detached`)",
+        )
+        .with_data(serde_json::json!({ "rule": "untrusted-args", "key": "detached" })));
+    }
+    let seeded = object.is_some_and(|o| o.get("context").is_some_and(|c| !c.is_null()));
     if untrusted && seeded {
         return Err(SkillError::new(
             ErrorKind::Denied,
@@ -64,9 +73,11 @@ pub(crate) fn check_options(untrusted: bool, options: Option<&serde_json::Value>
 /// settings that would steer what the tools it invokes run (`nonlocals.middleware` cascades into
 /// every child's chain, where a `paths` or `cwd` entry would have a bare name resolved from a
 /// folder the code chose; `workspace` is where a skill writes).
-const GUARDED: [&str; 6] = [
+const GUARDED: [&str; 7] = [
     "locals.internals",
     "nonlocals.middleware",
+    // The agent settings a nested agent inherits (its event topic among them).
+    "nonlocals.agent",
     "locals.middleware",
     "locals.config.paths",
     "locals.config.cwd",

@@ -189,6 +189,18 @@ async fn a_message_frame_reaches_the_runs_gateway_receive() {
     client
         .send(json!({ "type": "invoke", "id": "e", "skill": "echo" }))
         .await;
+    // A message is the caller's data: a directive key in it is refused, naming its path, and
+    // never reaches the run.
+    client
+        .send(json!({ "type": "message", "id": "e", "message": { "x": { "$context": {} } } }))
+        .await;
+    let refused = loop {
+        let frame = client.recv().await;
+        if frame["type"] == "error" {
+            break frame;
+        }
+    };
+    assert!(refused.to_string().contains("/x/$context"), "{refused}");
     client
         .send(json!({ "type": "message", "id": "e", "message": { "answer": 42 } }))
         .await;

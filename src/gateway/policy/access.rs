@@ -113,7 +113,14 @@ impl Policy {
     pub fn visible(&self, tool: &Tool) -> bool {
         let middleware =
             tool.decl.get("role").and_then(serde_json::Value::as_str) == Some("middleware");
-        !(tool.hidden || middleware) || self.exposed.is_match(&tool.name)
+        // skillgate's own machinery (the agent, its providers, built-in middleware) is never
+        // exposed: only the project's own skill files are.
+        let machinery = tool.class == crate::kernel::authority::ToolClass::Internal
+            && matches!(
+                tool.source,
+                crate::skills::tool::Source::Native | crate::skills::tool::Source::Bundled(_)
+            );
+        !(tool.hidden || middleware) || (self.exposed.is_match(&tool.name) && !machinery)
     }
 
     /// True when a caller with `scope` may invoke `tool` by name: what a listing shows it, and
@@ -134,7 +141,11 @@ impl Policy {
         // A skill outside the caller's grants looks missing too: the answer must not tell the
         // caller what exists beyond its reach.
         match index.get(skill) {
-            Some(tool) if self.visible(tool) && scope.allows(skill) => Ok(tool.clone()),
+            Some(tool)
+                if self.visible(tool) && scope.allows(skill) && !index.is_provider(skill) =>
+            {
+                Ok(tool.clone())
+            }
             _ => Err(Refusal::Unknown {
                 skill: skill.to_string(),
                 suggestions: self.suggest(index, skill, scope),

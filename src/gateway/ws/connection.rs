@@ -185,6 +185,12 @@ impl Connection {
                 )),
             },
             ClientFrame::Message(to) => {
+                // A message to a run is the caller's data, like its args.
+                if let Err(err) = crate::gateway::edge::check_args(&to.message) {
+                    let err = GatewayError::from_run(&err, "gateway-receive", &to.id);
+                    self.outbox.push(out::error(Some(&to.id), &err));
+                    return;
+                }
                 let refused = match self.runs.get(&to.id) {
                     None => Some(format!(
                         "no invocation `{}` is running on this socket",
@@ -209,7 +215,10 @@ impl Connection {
                 let principal = Caller::principal(self.caller());
                 if self.draining {
                     self.outbox.push(out::error(None, &shutting_down()));
-                } else if !principal.may_use_topic(&subscribe.topic) {
+                } else if !principal.may_use_topic(&subscribe.topic)
+                    || (subscribe.group.is_some()
+                        && crate::events::is_reserved_topic(&subscribe.topic))
+                {
                     self.outbox.push(out::error(
                         None,
                         &GatewayError::Denied {

@@ -601,3 +601,130 @@ async fn not_even_an_admin_key_changes_who_consumes_a_reserved_topic() {
     assert_eq!(queues, ["run"]);
     server.finish().await;
 }
+
+/// A skill `served` whose body runs `args.code` as untrusted code serving this very context
+/// (how the agent runs as middleware): the code holds the served context's handle.
+fn serving_probe() -> skillgate::skills::Tool {
+    native(
+        "name: served\ndescription: Runs untrusted code that serves it.\n",
+        |ctx: Context, args| async move {
+            let code = args["code"].as_str().unwrap_or_default().to_string();
+            let options = skillgate::sandbox::Untrusted {
+                target: Some(ctx.clone()),
+                ..Default::default()
+            };
+            let out = skillgate::sandbox::run_untrusted_with(&ctx, &code, options).await;
+            Ok(Some(match out {
+                Ok(v) => json!({ "ok": v }),
+                Err(e) => json!({ "err": e.message(), "code": e.kind().code() }),
+            }))
+        },
+    )
+}
+
+#[tokio::test]
+async fn untrusted_code_stays_untrusted_through_the_served_contexts_handle() {
+    let project = project();
+    let peek = native(
+        "name: peek\ndescription: Reads globals.\n",
+        |ctx: Context, _| async move { ctx.get("globals.cache.forged") },
+    );
+    let k = project
+        .builder()
+        .native(serving_probe())
+        .native(peek)
+        .build();
+    let run = |code: &'static str| {
+        let k = k.clone();
+        async move {
+            let out = k
+                .invoke("served", json!({ "code": code }), InvokeOptions::default())
+                .await
+                .unwrap()
+                .unwrap();
+            (*out).clone()
+        }
+    };
+    for (code, expected) in [
+        (
+            "return await ctxTarget(ctx).manager.invoke('schedule-create', { name: 'x', ref: 'hello', every: '1h' });",
+            "denied",
+        ),
+        (
+            "return await ctx.envelope.target.manager.invoke('agent-model', { prompt: 'x' });",
+            "not-found",
+        ),
+        (
+            "ctxTarget(ctx).manager.inject([{ name: 'paths', args: ['/tmp'] }]); return 1;",
+            "denied",
+        ),
+        (
+            "return await ctx.manager.invoke('hello', { name: 'x' }, { detached: true });",
+            "denied",
+        ),
+        (
+            "ctx.manager.set('nonlocals.agent', { events: 'gateway-slack' }); return 1;",
+            "denied",
+        ),
+        (
+            "ctx.manager.configure({ global: true, level: 'error' }); return 1;",
+            "denied",
+        ),
+    ] {
+        let out = run(code).await;
+        assert_eq!(out["code"], expected, "{code}: {out}");
+    }
+    // The process's globals are out of reach through the served handle too.
+    let out = run("ctxTarget(ctx).manager.set('globals.cache.forged', 1); return 1;").await;
+    assert_eq!(out["ok"], 1, "{out}");
+    let leaked = k
+        .invoke("peek", json!({}), InvokeOptions::default())
+        .await
+        .unwrap();
+    assert!(
+        leaked.is_none(),
+        "the next request sees nothing: {leaked:?}"
+    );
+    let schedules = k.bus().store().schedules().await.unwrap();
+    assert!(schedules.is_empty());
+}
+
+#[tokio::test]
+async fn expose_hidden_never_exposes_skillgates_own_machinery_and_reserved_queues_are_not_consumed()
+{
+    let mut settings = with_keys();
+    settings.expose_hidden = vec!["*".into()];
+    let mut server = TestServer::start(project(), settings).await;
+    for skill in ["agent", "agent-model", "execute", "mcp"] {
+        let response = server
+            .post_json_as(
+                "sg_ci_key",
+                &format!("/invoke/{skill}"),
+                &json!({ "prompt": "x" }),
+            )
+            .await;
+        problem(response, 404).await;
+    }
+    // The project's own hidden skill is exposed, as configured.
+    let vault = server
+        .post_json_as("sg_ci_key", "/invoke/vault", &json!({}))
+        .await;
+    assert_eq!(vault.status(), 200);
+    // An admin follows reserved topics but does not consume a worker's deliveries.
+    for (skill, args) in [
+        (
+            "event-wait",
+            json!({ "topic": "gateway-slack", "queue": "run", "timeout": 0 }),
+        ),
+        (
+            "event-ack",
+            json!({ "topic": "gateway-slack", "queue": "run", "id": "x" }),
+        ),
+    ] {
+        let response = server
+            .post_json_as("sg_ops_key", &format!("/invoke/{skill}"), &args)
+            .await;
+        problem(response, 403).await;
+    }
+    server.finish().await;
+}
