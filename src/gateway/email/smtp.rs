@@ -23,6 +23,8 @@ const IDLE: Duration = Duration::from_secs(300);
 const MAX_LINE: usize = 4096;
 /// Recipients of one message.
 const MAX_RECIPIENTS: usize = 100;
+/// The most of one line read at once during DATA.
+const DATA_PIECE: usize = 8192;
 
 /// Accepts connections until `stop`; each session is tracked on `tracker`. With `tls`,
 /// STARTTLS is offered.
@@ -214,10 +216,16 @@ async fn converse<S: AsyncRead + AsyncWrite + Unpin>(
                     let from = envelope.from.take().unwrap_or_default();
                     let to = std::mem::take(&mut envelope.to);
                     match data {
-                        None => format!(
-                            "552 5.3.4 message size exceeds the limit of {} bytes\r\n",
-                            config.max_size
-                        ),
+                        // Told as soon as the cap is passed, and let go: the rest of the
+                        // message is never read (it could go on without end).
+                        None => {
+                            let refusal = format!(
+                                "552 5.3.4 message size exceeds the limit of {} bytes; closing\r\n",
+                                config.max_size
+                            );
+                            say(reader, refusal.as_bytes()).await?;
+                            return Ok(Ended::Closed);
+                        }
                         Some(raw) => answer(intake.accept(&raw, &from, &to).await),
                     }
                 }
@@ -275,18 +283,22 @@ fn answer(taken: Result<Taken, IntakeError>) -> String {
     }
 }
 
-/// The message after DATA, dot-unstuffed, up to the lone `.`; `None` (with the rest read and
-/// dropped) when it is larger than `max`.
+/// The message after DATA, dot-unstuffed, up to the lone `.`; `None` as soon as it is larger
+/// than `max`. Lines are read in pieces of at most [`DATA_PIECE`] bytes and each counts against
+/// the cap as it arrives, so a client that never sends a newline holds no more memory than the
+/// cap (RFC 5321 allows 1000 octets a line; longer ones are taken, in pieces).
 async fn receive<S: AsyncRead + Unpin>(
     reader: &mut BufReader<S>,
     max: usize,
 ) -> std::io::Result<Option<Vec<u8>>> {
     let mut data = Vec::new();
-    let mut line = Vec::new();
-    let mut over = false;
+    let mut piece = Vec::new();
+    // Whether the next piece starts a line (where `.` ends the message and `..` is unstuffed).
+    let mut at_start = true;
     loop {
-        line.clear();
-        let n = tokio::time::timeout(IDLE, reader.read_until(b'\n', &mut line))
+        piece.clear();
+        let mut limited = (&mut *reader).take(DATA_PIECE as u64);
+        let n = tokio::time::timeout(IDLE, limited.read_until(b'\n', &mut piece))
             .await
             .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "DATA stalled"))??;
         if n == 0 {
@@ -295,20 +307,18 @@ async fn receive<S: AsyncRead + Unpin>(
                 "the client left during DATA",
             ));
         }
-        if line == b".\r\n" || line == b".\n" {
-            return Ok((!over).then_some(data));
+        if at_start && (piece == b".\r\n" || piece == b".\n") {
+            return Ok(Some(data));
         }
-        let body = if line.starts_with(b"..") {
-            &line[1..]
+        let body = if at_start && piece.starts_with(b"..") {
+            &piece[1..]
         } else {
-            &line[..]
+            &piece[..]
         };
         if data.len() + body.len() > max {
-            over = true;
-            data.clear();
+            return Ok(None);
         }
-        if !over {
-            data.extend_from_slice(body);
-        }
+        data.extend_from_slice(body);
+        at_start = piece.ends_with(b"\n");
     }
 }
