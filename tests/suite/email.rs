@@ -489,3 +489,54 @@ fn smtp_addr(served: &crate::process::Served) -> std::net::SocketAddr {
         .and_then(|a| a.parse().ok())
         .unwrap_or_else(|| panic!("no smtp:// address in `{}`", served.started))
 }
+
+/// Connects to the SMTP listener and reads its first line; the connection stays open while the
+/// stream is kept.
+async fn greeting(smtp: std::net::SocketAddr) -> (String, tokio::net::TcpStream) {
+    let mut stream = tokio::net::TcpStream::connect(smtp).await.unwrap();
+    let mut line = String::new();
+    {
+        let mut reader = BufReader::new(&mut stream);
+        tokio::time::timeout(Duration::from_secs(20), reader.read_line(&mut line))
+            .await
+            .expect("a first line")
+            .unwrap();
+    }
+    (line, stream)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn smtp_clients_past_the_connection_cap_are_told_421_and_http_goes_on() {
+    let sink = Sink::start().await;
+    let project = Project::new();
+    project.skill(
+        "brief.skill.md",
+        "---\nname: brief\ndescription: Answers.\n---\nok\n",
+    );
+    let mut http = config();
+    let mut email = settings(&sink);
+    email.routes = None;
+    email.default = Some("brief".into());
+    email.smtp.as_mut().unwrap().max_connections = Some(2);
+    http.email = email;
+    let mut server = TestServer::start(project, http).await;
+    let smtp = server.email_addr().unwrap();
+    let (first, _a) = greeting(smtp).await;
+    let (second, b) = greeting(smtp).await;
+    assert!(first.starts_with("220") && second.starts_with("220"));
+    let (third, _c) = greeting(smtp).await;
+    assert!(third.starts_with("421 4.7.0"), "{third}");
+    assert_eq!(server.get("/healthz").await.status(), 200);
+    // A session that ends makes room.
+    drop(b);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let (line, _r) = greeting(smtp).await;
+        if line.starts_with("220") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "room again: {line}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    server.finish().await;
+}

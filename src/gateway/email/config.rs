@@ -47,6 +47,9 @@ pub struct SmtpSettings {
     pub tls: Option<TlsSettings>,
     /// Refuse mail from clients that have not said STARTTLS [default: false].
     pub require_tls: Option<bool>,
+    /// SMTP sessions at once; a client past it is told 421 and let go, so idle clients cannot
+    /// take the file descriptors HTTP needs [default: 256].
+    pub max_connections: Option<usize>,
 }
 
 /// The mailbox mail is taken from.
@@ -213,6 +216,8 @@ pub struct EmailConfig {
     pub default: Option<String>,
     pub reply_window: Duration,
     pub max_size: usize,
+    /// SMTP sessions at once.
+    pub max_connections: usize,
 }
 
 impl EmailConfig {
@@ -351,6 +356,7 @@ impl EmailConfig {
                 .reply_window
                 .map_or(Duration::from_secs(60), |s| s.0),
             max_size: settings.max_size.unwrap_or(10 * 1024 * 1024),
+            max_connections: smtp.max_connections.unwrap_or(256).max(1),
         }))
     }
 

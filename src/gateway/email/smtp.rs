@@ -36,18 +36,36 @@ pub async fn serve(
     stop: CancellationToken,
     tracker: TaskTracker,
 ) {
+    let sessions = Arc::new(tokio::sync::Semaphore::new(config.max_connections));
     loop {
         let accepted = tokio::select! {
             () = stop.cancelled() => return,
             accepted = listener.accept() => accepted,
         };
         match accepted {
-            Ok((stream, peer)) => {
+            Ok((mut stream, peer)) => {
                 // Each answer is one write; sent at once, not held back for the client's ACK.
                 let _ = stream.set_nodelay(true);
+                let Ok(permit) = sessions.clone().try_acquire_owned() else {
+                    // Past the cap: told at once and let go, holding nothing.
+                    tracing::debug!(%peer, "an SMTP client was turned away: too many sessions");
+                    let busy = format!(
+                        "421 4.7.0 {} too many connections, try again later\r\n",
+                        config.hostname
+                    );
+                    tracker.spawn(async move {
+                        let _ = tokio::time::timeout(
+                            Duration::from_secs(5),
+                            stream.write_all(busy.as_bytes()),
+                        )
+                        .await;
+                    });
+                    continue;
+                };
                 let (intake, config, stop) = (intake.clone(), config.clone(), stop.clone());
                 let tls = tls.clone();
                 tracker.spawn(async move {
+                    let _permit = permit;
                     if let Err(err) = session(stream, &intake, &config, tls, &stop).await {
                         tracing::debug!(%peer, error = %err, "an SMTP session ended");
                     }
