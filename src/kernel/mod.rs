@@ -1,7 +1,8 @@
 //! The orchestrator: the registry, globals and logs shared by every context, and the entry
 //! points that start a run.
 //!
-//! `invoke.rs` holds the eight invocation steps, `chain.rs` the onion (`next`, `inject`, hooks).
+//! `invoke.rs` holds the eight invocation steps, `chain.rs` the onion (`next`, `inject`, hooks),
+//! `authority.rs` who an invocation runs for and with what powers (decided in steps 1 and 2).
 
 pub mod authority;
 pub mod callbacks;
