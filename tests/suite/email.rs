@@ -36,8 +36,14 @@ async fn start(sink: &Sink) -> TestServer {
     TestServer::start(project, http).await
 }
 
-/// A raw SMTP exchange: each command, then its answer line(s); the last answer.
-async fn smtp_session(addr: std::net::SocketAddr, data: &[u8]) -> String {
+/// A raw SMTP session up to DATA (each command, then its answer lines): the halves of the
+/// connection, the server waiting for the message.
+async fn at_data(
+    addr: std::net::SocketAddr,
+) -> (
+    BufReader<tokio::net::tcp::OwnedReadHalf>,
+    tokio::net::tcp::OwnedWriteHalf,
+) {
     let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     let (read, mut write) = stream.into_split();
     let mut reader = BufReader::new(read);
@@ -60,15 +66,20 @@ async fn smtp_session(addr: std::net::SocketAddr, data: &[u8]) -> String {
         }
     }
     assert!(line.starts_with("354"), "{line}");
+    (reader, write)
+}
+
+/// A raw SMTP exchange sending `data` as the message: the answer to it.
+async fn smtp_session(addr: std::net::SocketAddr, data: &[u8]) -> String {
+    let (mut reader, mut write) = at_data(addr).await;
+    let mut line = String::new();
     // The server may answer (552) and close before it has read everything: writes after that
     // may fail, the answer is what counts.
     let _ = write.write_all(data).await;
     let _ = write.write_all(b"\r\n.\r\n").await;
-    line.clear();
     reader.read_line(&mut line).await.unwrap();
-    let answer = line.clone();
     let _ = write.write_all(b"QUIT\r\n").await;
-    answer
+    line
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -76,27 +87,8 @@ async fn data_past_the_size_cap_is_refused_as_it_arrives_even_without_a_newline(
     let sink = Sink::start().await;
     let mut server = start(&sink).await;
     let smtp = server.email_addr().unwrap();
-    let stream = tokio::net::TcpStream::connect(smtp).await.unwrap();
-    let (read, mut write) = stream.into_split();
-    let mut reader = BufReader::new(read);
+    let (mut reader, mut write) = at_data(smtp).await;
     let mut line = String::new();
-    reader.read_line(&mut line).await.unwrap();
-    for command in [
-        "EHLO client.test\r\n",
-        "MAIL FROM:<ada@example.org>\r\n",
-        "RCPT TO:<bot@skillgate.test>\r\n",
-        "DATA\r\n",
-    ] {
-        write.write_all(command.as_bytes()).await.unwrap();
-        loop {
-            line.clear();
-            reader.read_line(&mut line).await.unwrap();
-            if line.as_bytes().get(3) != Some(&b'-') {
-                break;
-            }
-        }
-    }
-    assert!(line.starts_with("354"), "{line}");
     // Four times the cap (64 KiB) in one line that never ends, and no terminator: the server
     // must not wait for a newline that never comes, holding it all.
     let flood = vec![b'x'; 256 * 1024];
