@@ -687,10 +687,7 @@ impl Worker {
         // A key's handler runs with the key's grants of now.
         let authority = match self.kernel.extension::<crate::kernel::authority::Keys>() {
             Some(keys) => match keys.current(&self.authority.principal) {
-                Ok(principal) => self
-                    .authority
-                    .at(self.authority.level)
-                    .with_principal(principal),
+                Ok(principal) => self.authority.clone().with_principal(principal),
                 Err(_) => return false,
             },
             None => self.authority.clone(),
