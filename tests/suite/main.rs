@@ -35,6 +35,7 @@ mod context;
 mod deep;
 mod deploy;
 mod directives;
+mod dns_fake;
 mod durability;
 mod email;
 mod event_routes;

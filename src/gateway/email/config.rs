@@ -33,6 +33,16 @@ pub struct EmailSettings {
     pub reply_window: Option<Seconds>,
     /// Largest mail taken, in bytes [default: 10 MiB].
     pub max_size: Option<usize>,
+    /// Mail whose sender DKIM/DMARC (or the trusted relay) does not verify gets no answer at
+    /// all [default: false: it runs its route's skill, without command routes or session
+    /// history, and is answered only at its `From`].
+    pub require_verified_sender: Option<bool>,
+    /// The authserv-id of a relay in front that checks DKIM/DMARC itself (`mx.example.org`):
+    /// its topmost `Authentication-Results` header is believed.
+    pub trusted_relay: Option<String>,
+    /// The DNS server DKIM keys and DMARC records are asked of (`10.0.0.2:53`) [default: the
+    /// system's resolver].
+    pub dns_resolver: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -218,6 +228,9 @@ pub struct EmailConfig {
     pub max_size: usize,
     /// SMTP sessions at once.
     pub max_connections: usize,
+    pub require_verified_sender: bool,
+    pub trusted_relay: Option<String>,
+    pub dns_resolver: Option<SocketAddr>,
 }
 
 impl EmailConfig {
@@ -335,6 +348,11 @@ impl EmailConfig {
                     .into(),
             );
         }
+        let dns_resolver = settings.dns_resolver.as_deref().and_then(|addr| {
+            parse_resolver(addr)
+                .map_err(|e| errors.push(format!("email.dns-resolver: {e}")))
+                .ok()
+        });
         let hostname = smtp
             .hostname
             .unwrap_or_else(|| from.split('@').nth(1).unwrap_or("localhost").to_string());
@@ -357,6 +375,9 @@ impl EmailConfig {
                 .map_or(Duration::from_secs(60), |s| s.0),
             max_size: settings.max_size.unwrap_or(10 * 1024 * 1024),
             max_connections: smtp.max_connections.unwrap_or(256).max(1),
+            require_verified_sender: settings.require_verified_sender.unwrap_or(false),
+            trusted_relay: settings.trusted_relay.filter(|r| !r.trim().is_empty()),
+            dns_resolver,
         }))
     }
 
@@ -376,6 +397,16 @@ impl EmailConfig {
         }
         named
     }
+}
+
+/// `ip:port`, or an IP alone (port 53).
+fn parse_resolver(addr: &str) -> Result<SocketAddr, String> {
+    addr.parse::<SocketAddr>()
+        .or_else(|_| {
+            addr.parse::<std::net::IpAddr>()
+                .map(|ip| SocketAddr::new(ip, 53))
+        })
+        .map_err(|_| format!("`{addr}` is not an address such as 10.0.0.2:53"))
 }
 
 #[cfg(test)]

@@ -254,7 +254,11 @@ impl Poller {
         };
         let raw = message.body().unwrap_or_default();
         let envelope_from = return_path(raw);
-        match self.intake.accept(raw, &envelope_from, &[]).await {
+        match self
+            .intake
+            .accept(raw, &envelope_from, &[], &Default::default())
+            .await
+        {
             Ok(Taken::Queued(id)) => tracing::debug!(uid, event = id, "mail queued"),
             Ok(Taken::Duplicate) => tracing::debug!(uid, "mail taken before"),
             Ok(Taken::Dropped(why)) => tracing::info!(uid, why, "mail dropped"),

@@ -11,6 +11,7 @@ use crate::events::{Event, KernelBus};
 use crate::gateway::Gateway;
 use crate::gateway::email::config::{EmailConfig, Target};
 use crate::gateway::email::parse::{Caps, Mail, MailError, read};
+use crate::gateway::email::verify::{Client, Verifier};
 use crate::gateway::queue::{Enqueued, enqueue_once};
 
 /// Where accepted mail queues (reserved: only the intake emits there).
@@ -46,22 +47,31 @@ pub struct Intake {
     gateway: Gateway,
     config: Arc<EmailConfig>,
     caps: Caps,
+    verifier: Verifier,
 }
 
 impl Intake {
     pub fn new(gateway: Gateway, config: Arc<EmailConfig>) -> Intake {
+        let verifier = Verifier::new(
+            config.dns_resolver,
+            config.trusted_relay.clone(),
+            &config.hostname,
+        );
         Intake {
             gateway,
             config,
             caps: Caps::default(),
+            verifier,
         }
     }
 
+    /// Takes `raw`, sent by `client` with envelope sender `envelope_from` to `recipients`.
     pub async fn accept(
         &self,
         raw: &[u8],
         envelope_from: &str,
         recipients: &[String],
+        client: &Client,
     ) -> Result<Taken, IntakeError> {
         let ours = [self.config.from.clone()];
         let mail = read(raw, envelope_from, &ours, &self.caps)?;
@@ -71,7 +81,21 @@ impl Intake {
             tracing::info!(from = mail.from, "mail from a sender not allowed; dropped");
             return Ok(Taken::Dropped("sender not allowed"));
         }
-        let Some((skill, args, named, refused)) = route(&self.config, &mail, recipients) else {
+        let verdict = self
+            .verifier
+            .check(raw, &mail.from, envelope_from, client)
+            .await;
+        let verified = verdict.verified();
+        if !verified && self.config.require_verified_sender {
+            tracing::info!(
+                from = mail.from,
+                verdict = verdict.describe(),
+                "mail from a sender not verified; dropped"
+            );
+            return Ok(Taken::Dropped("sender not verified"));
+        }
+        let Some((skill, args, named, refused)) = route(&self.config, &mail, recipients, verified)
+        else {
             tracing::info!(
                 from = mail.from,
                 subject = mail.subject,
@@ -92,6 +116,8 @@ impl Intake {
             "args": args,
             "named": named,
             "refused": refused,
+            "verified": verified,
+            "verification": verdict.describe(),
             "envelopeFrom": envelope_from,
             "recipients": recipients,
             "receivedAt": crate::context::id::now_ms(),
@@ -109,11 +135,13 @@ impl Intake {
 }
 
 /// The first route that takes `mail`, else the default: the skill, its args, and whether the
-/// mail named it (a command route), and whether the route's `skills` leave that name out.
+/// mail named it (a command route), and whether the route's `skills` leave that name out. A
+/// command route takes only mail whose sender is `verified`.
 fn route(
     config: &EmailConfig,
     mail: &Mail,
     recipients: &[String],
+    verified: bool,
 ) -> Option<(String, Value, bool, bool)> {
     let to: Vec<String> = recipients
         .iter()
@@ -146,6 +174,7 @@ fn route(
         }
         return Some(match &route.target {
             Target::Skill(skill) => (skill.clone(), Value::Object(args), false, false),
+            Target::Command { .. } if !verified => continue,
             Target::Command { skills } => {
                 let subject = mail.subject.trim();
                 let skill = subject.split_whitespace().next().unwrap_or_default();

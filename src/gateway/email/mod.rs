@@ -3,8 +3,10 @@
 //!
 //! [`config`] (settings), [`parse`] (reading a mail and whether it may be answered), [`intake`]
 //! (routes, once per Message-ID, the durable queue), [`smtp`] (the listener), [`imap`] (the
-//! folder poller) with [`cursor`] (where it read up to), [`tls`] (STARTTLS and the IMAP client's TLS), [`worker`] (runs
-//! and answers), [`reply`] (the answer as a threaded mail), [`setup`] (put together at start).
+//! folder poller) with [`cursor`] (where it read up to), [`tls`] (STARTTLS and the IMAP client's
+//! TLS), [`verify`] (whether the sender is who `From` says), [`thread`] (conversations the
+//! server can vouch for), [`worker`] (runs and answers), [`reply`] (the answer as a threaded
+//! mail), [`setup`] (put together at start).
 
 pub mod config;
 pub mod cursor;
@@ -14,7 +16,9 @@ pub mod parse;
 pub mod reply;
 pub mod setup;
 pub mod smtp;
+pub mod thread;
 pub mod tls;
+pub mod verify;
 pub mod worker;
 
 use std::net::SocketAddr;

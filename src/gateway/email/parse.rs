@@ -109,17 +109,6 @@ impl Mail {
             no_reply: None,
         }
     }
-
-    /// The thread this mail belongs to: the first of its references, else what it answers,
-    /// else itself.
-    pub fn thread(&self) -> String {
-        self.references
-            .first()
-            .or(self.in_reply_to.first())
-            .cloned()
-            .or_else(|| self.message_id.clone())
-            .unwrap_or_default()
-    }
 }
 
 /// Reads `raw`. `envelope_from` is the SMTP `MAIL FROM` (empty for a bounce); `ours` are the

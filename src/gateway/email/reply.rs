@@ -34,22 +34,29 @@ impl Mailer {
         })
     }
 
-    /// Sends `text` (markdown) as the answer to `mail`.
+    /// A fresh Message-ID for an answer, at the `from` domain (without angle brackets).
+    pub fn message_id(&self) -> String {
+        let domain = self.from.rsplit_once('@').map_or("localhost", |(_, d)| d);
+        format!("{}@{domain}", crate::context::id::random_hex128())
+    }
+
+    /// Sends `text` (markdown) as the answer to `mail`, with Message-ID `message_id`.
     pub async fn answer(
         &self,
         mail: &Mail,
+        message_id: &str,
         text: &str,
         status: &str,
         request_id: &str,
     ) -> Result<(), String> {
         let Some(transport) = &self.transport else {
             tracing::warn!(
-                to = mail.reply_to,
+                to = mail.from,
                 "no email relay is configured; the answer is not sent"
             );
             return Ok(());
         };
-        let message = build(mail, &self.from, text, status, request_id)?;
+        let message = build(mail, &self.from, message_id, text, status, request_id)?;
         transport
             .send(message)
             .await
@@ -58,18 +65,20 @@ impl Mailer {
     }
 }
 
-/// The answer as a message.
+/// The answer as a message, to the `From` of `mail` (never to a `Reply-To`: a header anyone can
+/// write would make the bot mail whomever it names).
 pub fn build(
     mail: &Mail,
     from: &str,
+    message_id: &str,
     text: &str,
     status: &str,
     request_id: &str,
 ) -> Result<Message, String> {
     let to: Mailbox = mail
-        .reply_to
+        .from
         .parse()
-        .map_err(|e| format!("the reply address `{}`: {e}", mail.reply_to))?;
+        .map_err(|e| format!("the sender's address `{}`: {e}", mail.from))?;
     let from: Mailbox = from
         .parse()
         .map_err(|e| format!("email.from `{from}`: {e}"))?;
@@ -78,7 +87,11 @@ pub fn build(
     } else {
         format!("Re: {}", mail.subject)
     };
-    let mut builder = Message::builder().from(from).to(to).subject(subject);
+    let mut builder = Message::builder()
+        .from(from)
+        .to(to)
+        .subject(subject)
+        .message_id(Some(format!("<{message_id}>")));
     if let Some(id) = &mail.message_id {
         builder = builder.in_reply_to(format!("<{id}>"));
         let mut references: Vec<String> =
@@ -104,14 +117,45 @@ pub fn build(
         .map_err(|e| format!("building the answer: {e}"))
 }
 
-/// Markdown to HTML.
-fn to_html(markdown: &str) -> String {
-    let parser = pulldown_cmark::Parser::new_ext(
+/// Markdown to HTML. The text comes from mail and skills, so raw HTML in it is shown as text,
+/// never taken as markup, and what the markdown makes is cleaned by ammonia (links only to
+/// http, https and mailto; no scripts, forms, styles or event handlers).
+pub fn to_html(markdown: &str) -> String {
+    use pulldown_cmark::{Event, Options, Parser};
+    let parser = Parser::new_ext(
         markdown,
-        pulldown_cmark::Options::ENABLE_STRIKETHROUGH | pulldown_cmark::Options::ENABLE_TABLES,
-    );
-    let mut html = String::from("<!doctype html><html><body>");
-    pulldown_cmark::html::push_html(&mut html, parser);
-    html.push_str("</body></html>");
-    html
+        Options::ENABLE_STRIKETHROUGH | Options::ENABLE_TABLES,
+    )
+    .map(|event| match event {
+        Event::Html(raw) | Event::InlineHtml(raw) => Event::Text(raw),
+        other => other,
+    });
+    let mut body = String::new();
+    pulldown_cmark::html::push_html(&mut body, parser);
+    let clean = ammonia::Builder::default()
+        .url_schemes(["http", "https", "mailto"].into())
+        .clean(&body)
+        .to_string();
+    format!("<!doctype html><html><body>{clean}</body></html>")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::to_html;
+
+    #[test]
+    fn raw_html_in_an_answer_is_shown_as_text_and_never_taken_as_markup() {
+        let html = to_html(
+            "Hi <img src=x onerror=alert(1)>\n\n<form action=https://evil.test><input name=p></form>\n\n**bold** [ok](https://example.org) [js](javascript:alert(1))",
+        );
+        assert!(!html.contains("<img"), "{html}");
+        assert!(!html.contains("<form"), "{html}");
+        assert!(
+            html.contains("&lt;img src=x onerror=alert(1)&gt;"),
+            "{html}"
+        );
+        assert!(!html.contains("javascript:"), "{html}");
+        assert!(html.contains("<strong>bold</strong>"), "{html}");
+        assert!(html.contains("href=\"https://example.org\""), "{html}");
+    }
 }

@@ -16,6 +16,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::gateway::email::config::EmailConfig;
 use crate::gateway::email::intake::{Intake, IntakeError, Taken};
+use crate::gateway::email::verify::Client;
 
 /// A client that says nothing this long is let go (RFC 5321 4.5.3.2 suggests 5 minutes).
 const IDLE: Duration = Duration::from_secs(300);
@@ -66,7 +67,7 @@ pub async fn serve(
                 let tls = tls.clone();
                 tracker.spawn(async move {
                     let _permit = permit;
-                    if let Err(err) = session(stream, &intake, &config, tls, &stop).await {
+                    if let Err(err) = session(stream, peer, &intake, &config, tls, &stop).await {
                         tracing::debug!(%peer, error = %err, "an SMTP session ended");
                     }
                 });
@@ -105,6 +106,7 @@ struct Security {
 
 async fn session(
     stream: TcpStream,
+    peer: std::net::SocketAddr,
     intake: &Intake,
     config: &EmailConfig,
     tls: Option<TlsAcceptor>,
@@ -121,7 +123,11 @@ async fn session(
         offer: tls.is_some(),
         on: false,
     };
-    let ended = converse(&mut reader, intake, config, plain, stop).await?;
+    let mut client = Client {
+        ip: Some(peer.ip()),
+        helo: String::new(),
+    };
+    let ended = converse(&mut reader, intake, config, plain, &mut client, stop).await?;
     let (Ended::StartTls, Some(acceptor)) = (ended, tls) else {
         return Ok(());
     };
@@ -137,7 +143,7 @@ async fn session(
         on: true,
     };
     // The client starts over with EHLO (RFC 3207 section 4.2).
-    converse(&mut reader, intake, config, secure, stop).await?;
+    converse(&mut reader, intake, config, secure, &mut client, stop).await?;
     Ok(())
 }
 
@@ -147,6 +153,7 @@ async fn converse<S: AsyncRead + AsyncWrite + Unpin>(
     intake: &Intake,
     config: &EmailConfig,
     security: Security,
+    client: &mut Client,
     stop: &CancellationToken,
 ) -> std::io::Result<Ended> {
     let host = &config.hostname;
@@ -179,7 +186,8 @@ async fn converse<S: AsyncRead + AsyncWrite + Unpin>(
             return Ok(Ended::Closed);
         }
         let answer = match Request::parse(&mut line.iter()) {
-            Ok(Request::Ehlo { .. }) => {
+            Ok(Request::Ehlo { host: name }) => {
+                client.helo = name.to_ascii_lowercase();
                 greeted = true;
                 envelope = Envelope::default();
                 let starttls = if security.offer {
@@ -192,7 +200,8 @@ async fn converse<S: AsyncRead + AsyncWrite + Unpin>(
                     config.max_size
                 )
             }
-            Ok(Request::Helo { .. }) => {
+            Ok(Request::Helo { host: name }) => {
+                client.helo = name.to_ascii_lowercase();
                 greeted = true;
                 envelope = Envelope::default();
                 format!("250 {host}\r\n")
@@ -244,7 +253,7 @@ async fn converse<S: AsyncRead + AsyncWrite + Unpin>(
                             say(reader, refusal.as_bytes()).await?;
                             return Ok(Ended::Closed);
                         }
-                        Some(raw) => answer(intake.accept(&raw, &from, &to).await),
+                        Some(raw) => answer(intake.accept(&raw, &from, &to, client).await),
                     }
                 }
             }

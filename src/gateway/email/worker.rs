@@ -1,9 +1,10 @@
 //! Running queued mail: claims it from [`TOPIC`], runs the routed skill through the shared
 //! dispatch (`nonlocals.request` with from, to, cc, subject, text, html, message id, in-reply-to
 //! and attachment metadata; `nonlocals.gateway.replyTo` the sender and the thread ids;
-//! `sessionId` the thread; `gateway-message` with from, subject and body) and answers in one
-//! mail: the `gateway-send` messages, then the result (or the failure). No answer to mail that
-//! must not get one (RFC 3834), and at most one per sender per reply window, across replicas.
+//! `sessionId` the thread, for a verified sender only; `gateway-message` with from, subject and
+//! body) and answers in one mail to the `From` address: the `gateway-send` messages, then the
+//! result (or the failure). No answer to mail that must not get one (RFC 3834), and at most one
+//! per sender per reply window, across replicas.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,6 +15,7 @@ use crate::events::{Delivery, KernelBus, KeyClaim};
 use crate::gateway::email::Email;
 use crate::gateway::email::intake::{QUEUE, TOPIC};
 use crate::gateway::email::parse::Mail;
+use crate::gateway::email::thread;
 use crate::gateway::http::problem::Problem;
 use crate::gateway::http::state::AppState;
 use crate::gateway::policy::Policy;
@@ -58,6 +60,13 @@ async fn run(
     let mail = Mail::from_json(&data["mail"]);
     let skill = data["skill"].as_str().unwrap_or_default().to_string();
     let request_id = format!("mail-{id}");
+    let principal = format!("email:{}", mail.from.to_ascii_lowercase());
+    // Only a verified sender's mail belongs to a conversation (one the server can vouch for).
+    let thread = if data["verified"] == true {
+        conversation(gateway, &principal, &mail, &id).await
+    } else {
+        None
+    };
     let index = gateway.kernel.registry().current();
     // A command route's `skills` left the named skill out: refused as if it did not exist.
     let reached = if data["refused"] == true {
@@ -77,10 +86,7 @@ async fn run(
             };
             request.insert("envelopeFrom".into(), data["envelopeFrom"].clone());
             request.insert("recipients".into(), data["recipients"].clone());
-            let principal = crate::gateway::principal::peer(&format!(
-                "email:{}",
-                mail.from.to_ascii_lowercase()
-            ));
+            let principal = crate::gateway::principal::peer(&principal);
             let authority = if data["named"] == true {
                 Authority::caller(principal)
             } else {
@@ -94,7 +100,7 @@ async fn run(
                 request,
                 request_id: request_id.clone(),
                 reply_to: json!({
-                    "address": mail.reply_to,
+                    "address": mail.from,
                     "messageId": mail.message_id,
                     "references": mail.references,
                 }),
@@ -104,7 +110,7 @@ async fn run(
                 follow: false,
                 duplex: false,
                 timeout: Some(timeout),
-                session: Some(format!("email:{}", mail.thread())),
+                session: thread.as_ref().map(|t| format!("email:{t}")),
             };
             let mut dispatch = gateway.dispatch(inbound);
             let mut said = Vec::new();
@@ -149,16 +155,28 @@ async fn run(
     if let Some(why) = data["noReply"].as_str() {
         tracing::info!(from = mail.from, why, "no answer to this mail (RFC 3834)");
     } else if may_answer(gateway, &mail, email.config.reply_window).await {
-        if let Err(err) = email
-            .mailer
-            .answer(&mail, &text, &status, &request_id)
+        let ours = email.mailer.message_id();
+        if let Some(thread) = &thread
+            && let Err(err) = thread::remember(
+                gateway.kernel.bus().store().as_ref(),
+                &principal,
+                &ours,
+                thread,
+            )
             .await
         {
-            tracing::error!(request_id, to = mail.reply_to, error = %err, "the answer could not be sent");
+            tracing::warn!(request_id, error = %err, "the answer's Message-ID could not be kept with its thread");
+        }
+        if let Err(err) = email
+            .mailer
+            .answer(&mail, &ours, &text, &status, &request_id)
+            .await
+        {
+            tracing::error!(request_id, to = mail.from, error = %err, "the answer could not be sent");
         }
     } else {
         tracing::info!(
-            to = mail.reply_to,
+            to = mail.from,
             "an answer was sent to this sender within the reply window; no other now"
         );
     }
@@ -167,12 +185,40 @@ async fn run(
     }
 }
 
+/// The thread of a verified sender's mail (see [`thread`]); `None` when the store cannot say.
+async fn conversation(gateway: &Gateway, principal: &str, mail: &Mail, id: &str) -> Option<String> {
+    let own = mail
+        .message_id
+        .clone()
+        .unwrap_or_else(|| format!("mail-{id}"));
+    let answers: Vec<String> = mail
+        .in_reply_to
+        .iter()
+        .chain(mail.references.iter().rev())
+        .cloned()
+        .collect();
+    match thread::of(
+        gateway.kernel.bus().store().as_ref(),
+        principal,
+        &own,
+        &answers,
+    )
+    .await
+    {
+        Ok(thread) => Some(thread),
+        Err(err) => {
+            tracing::warn!(error = %err, "the mail's thread could not be looked up; it runs without a session");
+            None
+        }
+    }
+}
+
 /// One answer per sender per window, on any replica.
 async fn may_answer(gateway: &Gateway, mail: &Mail, window: Duration) -> bool {
     if window.is_zero() {
         return true;
     }
-    let key = format!("email-answered:{}", mail.reply_to);
+    let key = format!("email-answered:{}", mail.from);
     matches!(
         gateway
             .kernel

@@ -10,6 +10,7 @@
 //!   their scopes, reserved topics (the caller rules run over every door in `transport`).
 //! - `authority_props`: a property test that directive keys at any depth are never honored
 //!   below the project, whoever names the tool and wherever the args were kept.
+//! - `email`: hostile mail: forged senders, conversation hijack, HTML in answers.
 //! - `doors`: the caller rules over every door (the transport contract runs them) and MCP.
 //! - `fuzz`: bounded property tests over HTTP args, frontmatter and skill bodies (JS values are
 //!   fuzzed next to their conversion, in `src/sandbox/convert/fuzz.rs`).
@@ -17,6 +18,7 @@
 mod args;
 mod authority_props;
 pub(crate) mod doors;
+mod email;
 mod fuzz;
 mod http;
 mod kernel;

@@ -44,11 +44,13 @@ pub fn settings(sink: &Sink) -> EmailSettings {
             ..RouteSettings::default()
         }]),
         reply_window: Some(Seconds(Duration::ZERO)),
+        dns_resolver: Some(crate::dns_fake::dns().addr.to_string()),
         ..EmailSettings::default()
     }
 }
 
-/// Sends a mail from `from` with `subject` and `body` to the listener at `smtp`; its Message-ID.
+/// Sends a mail from `from` with `subject` and `body` to the listener at `smtp`, DKIM-signed by
+/// the sender's domain (published on the test DNS server); its Message-ID.
 pub async fn send(smtp: std::net::SocketAddr, from: &str, subject: &str, body: &str) -> String {
     let n = NEXT.fetch_add(1, Ordering::SeqCst);
     let id = format!("m{n}.{}@example.org", std::process::id());
@@ -59,14 +61,25 @@ pub async fn send(smtp: std::net::SocketAddr, from: &str, subject: &str, body: &
         .message_id(Some(format!("<{id}>")))
         .body(body.to_string())
         .unwrap();
+    let domain = from.rsplit_once('@').unwrap().1;
+    let signed = crate::dns_fake::dns().sign(domain, &message.formatted());
+    send_raw(smtp, message.envelope(), &signed).await;
+    id
+}
+
+/// Sends `raw` as it is to the listener at `smtp`.
+pub async fn send_raw(
+    smtp: std::net::SocketAddr,
+    envelope: &lettre::address::Envelope,
+    raw: &[u8],
+) {
     let transport = AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous(smtp.ip().to_string())
         .port(smtp.port())
         .build();
     transport
-        .send(message)
+        .send_raw(envelope, raw)
         .await
         .expect("the listener takes the mail");
-    id
 }
 
 /// The outcome an answer says.
