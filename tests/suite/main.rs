@@ -71,6 +71,6 @@ mod slack_fake;
 mod smoke;
 mod smtp_sink;
 mod transport;
-mod webhook;
+pub(crate) mod webhook;
 mod websocket;
 mod ws_client;

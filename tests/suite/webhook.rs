@@ -24,11 +24,11 @@ use crate::server::{TestServer, config, problem};
 /// test process (tests cannot set variables: the crate allows no `unsafe`).
 const SECRET_ENV: &str = "CARGO_MANIFEST_DIR";
 
-fn secret() -> String {
+pub(crate) fn secret() -> String {
     std::env::var(SECRET_ENV).expect("cargo sets CARGO_MANIFEST_DIR for tests")
 }
 
-fn runtime() -> tokio::runtime::Runtime {
+pub(crate) fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -41,7 +41,7 @@ fn project() -> Project {
     project.write(
         "main.skill.md",
         &format!(
-            "---\nname: main\ndescription: Hooks.\nmetadata:\n  role: main\n  webhook:\n    routes:\n      - {{ path: /hooks/std, secret: \"${{env.{SECRET_ENV}}}\", ref: record }}\n      - {{ path: /hooks/gh, secret: \"${{env.{SECRET_ENV}}}\", ref: record, scheme: github }}\n      - {{ path: /hooks/fail, secret: \"${{env.{SECRET_ENV}}}\", ref: failing }}\n---\nmain\n"
+            "---\nname: main\ndescription: Hooks.\nmetadata:\n  role: main\n  webhook:\n    routes:\n      - {{ path: /hooks/std, secret: \"${{env.{SECRET_ENV}}}\", ref: record }}\n      - {{ path: /hooks/gh, secret: \"${{env.{SECRET_ENV}}}\", ref: record, scheme: github }}\n      - {{ path: /hooks/hmac, secret: \"${{env.{SECRET_ENV}}}\", ref: record, scheme: hmac, header: x-signature }}\n      - {{ path: /hooks/fail, secret: \"${{env.{SECRET_ENV}}}\", ref: failing }}\n---\nmain\n"
         ),
     );
     project
@@ -49,13 +49,13 @@ fn project() -> Project {
 
 /// What `record` saw, and a signal per run.
 #[derive(Clone, Default)]
-struct Seen {
-    runs: Arc<Mutex<Vec<Value>>>,
+pub(crate) struct Seen {
+    pub(crate) runs: Arc<Mutex<Vec<Value>>>,
     ran: Arc<Notify>,
     failures: Arc<Mutex<u32>>,
 }
 
-async fn start(seen: &Seen, keys: bool) -> TestServer {
+pub(crate) async fn start(seen: &Seen, keys: bool) -> TestServer {
     let mut settings = config();
     if keys {
         settings.keys = KeyRing::new(vec![
@@ -139,7 +139,7 @@ async fn deliver(
         .unwrap()
 }
 
-async fn wait_runs(seen: &Seen, count: usize) -> Vec<Value> {
+pub(crate) async fn wait_runs(seen: &Seen, count: usize) -> Vec<Value> {
     tokio::time::timeout(Duration::from_secs(20), async {
         loop {
             let notified = seen.ran.notified();

@@ -1,5 +1,6 @@
 //! Receiving a delivery: verify its signature, drop a duplicate (the same delivery id, on any
-//! replica, within the dedupe window), queue it durably, then answer 202 with its id. The skill
+//! replica, within the dedupe window; for schemes that sign no timestamp, also the same body
+//! within the route's replay window), queue it durably, then answer 202 with its id. The skill
 //! runs from the queue (see `worker`), so a slow or failing skill never makes the sender retry.
 
 use std::sync::Arc;
@@ -15,7 +16,7 @@ use axum::routing::post;
 use serde_json::{Value, json};
 
 use crate::context::id::now_ms;
-use crate::events::{Event, KernelBus};
+use crate::events::{Event, KernelBus, KeyClaim};
 use crate::gateway::GatewayError;
 use crate::gateway::http::body;
 use crate::gateway::http::invoke::headers_json;
@@ -85,6 +86,42 @@ async fn receive(
         .map_err(|err| GatewayError::from_run(&err, &route.skill, &verified.id))?;
     let key = format!("webhook:{}:{}", route.path, verified.id);
     let fingerprint = crate::digest::sha256_hex(&body);
+    let bus = state.gateway.kernel.bus();
+    // Without a signed timestamp a captured delivery could be sent again under a new delivery
+    // id: the same body is taken once per replay window, whatever id it comes with.
+    let replay_key = (!route.scheme.signs_time() && !route.replay_window.is_zero())
+        .then(|| format!("webhook-body:{}:{fingerprint}", route.path));
+    if let Some(replay_key) = &replay_key {
+        match bus
+            .store()
+            .claim_key(replay_key, &verified.id, route.replay_window)
+            .await
+        {
+            Ok(KeyClaim::Won) => {}
+            Ok(KeyClaim::Held {
+                fingerprint: first, ..
+            }) if first != verified.id => {
+                tracing::info!(
+                    path = route.path,
+                    delivery = verified.id,
+                    first,
+                    "a webhook body seen within the replay window came again under another delivery id; not run again"
+                );
+                return Ok((
+                    StatusCode::OK,
+                    Json(json!({ "deliveryId": verified.id, "duplicate": true })),
+                )
+                    .into_response());
+            }
+            Ok(KeyClaim::Held { .. }) => {}
+            Err(err) => {
+                return Err(GatewayError::Internal {
+                    cause: err.to_string(),
+                    run: None,
+                });
+            }
+        }
+    }
     let mut event = Event::new(&route.topic, "delivery");
     event.source = Some("webhook".into());
     event.data = Some(json!({
@@ -96,8 +133,7 @@ async fn receive(
         "receivedAt": now_ms(),
     }));
     let answer = json!({ "deliveryId": verified.id });
-    let bus = state.gateway.kernel.bus();
-    let enqueued = enqueue_once(
+    let enqueued = match enqueue_once(
         bus,
         &key,
         &fingerprint,
@@ -106,7 +142,16 @@ async fn receive(
         &answer.to_string(),
     )
     .await
-    .map_err(|cause| GatewayError::Internal { cause, run: None })?;
+    {
+        Ok(enqueued) => enqueued,
+        Err(cause) => {
+            // Not taken: the sender's retry must not look like a replay.
+            if let Some(replay_key) = &replay_key {
+                let _ = bus.store().release_key(replay_key).await;
+            }
+            return Err(GatewayError::Internal { cause, run: None });
+        }
+    };
     match enqueued {
         Enqueued::Queued => {}
         Enqueued::Duplicate { answer: Some(_) } => {

@@ -1,4 +1,5 @@
-//! Webhook routes: `webhook.routes: [{path, secret, ref, scheme, header, tolerance}]` in the
+//! Webhook routes: `webhook.routes: [{path, secret, ref, scheme, header, tolerance,
+//! replay-window}]` in the
 //! project's main skill (and the cascade above it). Secrets are written as `${env.NAME}`, which
 //! the cascade reads from the environment; a secret written out in the skill file is refused.
 
@@ -17,6 +18,9 @@ pub struct WebhookRoute {
     pub secret: String,
     /// Seconds a signed timestamp may be away from now.
     pub tolerance: u64,
+    /// For schemes that sign no timestamp: how long the same body is taken once, whatever
+    /// delivery id comes with it (zero: not at all).
+    pub replay_window: std::time::Duration,
     /// The topic its deliveries queue on (reserved: only the intake emits there).
     pub topic: String,
     pub declared_in: String,
@@ -35,6 +39,8 @@ impl std::fmt::Debug for WebhookRoute {
 
 /// Default timestamp tolerance (Standard Webhooks and Stripe use five minutes).
 pub const TOLERANCE: u64 = 300;
+/// Default replay window for schemes without a signed timestamp.
+pub const REPLAY_WINDOW: u64 = 3600;
 
 /// Every webhook route, or every mistake (each saying where).
 pub fn collect(
@@ -179,10 +185,18 @@ fn parse(
             TOLERANCE
         }),
     };
+    let replay_window = match map.get("replay-window") {
+        None => REPLAY_WINDOW,
+        Some(v) => v.as_u64().unwrap_or_else(|| {
+            errors.push(format!("{at}.replay-window: must be a number of seconds"));
+            REPLAY_WINDOW
+        }),
+    };
     if !errors.is_empty() {
         return Err(errors);
     }
     Ok(WebhookRoute {
+        replay_window: std::time::Duration::from_secs(replay_window),
         topic: topic_for(&path),
         path,
         skill,

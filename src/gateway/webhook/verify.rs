@@ -29,6 +29,12 @@ pub enum Scheme {
 }
 
 impl Scheme {
+    /// Whether the scheme signs a timestamp with the body, so a captured delivery cannot be
+    /// sent again later under a new delivery id (GitHub and plain HMAC sign the body only).
+    pub fn signs_time(&self) -> bool {
+        !matches!(self, Scheme::Github | Scheme::Hmac { .. })
+    }
+
     pub fn name(&self) -> &'static str {
         match self {
             Scheme::Standard => "standard",

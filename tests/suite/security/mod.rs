@@ -11,6 +11,7 @@
 //! - `authority_props`: a property test that directive keys at any depth are never honored
 //!   below the project, whoever names the tool and wherever the args were kept.
 //! - `email`: hostile mail: forged senders, conversation hijack, HTML in answers.
+//! - `webhook`: replays of deliveries whose scheme signs no timestamp.
 //! - `doors`: the caller rules over every door (the transport contract runs them) and MCP.
 //! - `fuzz`: bounded property tests over HTTP args, frontmatter and skill bodies (JS values are
 //!   fuzzed next to their conversion, in `src/sandbox/convert/fuzz.rs`).
@@ -24,3 +25,4 @@ mod http;
 mod kernel;
 mod sandbox;
 mod trust;
+mod webhook;
