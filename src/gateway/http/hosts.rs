@@ -1,6 +1,8 @@
 //! The `Host` allow-list: with `allowed-hosts` set, a request addressed to any other host (a
-//! DNS-rebinding page, a misrouted proxy) gets 421. `/healthz` and `/readyz` answer any host, so
-//! orchestrators can still probe the server by its address.
+//! DNS-rebinding page, a misrouted proxy) gets 421. Bound to loopback without the setting, only
+//! loopback names are served (`localhost`, `127.0.0.1`, `[::1]`): a page on `evil.example`
+//! whose name was made to resolve to 127.0.0.1 reaches the port but is not served. `/healthz`
+//! and `/readyz` answer any host, so orchestrators can still probe the server by its address.
 
 use std::str::FromStr;
 
@@ -51,6 +53,12 @@ impl AllowedHosts {
             });
         }
         Ok(AllowedHosts(allowed))
+    }
+
+    /// The names a server bound to loopback answers to, on any port.
+    pub fn loopback() -> AllowedHosts {
+        let names = ["localhost", "127.0.0.1", "[::1]"].map(String::from);
+        AllowedHosts::new(&names).expect("valid host names")
     }
 
     pub fn is_empty(&self) -> bool {
@@ -127,5 +135,27 @@ mod tests {
         assert!(!hosts.allows("evil.example"));
         assert!(!hosts.allows("user@api.example.com"));
         assert!(AllowedHosts::new(&["not a host".into()]).is_err());
+    }
+
+    #[test]
+    fn the_loopback_default_serves_loopback_names_on_any_port_and_nothing_else() {
+        let hosts = AllowedHosts::loopback();
+        for host in [
+            "localhost:8080",
+            "127.0.0.1:1",
+            "[::1]:9",
+            "LOCALHOST",
+            "localhost.",
+        ] {
+            assert!(hosts.allows(host), "{host}");
+        }
+        for host in [
+            "evil.example:8080",
+            "127.0.0.2:8080",
+            "localhost.evil.example",
+            "0.0.0.0",
+        ] {
+            assert!(!hosts.allows(host), "{host}");
+        }
     }
 }

@@ -1,9 +1,24 @@
-//! Cross-site requests to `POST /invoke`: a page on another site may not run skills with the
-//! visitor's browser. Browsers say where a request comes from (`Sec-Fetch-Site`, `Origin`);
+//! Cross-site requests to `POST /invoke` and `/mcp`: a page on another site may not run skills
+//! with the visitor's browser. Browsers say where a request comes from (`Sec-Fetch-Site`, `Origin`);
 //! a request from another site is refused unless its origin is one of `--cors-origins`.
 //! Clients that are not browsers (curl, SDKs, other servers) send neither and are not affected.
 
+use axum::extract::{Request, State};
 use axum::http::{HeaderMap, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use crate::gateway::GatewayError;
+use crate::gateway::http::state::AppState;
+
+/// Middleware for services that do not check on their own (`/mcp`): a cross-site request is
+/// refused (403) before it reaches them.
+pub async fn guard(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    match refused(req.headers(), &state.config.cors_origins) {
+        Some(why) => GatewayError::CrossSite(why).into_response(),
+        None => next.run(req).await,
+    }
+}
 
 /// Why the request is refused as cross-site, or `None` when it may go on.
 pub fn refused(headers: &HeaderMap, cors_origins: &[String]) -> Option<String> {

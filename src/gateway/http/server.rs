@@ -292,14 +292,18 @@ fn build_router(
     if state.ws.is_some() {
         router = router.route(crate::gateway::ws::PATH, get(crate::gateway::ws::upgrade));
     }
+    let mcp = crate::mcp::http::service(
+        state.gateway.clone(),
+        state.policy.clone(),
+        config.timeout,
+        config.body_limit,
+        state.stopping.child_token(),
+    );
     router = router.nest_service(
         crate::mcp::http::PATH,
-        crate::mcp::http::service(
-            state.gateway.clone(),
-            state.policy.clone(),
-            config.timeout,
-            config.body_limit,
-            state.stopping.child_token(),
+        tower::Layer::layer(
+            &from_fn_with_state(state.clone(), crate::gateway::http::origin::guard),
+            mcp,
         ),
     );
     router = routes::mount(router, web_routes);

@@ -54,7 +54,11 @@ impl AppState {
         email: Option<Arc<Email>>,
     ) -> Result<AppState, StartError> {
         let public = PublicPaths::new(&config.public)?;
-        let hosts = AllowedHosts::new(&config.allowed_hosts)?;
+        // On loopback with no names given, only loopback names: a rebinding page is not served.
+        let hosts = match AllowedHosts::new(&config.allowed_hosts)? {
+            hosts if hosts.is_empty() && config.bind.ip().is_loopback() => AllowedHosts::loopback(),
+            hosts => hosts,
+        };
         let policy = Policy::new(&config.expose_hidden)?;
         let gateway_store = {
             use crate::events::KernelBus;

@@ -94,7 +94,7 @@ async fn over_the_connection_cap_a_connection_waits_until_one_closes() {
     // The first connection is served and stays open (keep-alive), holding the only slot.
     let mut first = TcpStream::connect(server.addr).await.unwrap();
     first
-        .write_all(b"GET /healthz HTTP/1.1\r\nhost: skillgate\r\n\r\n")
+        .write_all(b"GET /healthz HTTP/1.1\r\nhost: localhost\r\n\r\n")
         .await
         .unwrap();
     let mut head = [0u8; 12];
@@ -105,7 +105,7 @@ async fn over_the_connection_cap_a_connection_waits_until_one_closes() {
     assert_eq!(&head, b"HTTP/1.1 200");
     let mut second = TcpStream::connect(server.addr).await.unwrap();
     second
-        .write_all(b"GET /healthz HTTP/1.1\r\nhost: skillgate\r\nconnection: close\r\n\r\n")
+        .write_all(b"GET /healthz HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n")
         .await
         .unwrap();
     let mut byte = [0u8; 1];
@@ -166,7 +166,7 @@ async fn a_request_body_that_stalls_is_answered_408() {
     let mut server = TestServer::start(project(), settings).await;
     let answer = raw(
         server.addr,
-        "POST /invoke/hello HTTP/1.1\r\nhost: skillgate\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n",
+        "POST /invoke/hello HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n",
     )
     .await;
     assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
@@ -182,7 +182,7 @@ async fn a_request_body_that_trickles_is_answered_408_when_the_whole_body_is_lat
     let mut server = TestServer::start(project(), settings).await;
     let mut socket = TcpStream::connect(server.addr).await.unwrap();
     socket
-        .write_all(b"POST /invoke/hello HTTP/1.1\r\nhost: skillgate\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n")
+        .write_all(b"POST /invoke/hello HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n")
         .await
         .unwrap();
     // One byte every 100 ms: each arrives well within the timeout, the whole body never does.

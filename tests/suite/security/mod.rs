@@ -12,6 +12,7 @@
 //!   below the project, whoever names the tool and wherever the args were kept.
 //! - `email`: hostile mail: forged senders, conversation hijack, HTML in answers.
 //! - `webhook`: replays of deliveries whose scheme signs no timestamp.
+//! - `rebinding`: DNS rebinding and cross-site requests on loopback, through every door.
 //! - `doors`: the caller rules over every door (the transport contract runs them) and MCP.
 //! - `fuzz`: bounded property tests over HTTP args, frontmatter and skill bodies (JS values are
 //!   fuzzed next to their conversion, in `src/sandbox/convert/fuzz.rs`).
@@ -23,6 +24,7 @@ mod email;
 mod fuzz;
 mod http;
 mod kernel;
+mod rebinding;
 mod sandbox;
 mod trust;
 mod webhook;
