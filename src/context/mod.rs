@@ -279,6 +279,23 @@ impl Context {
             .map(str::to_string)
     }
 
+    /// Replaces the first `placeholder` in `locals.prompt.expanded` with `text`, in place: no
+    /// copy of the prompt is made (or kept while later middleware runs), so a prompt with N
+    /// directives costs memory linear in its size. False when there is no such prompt text.
+    pub fn fill_prompt(&self, placeholder: &str, text: &str) -> bool {
+        let mut state = self.0.state.lock();
+        let Some(prompt) = state.locals.prompt.as_mut() else {
+            return false;
+        };
+        let Some(Value::String(expanded)) = Arc::make_mut(prompt).get_mut("expanded") else {
+            return false;
+        };
+        if let Some(at) = expanded.find(placeholder) {
+            expanded.replace_range(at..at + placeholder.len(), text);
+        }
+        true
+    }
+
     /// The search index lookups from this context use.
     pub fn index(&self) -> Arc<SearchIndex> {
         self.0.state.lock().index.clone()

@@ -158,11 +158,10 @@ where
         Some(Value::String(s)) => s,
         Some(other) => other.to_string(),
     };
-    let expanded = target
-        .prompt_expanded()
-        .ok_or_else(|| SkillError::internal("directive without a prompt"))?;
-    let expanded = expanded.replacen(&placeholder(index as usize), &text, 1);
-    target.set("locals.prompt.expanded", Value::String(expanded))?;
+    if !target.fill_prompt(&placeholder(index as usize), &text) {
+        return Err(SkillError::internal("directive without a prompt"));
+    }
+    drop(text);
     pass(&target).await
 }
 

@@ -11,9 +11,13 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use crate::cascade::Entry;
+use crate::error::SkillError;
 use crate::middleware::{native, pass};
 use crate::skills::directive_syntax::{find_directives, splice};
 use crate::skills::tool::Tool;
+
+/// Directives expanded in one body at most: each runs as one more layer of the pipeline.
+pub const MAX_DIRECTIVES: usize = 2000;
 
 /// Marks the placeholder of directive `i` in the expanded prompt (Unicode private use area).
 pub fn placeholder(i: usize) -> String {
@@ -66,6 +70,13 @@ metadata:
             let found = find_directives(&text, &|name| index.contains(name));
             if found.is_empty() {
                 return pass(&target).await;
+            }
+            if found.len() > MAX_DIRECTIVES {
+                return Err(target.fail(SkillError::failed(format!(
+                    "{}: the prompt has {} directives; at most {MAX_DIRECTIVES} are expanded in one body",
+                    target.tool().location(),
+                    found.len()
+                ))));
             }
             // Positions are only told when they are the file's (computed on failure only).
             let from_file = raw_prompt(&target.tool()) == Some(text.as_str());

@@ -401,3 +401,44 @@ async fn overwriting_root_context_id_in_nonlocals_does_not_move_logs_or_events_t
     assert_eq!(out["log"], out["real"], "{out}");
     assert_eq!(out["event"], out["real"], "{out}");
 }
+
+#[tokio::test]
+async fn a_body_past_the_directive_cap_fails_naming_its_file_and_one_at_the_cap_expands() {
+    let cap = skillgate::middleware::directives::MAX_DIRECTIVES;
+    let project = Project::new();
+    let body = |n: usize| vec![":arg[x]{default=y}"; n].join(" ");
+    project.skill(
+        "at-cap.skill.md",
+        &format!(
+            "---\nname: at-cap\ndescription: At the cap.\n---\n{}\n",
+            body(cap)
+        ),
+    );
+    project.skill(
+        "past-cap.skill.md",
+        &format!(
+            "---\nname: past-cap\ndescription: Past it.\n---\n{}\n",
+            body(cap + 1)
+        ),
+    );
+    let kernel = project.builder().build();
+    let expanded = kernel
+        .invoke("at-cap", json!({}), InvokeOptions::default())
+        .await
+        .expect("a body at the cap expands");
+    let text = expanded
+        .as_deref()
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    assert_eq!(text.trim(), vec!["y"; cap].join(" "));
+    let err = kernel
+        .invoke("past-cap", json!({}), InvokeOptions::default())
+        .await
+        .expect_err("a body past the cap fails");
+    let message = err.message();
+    assert!(
+        message.contains("past-cap.skill.md") && message.contains(&format!("{}", cap + 1)),
+        "{message}"
+    );
+}
