@@ -23,7 +23,7 @@ pub async fn mcp(
     project: &Path,
     file: &ConfigFile,
     store: Arc<dyn EventStore>,
-    (bus, max_depth): (BusConfig, u32),
+    (bus, limits): (BusConfig, super::RunLimits),
     log: LogConfig,
 ) -> ExitCode {
     let hidden = file
@@ -42,7 +42,8 @@ pub async fn mcp(
     let kernel = crate::builtins::builder(project)
         .log_config(log)
         .bus(Arc::new(Bus::new(store, bus)))
-        .max_depth(max_depth)
+        .max_depth(limits.max_depth)
+        .budget(limits.budget)
         .build();
     let gateway = Gateway::new(kernel, Arc::new(Metrics::new()));
     let server = SkillServer::new(gateway, policy, None);

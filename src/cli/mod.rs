@@ -57,6 +57,22 @@ pub struct Cli {
           default_value_t = crate::kernel::DEFAULT_MAX_DEPTH,
           value_parser = clap::value_parser!(u32).range(1..))]
     pub max_depth: u32,
+    /// Skill invocations one run may make in all (its whole tree, and the handlers of the events
+    /// it emits while it runs) before it fails.
+    #[arg(help_heading = "Limits", long, global = true, env = "SKILLGATE_MAX_RUN_INVOCATIONS",
+          default_value_t = crate::kernel::budget::BudgetLimits::default().invocations,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_run_invocations: u64,
+    /// Bytes of args and results one run may produce in all before it fails.
+    #[arg(help_heading = "Limits", long, global = true, env = "SKILLGATE_MAX_RUN_BYTES",
+          default_value_t = crate::kernel::budget::BudgetLimits::default().bytes,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_run_bytes: u64,
+    /// Seconds one run may take, from its start, before what it does next fails.
+    #[arg(help_heading = "Limits", long, global = true, env = "SKILLGATE_MAX_RUN_TIME",
+          default_value_t = crate::kernel::budget::BudgetLimits::default().wall.as_secs(),
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_run_time: u64,
     /// Log line format on stderr (filter with RUST_LOG).
     #[arg(
         help_heading = "Logging",
@@ -164,7 +180,7 @@ pub async fn main(cli: Cli) -> ExitCode {
             run::run(
                 &cli.project,
                 opened,
-                (store.bus(), cli.max_depth),
+                (store.bus(), cli.limits()),
                 (cli.quiet, cli.verbose),
                 log,
                 args,
@@ -180,7 +196,7 @@ pub async fn main(cli: Cli) -> ExitCode {
                 &cli.project,
                 &file,
                 (opened, label),
-                (store.bus(), cli.max_depth),
+                (store.bus(), cli.limits()),
                 log,
                 args,
             )
@@ -194,7 +210,7 @@ pub async fn main(cli: Cli) -> ExitCode {
                 &cli.project,
                 &file,
                 opened,
-                (store.bus(), cli.max_depth),
+                (store.bus(), cli.limits()),
                 log,
             )
             .await
@@ -264,6 +280,27 @@ async fn open_store(
             let said = format!("cannot open the event store `{url}`: {err}");
             eprintln!("error: {}", redact::message(&said, &url));
             None
+        }
+    }
+}
+
+/// What each run may do: how deep it goes and what it spends.
+#[derive(Debug, Clone, Copy)]
+pub struct RunLimits {
+    pub max_depth: u32,
+    pub budget: crate::kernel::budget::BudgetLimits,
+}
+
+impl Cli {
+    /// The run limits the command line and the environment set.
+    pub fn limits(&self) -> RunLimits {
+        RunLimits {
+            max_depth: self.max_depth,
+            budget: crate::kernel::budget::BudgetLimits {
+                invocations: self.max_run_invocations,
+                bytes: self.max_run_bytes,
+                wall: std::time::Duration::from_secs(self.max_run_time),
+            },
         }
     }
 }

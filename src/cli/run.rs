@@ -34,7 +34,7 @@ pub struct RunArgs {
 pub async fn run(
     project: &Path,
     store: Arc<dyn EventStore>,
-    (bus, max_depth): (BusConfig, u32),
+    (bus, limits): (BusConfig, super::RunLimits),
     (quiet, verbose): (bool, u8),
     log: LogConfig,
     cli: &RunArgs,
@@ -43,7 +43,8 @@ pub async fn run(
     let kernel = crate::builtins::builder(project)
         .log_config(log)
         .bus(bus)
-        .max_depth(max_depth)
+        .max_depth(limits.max_depth)
+        .budget(limits.budget)
         .build();
     let index = kernel.registry().current();
     // A name, a path to a skill file, or nothing (the project's main skill).

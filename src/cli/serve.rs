@@ -38,7 +38,7 @@ pub async fn serve(
     project: &Path,
     file: &ConfigFile,
     (store, store_label): (Arc<dyn EventStore>, String),
-    (bus, max_depth): (BusConfig, u32),
+    (bus, limits): (BusConfig, super::RunLimits),
     log: LogConfig,
     args: &ServeArgs,
 ) -> ExitCode {
@@ -51,7 +51,8 @@ pub async fn serve(
     let kernel = crate::builtins::builder(project)
         .log_config(log)
         .bus(bus)
-        .max_depth(max_depth)
+        .max_depth(limits.max_depth)
+        .budget(limits.budget)
         .extension(Arc::new(crate::reload::ReloadState::default()))
         .build();
     let index = kernel.registry().current();

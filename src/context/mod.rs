@@ -59,6 +59,8 @@ pub(crate) struct Inner {
     pub(crate) depth: u32,
     /// Who named this invocation, for whom (see `kernel::authority`).
     pub(crate) authority: crate::kernel::authority::Authority,
+    /// What the run this context belongs to may still spend (shared by the whole run).
+    pub(crate) budget: Arc<crate::kernel::budget::Budget>,
     /// The id of the run's root context (this one's for a root): per-run log settings are kept
     /// under it, never under the `rootContextId` in `nonlocals`, which code can write.
     pub(crate) root: u64,
@@ -139,6 +141,11 @@ impl Context {
     /// the depth of the skill they serve.
     pub fn depth(&self) -> u32 {
         self.0.depth
+    }
+
+    /// The budget of the run this context belongs to.
+    pub fn budget(&self) -> &Arc<crate::kernel::budget::Budget> {
+        &self.0.budget
     }
 
     /// The numeric id (see [`Context::id`]).

@@ -79,6 +79,10 @@ pub struct Event {
     /// run's authority, never by the emitter (`source` is free text).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub principal: Option<String>,
+    /// The budget of the emitting run (skillgate's addition, set by the kernel): a handler it
+    /// starts while that run is alive spends from it (see `kernel::budget`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<u64>,
 }
 
 pub use crate::kernel::authority::is_reserved_topic;
@@ -114,6 +118,7 @@ impl Event {
             root_context_id: None,
             depth: None,
             principal: None,
+            budget: None,
         }
     }
 
@@ -783,6 +788,7 @@ pub async fn run_handler(
     }
     let mut options = InvokeOptions::as_authority(authority);
     options.context.depth = event.depth;
+    options.context.budget = event.budget;
     kernel.invoke(reference, args, options).await
 }
 

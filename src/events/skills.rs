@@ -145,6 +145,7 @@ metadata:
                 ));
             }
             event.depth = Some(ctx.depth());
+            event.budget = Some(ctx.budget().id());
             bus(&ctx)?.emit(&event).await?;
             Ok(Some(event.to_json()))
         },

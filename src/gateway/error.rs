@@ -106,6 +106,9 @@ pub enum GatewayError {
     Timeout { message: String, run: RunRef },
     #[error("{message}")]
     Aborted { message: String, run: RunRef },
+    /// The run went over its budget.
+    #[error("{message}")]
+    OverBudget { message: String, run: RunRef },
     /// A webhook delivery whose signature does not hold (missing, malformed, stale, wrong).
     #[error("the delivery is not signed as this webhook expects: {0}")]
     BadSignature(String),
@@ -172,6 +175,7 @@ impl GatewayError {
             }),
             Failure::Timeout => GatewayError::Timeout { message, run },
             Failure::Aborted => GatewayError::Aborted { message, run },
+            Failure::OverBudget => GatewayError::OverBudget { message, run },
             Failure::Internal => {
                 tracing::error!(request_id, skill, error = %err, kind = err.kind().code(), "invocation failed");
                 GatewayError::Internal {
@@ -207,6 +211,7 @@ impl GatewayError {
             GatewayError::InvalidArgs { .. } => "invalid-args",
             GatewayError::RateLimited { .. } => "rate-limited",
             GatewayError::Timeout { .. } => "timeout",
+            GatewayError::OverBudget { .. } => "over-budget",
             GatewayError::Aborted { .. } => "aborted",
             GatewayError::Unavailable(_) => "unavailable",
             GatewayError::KeyReused(_) => "idempotency-key-reused",
@@ -232,6 +237,7 @@ impl GatewayError {
             GatewayError::Denied { run, .. } | GatewayError::Internal { run, .. } => run.as_ref(),
             GatewayError::InvalidArgs { run, .. }
             | GatewayError::Timeout { run, .. }
+            | GatewayError::OverBudget { run, .. }
             | GatewayError::Aborted { run, .. } => Some(run),
             _ => None,
         }
@@ -273,6 +279,7 @@ mod tests {
                 Failure::NotFound => "not-found",
                 Failure::Timeout => "timeout",
                 Failure::Aborted => "aborted",
+                Failure::OverBudget => "over-budget",
                 Failure::Internal => "internal",
             };
             assert_eq!(answer.slug(), slug, "{kind:?}");

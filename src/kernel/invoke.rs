@@ -286,7 +286,16 @@ async fn pipeline(request: Request, tool: Arc<Tool>, resolved: Arc<Resolved>) ->
     };
     drop(link);
     match outcome {
-        Ok(_) => Ok(ctx.result()),
+        Ok(_) if ctx.has_other_target() => Ok(ctx.result()),
+        Ok(_) => {
+            let result = ctx.result();
+            if let Some(value) = &result {
+                ctx.budget()
+                    .produced(value)
+                    .map_err(|e| e.with_tool(ctx.tool_name()))?;
+            }
+            Ok(result)
+        }
         Err(err) => {
             let err = if err.tool().is_none() {
                 err.with_tool(ctx.tool_name())
@@ -326,7 +335,16 @@ fn prepare(
     if depth > kernel.max_depth() {
         return Err(too_deep(kernel.max_depth(), parent.as_ref(), &tool.name));
     }
+    let budget = match &parent {
+        Some(p) => p.budget().clone(),
+        None => kernel.budgets().join_or_new(seed.budget),
+    };
+    // Chain entries are layers of an invocation already counted.
+    if seed.target.is_none() {
+        budget.invocation(&args)?;
+    }
     let birth = Birth {
+        budget,
         id: seed.id,
         depth,
         parent,
@@ -350,6 +368,7 @@ fn prepare(
 
 /// What a new context is made from.
 struct Birth {
+    budget: Arc<crate::kernel::budget::Budget>,
     id: Option<u64>,
     depth: u32,
     parent: Option<Context>,
@@ -363,6 +382,7 @@ struct Birth {
 
 fn create(kernel: &Kernel, birth: Birth, resolved: &Resolved) -> Context {
     let Birth {
+        budget,
         id,
         depth,
         parent,
@@ -432,6 +452,7 @@ fn create(kernel: &Kernel, birth: Birth, resolved: &Resolved) -> Context {
         interactive,
         depth,
         authority,
+        budget,
         root,
         kernel: kernel.clone(),
         aborted: AtomicBool::new(false),

@@ -5,6 +5,7 @@
 //! `authority.rs` who an invocation runs for and with what powers (decided in steps 1 and 2).
 
 pub mod authority;
+pub mod budget;
 pub mod callbacks;
 pub mod chain;
 pub mod invoke;
@@ -44,6 +45,8 @@ struct KernelInner {
     extensions: Extensions,
     /// How many skill invocations deep a run may go (see `Context::depth`).
     max_depth: u32,
+    /// What one run may spend, and the budgets of the runs alive now.
+    budgets: budget::Budgets,
     /// Callback refs alive now (see `callbacks`).
     callbacks: Arc<callbacks::Callbacks>,
 }
@@ -62,6 +65,7 @@ pub struct KernelBuilder {
     log_capacity: usize,
     extensions: Extensions,
     max_depth: u32,
+    budget: budget::BudgetLimits,
 }
 
 /// How many skill invocations deep a run may go unless configured otherwise: deep enough for
@@ -110,6 +114,12 @@ impl KernelBuilder {
         self
     }
 
+    /// What one run may spend (default [`budget::BudgetLimits::default`]).
+    pub fn budget(mut self, limits: budget::BudgetLimits) -> Self {
+        self.budget = limits;
+        self
+    }
+
     /// Registers tools that ship with skillgate; a [`native`](Self::native) of the same name
     /// shadows one.
     pub fn builtins(mut self, tools: Vec<Tool>) -> Self {
@@ -155,6 +165,7 @@ impl KernelBuilder {
             schemas: schema::SchemaCache::default(),
             extensions: self.extensions,
             max_depth: self.max_depth,
+            budgets: budget::Budgets::new(self.budget),
             callbacks: Arc::default(),
         }))
     }
@@ -173,6 +184,7 @@ impl Kernel {
             log_capacity: 4096,
             extensions: HashMap::new(),
             max_depth: DEFAULT_MAX_DEPTH,
+            budget: budget::BudgetLimits::default(),
         }
     }
 
@@ -220,6 +232,11 @@ impl Kernel {
     /// How many skill invocations deep a run may go.
     pub fn max_depth(&self) -> u32 {
         self.0.max_depth
+    }
+
+    /// The budgets of the runs alive now.
+    pub fn budgets(&self) -> &budget::Budgets {
+        &self.0.budgets
     }
 
     /// Registers a callback ref: `make` builds the tool under the name it is given; the tool can

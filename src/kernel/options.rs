@@ -68,6 +68,9 @@ pub struct ContextSeed {
     /// For a root: how deep the run that caused this one was (an event handler run continues
     /// the depth of the run that emitted its event), so loops through the bus are bounded too.
     pub depth: Option<u32>,
+    /// For a root: the budget of the run that caused this one (an event handler joins the
+    /// budget of the run that emitted its event while that run is alive; see `kernel::budget`).
+    pub budget: Option<u64>,
 }
 
 impl ContextSeed {

@@ -11,7 +11,7 @@ pub const DOCUMENT: &str = include_str!("../../../openapi.yaml");
 
 /// Problem types the gateway answers with: slug, status, meaning. Each is a variant of
 /// `GatewayError`; a test in `problem` keeps the two the same.
-pub const PROBLEMS: [(&str, u16, &str); 21] = [
+pub const PROBLEMS: [(&str, u16, &str); 22] = [
     ("bad-request", 400, "The request could not be read."),
     (
         "malformed-json",
@@ -63,6 +63,11 @@ pub const PROBLEMS: [(&str, u16, &str); 21] = [
         "invalid-args",
         422,
         "The args fail the skill's params schema, or use `$`-prefixed keys (invoke options are not for callers); `errors` lists each failing field path or refused key.",
+    ),
+    (
+        "over-budget",
+        422,
+        "The run went over its budget (skill invocations, bytes of args and results, or time: `--max-run-invocations`, `--max-run-bytes`, `--max-run-time`); what was asked needs more than one run may spend.",
     ),
     (
         "bad-signature",

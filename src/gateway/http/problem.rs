@@ -38,7 +38,9 @@ fn status(err: &GatewayError) -> StatusCode {
         GatewayError::KeyReused(_) => StatusCode::UNPROCESSABLE_ENTITY,
         GatewayError::InProgress(_) => StatusCode::CONFLICT,
         GatewayError::Gone(_) => StatusCode::GONE,
-        GatewayError::InvalidArgs { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+        GatewayError::InvalidArgs { .. } | GatewayError::OverBudget { .. } => {
+            StatusCode::UNPROCESSABLE_ENTITY
+        }
         GatewayError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
         GatewayError::Internal { .. } => StatusCode::INTERNAL_SERVER_ERROR,
         GatewayError::Aborted { .. } | GatewayError::Unavailable(_) => {
@@ -179,6 +181,10 @@ mod tests {
             },
             GatewayError::Aborted {
                 message: "stopped".into(),
+                run: run(),
+            },
+            GatewayError::OverBudget {
+                message: "too much".into(),
                 run: run(),
             },
             GatewayError::Unavailable("full".into()),

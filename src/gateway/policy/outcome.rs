@@ -25,6 +25,9 @@ pub enum Failure {
     Timeout,
     /// The run was aborted: the server is shutting down, or the client went away.
     Aborted,
+    /// The run went over its budget (invocations, bytes, time: see `kernel::budget`); what the
+    /// caller asked for needs more than one run may spend.
+    OverBudget,
     /// Anything else. The cause goes to the log, never to the caller.
     Internal,
 }
@@ -40,6 +43,7 @@ impl Failure {
             ErrorKind::NotFound if unreachable(err) => Failure::NotFound,
             ErrorKind::Aborted if timed_out(err) => Failure::Timeout,
             ErrorKind::Aborted => Failure::Aborted,
+            ErrorKind::Failed if over_budget(err) => Failure::OverBudget,
             ErrorKind::InvalidArgs
             | ErrorKind::Failed
             | ErrorKind::NotFound
@@ -63,6 +67,13 @@ fn unreachable(err: &SkillError) -> bool {
     err.data()
         .and_then(|d| d.get("rule"))
         .is_some_and(|r| r == "unreachable")
+}
+
+/// The kernel marks a run over its budget with `{"limit": "budget"}`.
+fn over_budget(err: &SkillError) -> bool {
+    err.data()
+        .and_then(|d| d.get("limit"))
+        .is_some_and(|l| l == "budget")
 }
 
 /// The gateway marks the abort of a run that ran out of time with `{"timeout": true}`.
@@ -123,6 +134,7 @@ mod tests {
             Failure::Denied,
             Failure::Timeout,
             Failure::Aborted,
+            Failure::OverBudget,
         ] {
             assert!(failure.shows_message(), "{failure:?}");
         }

@@ -13,12 +13,14 @@
 //! - `email`: hostile mail: forged senders, conversation hijack, HTML in answers.
 //! - `webhook`: replays of deliveries whose scheme signs no timestamp.
 //! - `rebinding`: DNS rebinding and cross-site requests on loopback, through every door.
+//! - `budget`: fan-out bounded by each run's budget, event handlers included.
 //! - `doors`: the caller rules over every door (the transport contract runs them) and MCP.
 //! - `fuzz`: bounded property tests over HTTP args, frontmatter and skill bodies (JS values are
 //!   fuzzed next to their conversion, in `src/sandbox/convert/fuzz.rs`).
 
 mod args;
 mod authority_props;
+mod budget;
 pub(crate) mod doors;
 mod email;
 mod fuzz;

@@ -1,0 +1,175 @@
+//! Fan-out: depth bounds how deep a run goes, the run's budget how wide. A run that invokes
+//! more skills, or passes more bytes, than its budget fails alone with `over-budget` (422 over
+//! HTTP), while runs within it and other runs go on; handlers of the events a run emits spend
+//! from the same budget while the run is alive.
+
+use std::time::Duration;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde_json::json;
+use skillgate::events::memory::MemoryStore;
+use skillgate::events::{Bus, BusConfig, Limits, WithBus};
+use skillgate::kernel::budget::BudgetLimits;
+use skillgate::{Context, InvokeOptions};
+
+use crate::common::{Project, native};
+use crate::server::{TestServer, config, problem};
+
+fn fanout() -> Project {
+    let p = Project::new();
+    p.skill(
+        "fanout.skill.js",
+        "/*---\nname: fanout\ndescription: Invokes leaf n times at once.\n---*/\n\
+         export default async function (ctx, args) {\n\
+           const all = [];\n\
+           for (let i = 0; i < args.n; i++) all.push(ctx.manager.invoke('leaf', { i, payload: args.payload ?? '' }));\n\
+           return (await Promise.all(all)).length;\n\
+         }\n",
+    );
+    p.skill(
+        "leaf.skill.js",
+        "/*---\nname: leaf\ndescription: Answers its number.\n---*/\nexport default async function (ctx, args) { return args.i; }\n",
+    );
+    p
+}
+
+fn small() -> BudgetLimits {
+    BudgetLimits {
+        invocations: 50,
+        bytes: 64 * 1024,
+        wall: Duration::from_secs(600),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_shaped_fan_out_past_the_budget_fails_that_run_only_as_over_budget() {
+    let server = TestServer::start_with(fanout(), config(), |b| b.budget(small())).await;
+
+    // Within the budget: the whole tree runs.
+    let fine = server
+        .post_json("/invoke/fanout", &json!({ "n": 20 }))
+        .await;
+    assert_eq!(fine.status(), 200);
+
+    // Past the invocation count: 422, saying which limit and how to raise it.
+    let wide = server
+        .post_json("/invoke/fanout", &json!({ "n": 200 }))
+        .await;
+    let body = problem(wide, 422).await;
+    assert_eq!(
+        body["type"].as_str().map(|t| t.ends_with("over-budget")),
+        Some(true),
+        "{body}"
+    );
+    let detail = body["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("50 skill invocations") && detail.contains("--max-run-invocations"),
+        "{detail}"
+    );
+
+    // Past the bytes: a payload copied to each of 20 invocations.
+    let heavy = server
+        .post_json(
+            "/invoke/fanout",
+            &json!({ "n": 20, "payload": "x".repeat(8 * 1024) }),
+        )
+        .await;
+    let body = problem(heavy, 422).await;
+    assert!(
+        body["detail"]
+            .as_str()
+            .unwrap()
+            .contains("bytes of args and results"),
+        "{body}"
+    );
+
+    // Each run has a budget of its own: the next one is served.
+    let again = server
+        .post_json("/invoke/fanout", &json!({ "n": 20 }))
+        .await;
+    assert_eq!(again.status(), 200);
+}
+
+#[tokio::test]
+async fn handlers_of_the_events_a_run_emits_spend_from_its_budget_while_it_runs() {
+    let limits = Limits {
+        delivery_limit: 100,
+        ..Limits::default()
+    };
+    let bus = Arc::new(Bus::new(
+        Arc::new(MemoryStore::new(limits)),
+        BusConfig::with_visibility(Duration::from_secs(30)),
+    ));
+    let handled = Arc::new(AtomicU64::new(0));
+    let counted = handled.clone();
+    let worker = native(
+        "name: worker\ndescription: Counts.\n",
+        move |_ctx: Context, _args| {
+            let counted = counted.clone();
+            async move {
+                counted.fetch_add(1, Ordering::SeqCst);
+                Ok(None)
+            }
+        },
+    );
+    let seen = handled.clone();
+    let report = Arc::new(parking_lot::Mutex::new((0u64, 0u64)));
+    let told = report.clone();
+    // Emits 8 events, then stays alive until a handler ran (and a little more).
+    let spawner = native(
+        "name: spawner\ndescription: Emits.\n",
+        move |ctx: Context, _args| {
+            let (seen, told) = (seen.clone(), told.clone());
+            async move {
+                let mut emitted = 0;
+                for n in 0..8 {
+                    let emit = json!({ "topic": "work", "data": { "n": n } });
+                    if ctx
+                        .invoke("event-emit", emit, InvokeOptions::default())
+                        .await
+                        .is_ok()
+                    {
+                        emitted += 1;
+                    }
+                }
+                let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+                while seen.load(Ordering::SeqCst) == 0 && tokio::time::Instant::now() < deadline {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                *told.lock() = (emitted, seen.load(Ordering::SeqCst));
+                Ok(Some(json!(emitted)))
+            }
+        },
+    );
+    let kernel = Project::new()
+        .builder()
+        .bus(bus.clone())
+        .native(worker)
+        .native(spawner)
+        .budget(BudgetLimits {
+            invocations: 10,
+            ..small()
+        })
+        .build();
+    bus.subscribe_handler(&kernel, "work", "worker", None, false)
+        .await
+        .unwrap();
+    // The handlers spent the rest of the run's budget: the run itself is over it.
+    let err = kernel
+        .invoke("spawner", json!({}), InvokeOptions::default())
+        .await
+        .expect_err("the run's tree went over its budget");
+    assert_eq!(err.data().unwrap()["limit"], "budget");
+    let (emitted, handled) = *report.lock();
+    // The spawner, its emits and the handlers that ran while it was alive: ten in all, so
+    // most of the eight handlers had to wait for the run to end.
+    assert_eq!(
+        1 + emitted + handled,
+        10,
+        "emitted {emitted}, handled {handled}"
+    );
+    assert!(handled < 8, "handled {handled}");
+}
