@@ -96,6 +96,8 @@ pub struct Metrics {
     requests: Family<RequestLabels, Counter>,
     latency: Histograms<RouteLabels>,
     in_flight: Gauge<i64, AtomicI64>,
+    /// Bytes queued to WebSocket clients, every socket together (the outboxes keep it).
+    ws_queued: Gauge<i64, AtomicI64>,
     invocations: Family<SkillLabels, Counter>,
     errors: Family<ErrorLabels, Counter>,
     durations: Histograms<SkillLabels>,
@@ -123,6 +125,7 @@ impl Metrics {
         let requests = Family::<RequestLabels, Counter>::default();
         let latency: Histograms<RouteLabels> = Family::new_with_constructor(latency_histogram);
         let in_flight = Gauge::<i64, AtomicI64>::default();
+        let ws_queued = Gauge::<i64, AtomicI64>::default();
         let invocations = Family::<SkillLabels, Counter>::default();
         let errors = Family::<ErrorLabels, Counter>::default();
         let durations: Histograms<SkillLabels> = Family::new_with_constructor(latency_histogram);
@@ -140,6 +143,11 @@ impl Metrics {
             "http_requests_in_flight",
             "HTTP requests being served",
             in_flight.clone(),
+        );
+        registry.register(
+            "ws_send_queue_bytes",
+            "Bytes queued to WebSocket clients, every socket together",
+            ws_queued.clone(),
         );
         registry.register(
             "invocations",
@@ -162,6 +170,7 @@ impl Metrics {
             requests,
             latency,
             in_flight,
+            ws_queued,
             invocations,
             errors,
             durations,
@@ -196,6 +205,11 @@ impl Metrics {
     /// +1 / -1 requests in flight (from a request's head until its response body ends).
     pub fn in_flight(&self, delta: i64) {
         self.in_flight.inc_by(delta);
+    }
+
+    /// The gauge of bytes queued to WebSocket clients (shared with the sockets' outboxes).
+    pub fn ws_queued(&self) -> Gauge<i64, AtomicI64> {
+        self.ws_queued.clone()
     }
 
     /// Requests being served right now.

@@ -68,10 +68,12 @@ impl AppState {
         if let Some(keys) = gateway.kernel.extension::<crate::kernel::authority::Keys>() {
             keys.install(Arc::new(config.keys.clone()));
         }
-        let ws = config
-            .websocket
-            .enabled
-            .then(|| Arc::new(Hub::new(config.websocket.clone())));
+        let ws = config.websocket.enabled.then(|| {
+            Arc::new(Hub::new(
+                config.websocket.clone(),
+                gateway.metrics.ws_queued(),
+            ))
+        });
         Ok(AppState(Arc::new(Shared {
             gateway,
             config,

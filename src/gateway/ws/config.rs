@@ -24,6 +24,11 @@ pub struct WsConfig {
     pub max_message: usize,
     /// Frames that may wait for a client that reads slowly; past that it is closed with 1013.
     pub send_queue: usize,
+    /// Bytes that may wait for one client; past that it is closed with 1013.
+    pub send_queue_bytes: usize,
+    /// Bytes that may wait for all clients together; the client whose frame would pass it is
+    /// closed with 1013.
+    pub total_send_queue_bytes: usize,
     /// Sockets open at once; more are refused with 503.
     pub max_connections: usize,
     /// Browser origins allowed besides the server's own (and the HTTP CORS origins); `*` is any.
@@ -38,6 +43,8 @@ impl Default for WsConfig {
             idle_timeout: Duration::from_secs(60),
             max_message: 1024 * 1024,
             send_queue: 1024,
+            send_queue_bytes: 8 * 1024 * 1024,
+            total_send_queue_bytes: 128 * 1024 * 1024,
             max_connections: 1024,
             allowed_origins: Vec::new(),
         }
@@ -83,6 +90,21 @@ pub struct WsSettings {
         env = "SKILLGATE_WS_SEND_QUEUE"
     )]
     pub send_queue: Option<usize>,
+    /// Bytes that may wait for a slow client before it is closed with 1013 [default: 8388608].
+    #[arg(
+        id = "ws_send_queue_bytes",
+        long = "ws-send-queue-bytes",
+        env = "SKILLGATE_WS_SEND_QUEUE_BYTES"
+    )]
+    pub send_queue_bytes: Option<usize>,
+    /// Bytes that may wait for all clients together; the client whose frame would pass it is
+    /// closed with 1013 [default: 134217728].
+    #[arg(
+        id = "ws_total_send_queue_bytes",
+        long = "ws-total-send-queue-bytes",
+        env = "SKILLGATE_WS_TOTAL_SEND_QUEUE_BYTES"
+    )]
+    pub total_send_queue_bytes: Option<usize>,
     /// WebSocket connections open at once; more are refused with 503 [default: 1024].
     #[arg(
         id = "ws_max_connections",
@@ -109,6 +131,8 @@ impl WsSettings {
             idle_timeout: self.idle_timeout.or(file.idle_timeout),
             max_message: self.max_message.or(file.max_message),
             send_queue: self.send_queue.or(file.send_queue),
+            send_queue_bytes: self.send_queue_bytes.or(file.send_queue_bytes),
+            total_send_queue_bytes: self.total_send_queue_bytes.or(file.total_send_queue_bytes),
             max_connections: self.max_connections.or(file.max_connections),
             allowed_origins: self.allowed_origins.or(file.allowed_origins),
         }
@@ -154,6 +178,16 @@ impl WsConfig {
                 "websocket.send-queue",
                 settings.send_queue,
                 &mut config.send_queue,
+            ),
+            (
+                "websocket.send-queue-bytes",
+                settings.send_queue_bytes,
+                &mut config.send_queue_bytes,
+            ),
+            (
+                "websocket.total-send-queue-bytes",
+                settings.total_send_queue_bytes,
+                &mut config.total_send_queue_bytes,
             ),
             (
                 "websocket.max-connections",

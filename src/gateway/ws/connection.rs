@@ -21,7 +21,7 @@ use crate::gateway::http::auth::Caller;
 use crate::gateway::http::state::AppState;
 use crate::gateway::reply::Inbox;
 use crate::gateway::ws::hub::{Hub, RunGuard};
-use crate::gateway::ws::outbox::{Outbox, code, split};
+use crate::gateway::ws::outbox::{Limits, Outbox, code, split};
 use crate::gateway::ws::protocol::{ClientFrame, FrameError, Invoke, out};
 use crate::gateway::ws::subscription::Subscriptions;
 use crate::gateway::{Dispatch, GatewayError, Inbound, ReplyPart};
@@ -61,7 +61,14 @@ struct Connection {
 /// Serves one upgraded socket until it closes.
 pub async fn serve(socket: WebSocket, state: AppState, hub: Arc<Hub>, peer: Peer) {
     let config = hub.config.clone();
-    let (mut incoming, outbox, writer) = split(socket, config.send_queue);
+    let limits = Limits {
+        frames: config.send_queue,
+        bytes: config.send_queue_bytes,
+        total_bytes: config.total_send_queue_bytes,
+        total: hub.queued.clone(),
+        write_timeout: config.idle_timeout,
+    };
+    let (mut incoming, outbox, writer) = split(socket, limits);
     let writer = tokio::spawn(writer);
     let (finished, mut finished_rx) = mpsc::unbounded_channel();
     let needs_auth = !state.config.keys.is_empty() && peer.caller.is_none();
@@ -138,7 +145,14 @@ pub async fn serve(socket: WebSocket, state: AppState, hub: Arc<Hub>, peer: Peer
         run.cancel.cancel();
     }
     conn.subscriptions.release_held().await;
-    let _ = tokio::time::timeout(Duration::from_secs(5), writer).await;
+    // A writer still waiting for a client that takes nothing is stopped, freeing its queue.
+    let abort = writer.abort_handle();
+    if tokio::time::timeout(Duration::from_secs(5), writer)
+        .await
+        .is_err()
+    {
+        abort.abort();
+    }
 }
 
 /// True when the read failed because a message was over the size limit (tungstenite's

@@ -5,6 +5,8 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 
+use prometheus_client::metrics::gauge::Gauge;
+
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -17,16 +19,19 @@ pub struct Hub {
     tracker: TaskTracker,
     closing: CancellationToken,
     in_flight: AtomicI64,
+    /// Bytes queued to every socket together (see `outbox`), exported in `/metrics`.
+    pub queued: Gauge<i64, AtomicI64>,
 }
 
 impl Hub {
-    pub fn new(config: WsConfig) -> Hub {
+    pub fn new(config: WsConfig, queued: Gauge<i64, AtomicI64>) -> Hub {
         Hub {
             slots: Arc::new(Semaphore::new(config.max_connections)),
             config,
             tracker: TaskTracker::new(),
             closing: CancellationToken::new(),
             in_flight: AtomicI64::new(0),
+            queued,
         }
     }
 

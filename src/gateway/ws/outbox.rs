@@ -1,8 +1,14 @@
-//! What a socket sends: a bounded queue of frames written by one writer task, and the close
-//! that ends the socket with a code saying why. A client that reads too slowly for the queue
-//! is closed (1013) instead of growing memory without bound.
+//! What a socket sends: a queue of frames bounded in frames and bytes (its own, and every
+//! socket's together) written by one writer task, and the close that ends the socket with a
+//! code saying why. A client that reads too slowly for the queue, or takes nothing for the
+//! write timeout, is let go (1013) and what waited for it is freed, instead of growing memory
+//! without bound.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+
+use prometheus_client::metrics::gauge::Gauge;
+use std::time::Duration;
 
 use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket};
 use futures::stream::SplitSink;
@@ -22,25 +28,46 @@ pub mod code {
     pub const TRY_AGAIN_LATER: u16 = 1013;
 }
 
+/// How much may wait for a socket: frames and bytes of its own, and the bytes of every socket
+/// together.
+#[derive(Clone)]
+pub struct Limits {
+    pub frames: usize,
+    pub bytes: usize,
+    pub total_bytes: usize,
+    /// Bytes queued to every socket of the server now.
+    pub total: Gauge<i64, AtomicI64>,
+    /// How long one write may wait for the client to take it before the client is let go.
+    pub write_timeout: Duration,
+}
+
 /// The sending side of one socket. Cheap to share.
 pub struct Outbox {
-    tx: mpsc::Sender<Message>,
+    tx: mpsc::Sender<(Message, usize)>,
     /// The close to send, once decided (the first decision wins).
     close: Mutex<Option<(u16, String)>>,
     closed: CancellationToken,
+    /// Cancelled when the client is let go without its queued frames (it fell behind).
+    abandoned: CancellationToken,
+    /// Bytes queued to this socket now.
+    queued: AtomicUsize,
+    limits: Limits,
 }
 
 impl Outbox {
     /// The outbox of `sink`, and the writer task's future (run it until it ends).
     pub fn new(
         sink: SplitSink<WebSocket, Message>,
-        capacity: usize,
+        limits: Limits,
     ) -> (Arc<Outbox>, impl Future<Output = ()>) {
-        let (tx, rx) = mpsc::channel(capacity);
+        let (tx, rx) = mpsc::channel(limits.frames);
         let outbox = Arc::new(Outbox {
             tx,
             close: Mutex::new(None),
             closed: CancellationToken::new(),
+            abandoned: CancellationToken::new(),
+            queued: AtomicUsize::new(0),
+            limits,
         });
         let writer = write(sink, rx, outbox.clone());
         (outbox, writer)
@@ -56,19 +83,42 @@ impl Outbox {
         self.push_frame(frame.into());
     }
 
-    /// Queues a frame already serialized (and maybe shared with other sockets).
+    /// Queues a frame already serialized (and maybe shared with other sockets). Past this
+    /// socket's frames or bytes, or every socket's bytes together, the client is let go (1013)
+    /// and what waited for it is dropped.
     pub fn push_frame(&self, frame: Utf8Bytes) {
-        match self.tx.try_send(Message::Text(frame)) {
-            Ok(()) => {}
-            Err(TrySendError::Full(_)) => self.close(
-                code::TRY_AGAIN_LATER,
-                format!(
+        if self.closed.is_cancelled() {
+            return;
+        }
+        let size = frame.len();
+        let mine = self.queued.fetch_add(size, Ordering::AcqRel) + size;
+        let all = (self.limits.total.inc_by(size as i64) + size as i64).max(0) as usize;
+        let behind = if mine > self.limits.bytes {
+            Some(format!("the client fell behind: {mine} bytes unread"))
+        } else if all > self.limits.total_bytes {
+            Some(format!(
+                "the server has {all} bytes waiting for clients; this one fell behind"
+            ))
+        } else {
+            match self.tx.try_send((Message::Text(frame), size)) {
+                Ok(()) => return,
+                Err(TrySendError::Full(_)) => Some(format!(
                     "the client fell behind: {} frames unread",
                     self.tx.max_capacity()
-                ),
-            ),
-            Err(TrySendError::Closed(_)) => {}
+                )),
+                Err(TrySendError::Closed(_)) => None,
+            }
+        };
+        self.sent(size);
+        if let Some(reason) = behind {
+            self.close(code::TRY_AGAIN_LATER, reason);
         }
+    }
+
+    /// `size` bytes left the queue.
+    fn sent(&self, size: usize) {
+        self.queued.fetch_sub(size, Ordering::AcqRel);
+        self.limits.total.dec_by(size as i64);
     }
 
     /// Ends the socket with `code` (frames already queued go first, unless the client fell
@@ -77,6 +127,9 @@ impl Outbox {
         let mut close = self.close.lock();
         if close.is_none() {
             *close = Some((code, reason.into()));
+            if code == code::TRY_AGAIN_LATER {
+                self.abandoned.cancel();
+            }
         }
         self.closed.cancel();
     }
@@ -92,60 +145,130 @@ impl Outbox {
 
     /// Sends a ping (to find out whether the peer is still there).
     pub fn ping(&self) {
-        let _ = self.tx.try_send(Message::Ping(Default::default()));
+        let _ = self.tx.try_send((Message::Ping(Default::default()), 0));
+    }
+
+    /// Runs one write to the client: false when it failed, the client was let go meanwhile, or
+    /// it did not take the write within the write timeout (then it is let go).
+    async fn within<F, E>(&self, write: F) -> bool
+    where
+        F: Future<Output = Result<(), E>>,
+    {
+        tokio::select! {
+            done = tokio::time::timeout(self.limits.write_timeout, write) => match done {
+                Ok(result) => result.is_ok(),
+                Err(_) => {
+                    self.close(
+                        code::TRY_AGAIN_LATER,
+                        format!("the client took nothing for {} s", self.limits.write_timeout.as_secs()),
+                    );
+                    false
+                }
+            },
+            () = self.abandoned.cancelled() => false,
+        }
     }
 }
 
-/// The writer: frames in batches (one flush per batch), then the close frame.
+/// The writer: frames in batches (one flush per batch), then the close frame. A client that
+/// does not read is let go without waiting for it, and what was queued for it is freed.
 async fn write(
     mut sink: SplitSink<WebSocket, Message>,
-    mut rx: mpsc::Receiver<Message>,
+    rx: mpsc::Receiver<(Message, usize)>,
     outbox: Arc<Outbox>,
 ) {
+    let mut queue = Queue {
+        rx,
+        outbox: outbox.clone(),
+    };
+    send_all(&mut sink, &mut queue).await;
+    drop(queue);
+    let (code, reason) = outbox
+        .close
+        .lock()
+        .clone()
+        .unwrap_or((code::NORMAL, String::new()));
+    // A close reason is at most 123 bytes.
+    let mut reason = reason;
+    while reason.len() > 123 {
+        reason.pop();
+    }
+    let close = Message::Close(Some(CloseFrame {
+        code,
+        reason: reason.into(),
+    }));
+    // A client let go gets a moment to take the close frame, if its buffers have room.
+    let wait = if outbox.abandoned.is_cancelled() {
+        Duration::from_secs(1)
+    } else {
+        outbox.limits.write_timeout
+    };
+    let _ = tokio::time::timeout(wait, sink.send(close)).await;
+    let _ = tokio::time::timeout(wait, sink.close()).await;
+}
+
+/// The receiving end of a socket's queue. However the writer ends (finished, let go, or
+/// stopped), what is still queued is dropped and its bytes counted free again.
+struct Queue {
+    rx: mpsc::Receiver<(Message, usize)>,
+    outbox: Arc<Outbox>,
+}
+
+impl Queue {
+    async fn recv(&mut self) -> Option<Message> {
+        let (message, size) = self.rx.recv().await?;
+        self.outbox.sent(size);
+        Some(message)
+    }
+
+    fn try_recv(&mut self) -> Option<Message> {
+        let (message, size) = self.rx.try_recv().ok()?;
+        self.outbox.sent(size);
+        Some(message)
+    }
+}
+
+impl Drop for Queue {
+    fn drop(&mut self) {
+        self.rx.close();
+        while let Ok((_, size)) = self.rx.try_recv() {
+            self.outbox.sent(size);
+        }
+    }
+}
+
+/// Sends frames until the close is decided (then the ones already queued, unless the client
+/// fell behind), or until the client is gone or let go.
+async fn send_all(sink: &mut SplitSink<WebSocket, Message>, queue: &mut Queue) {
+    let outbox = queue.outbox.clone();
     loop {
         tokio::select! {
             biased;
-            message = rx.recv() => {
-                let Some(message) = message else { break };
-                if sink.feed(message).await.is_err() {
+            message = queue.recv() => {
+                let Some(message) = message else { return };
+                if !outbox.within(sink.feed(message)).await {
                     return;
                 }
-                while let Ok(more) = rx.try_recv() {
-                    if sink.feed(more).await.is_err() {
+                while let Some(more) = queue.try_recv() {
+                    if !outbox.within(sink.feed(more)).await {
                         return;
                     }
                 }
-                if sink.flush().await.is_err() {
+                if !outbox.within(sink.flush()).await {
                     return;
                 }
             }
             () = outbox.closed.cancelled() => break,
         }
     }
-    let (code, reason) = outbox
-        .close
-        .lock()
-        .clone()
-        .unwrap_or((code::NORMAL, String::new()));
-    if code != code::TRY_AGAIN_LATER {
-        while let Ok(more) = rx.try_recv() {
-            if sink.feed(more).await.is_err() {
-                return;
-            }
+    if outbox.abandoned.is_cancelled() {
+        return;
+    }
+    while let Some(more) = queue.try_recv() {
+        if !outbox.within(sink.feed(more)).await {
+            return;
         }
     }
-    // A close reason is at most 123 bytes.
-    let mut reason = reason;
-    while reason.len() > 123 {
-        reason.pop();
-    }
-    let _ = sink
-        .send(Message::Close(Some(CloseFrame {
-            code,
-            reason: reason.into(),
-        })))
-        .await;
-    let _ = sink.close().await;
 }
 
 /// The read half's type, for the connection loop.
@@ -154,9 +277,9 @@ pub type Incoming = futures::stream::SplitStream<WebSocket>;
 /// Splits a socket into its read half and its outbox with the writer's future.
 pub fn split(
     socket: WebSocket,
-    capacity: usize,
+    limits: Limits,
 ) -> (Incoming, Arc<Outbox>, impl Future<Output = ()>) {
     let (sink, stream) = socket.split();
-    let (outbox, writer) = Outbox::new(sink, capacity);
+    let (outbox, writer) = Outbox::new(sink, limits);
     (stream, outbox, writer)
 }

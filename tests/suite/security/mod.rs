@@ -14,6 +14,7 @@
 //! - `webhook`: replays of deliveries whose scheme signs no timestamp.
 //! - `rebinding`: DNS rebinding and cross-site requests on loopback, through every door.
 //! - `budget`: fan-out bounded by each run's budget, event handlers included.
+//! - `websocket`: clients that never read: bounded in bytes, let go, their queue freed.
 //! - `doors`: the caller rules over every door (the transport contract runs them) and MCP.
 //! - `fuzz`: bounded property tests over HTTP args, frontmatter and skill bodies (JS values are
 //!   fuzzed next to their conversion, in `src/sandbox/convert/fuzz.rs`).
@@ -30,3 +31,4 @@ mod rebinding;
 mod sandbox;
 mod trust;
 mod webhook;
+mod websocket;

@@ -1,0 +1,120 @@
+//! A WebSocket client that sends invocations and never reads: what waits for it is bounded in
+//! bytes (its own queue, and every socket's together), it is let go as soon as it falls behind
+//! or takes nothing for the write timeout, and what was queued for it is freed.
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::common::Project;
+use crate::server::{TestServer, config};
+use crate::ws_client::{Frame, WsClient};
+
+fn echo() -> Project {
+    let p = Project::new();
+    p.skill(
+        "echo.skill.js",
+        "/*---\nname: echo\ndescription: Gives its args back.\n---*/\nexport default async function (ctx, args) { return args; }\n",
+    );
+    p
+}
+
+/// `skillgate_ws_send_queue_bytes` in `/metrics`.
+async fn queued_bytes(server: &TestServer) -> i64 {
+    let text = server.get("/metrics").await.text().await.unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix("skillgate_ws_send_queue_bytes "))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("the gauge is exported")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_never_reads_is_let_go_and_what_waited_for_it_is_freed() {
+    let mut settings = config();
+    settings.websocket.send_queue_bytes = 512 * 1024;
+    settings.websocket.idle_timeout = Duration::from_secs(3);
+    let server = TestServer::start(echo(), settings).await;
+    let (mut client, _) = WsClient::connect(server.addr, None).await;
+
+    // 60 invocations whose answers are 400 KB each: 24 MB for a client that reads nothing.
+    let payload = "x".repeat(400 * 1024);
+    let sent = 60;
+    for i in 0..sent {
+        let frame = json!({ "type": "invoke", "id": format!("i{i}"), "skill": "echo", "args": { "p": payload } });
+        use futures::SinkExt;
+        let text = tokio_tungstenite::tungstenite::Message::Text(frame.to_string().into());
+        if client.socket.send(text).await.is_err() {
+            break;
+        }
+    }
+
+    // The server let it go: the socket ends before every answer came.
+    let mut results = 0;
+    loop {
+        match client.next().await {
+            Frame::Json(f) if f["type"] == "result" => results += 1,
+            Frame::Json(_) => {}
+            Frame::Closed(..) => break,
+        }
+    }
+    assert!(
+        results < sent,
+        "all {results} answers were kept for a client that read nothing"
+    );
+
+    // Nothing stays queued for it.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let queued = queued_bytes(&server).await;
+        if queued == 0 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{queued} bytes still queued"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bytes_queued_to_all_clients_together_are_bounded() {
+    let mut settings = config();
+    // Each socket could hold 8 MB; all of them together only 1 MB.
+    settings.websocket.total_send_queue_bytes = 1024 * 1024;
+    // Long enough that only the total bound lets a client go here.
+    settings.websocket.idle_timeout = Duration::from_secs(60);
+    let server = TestServer::start(echo(), settings).await;
+    let payload = "x".repeat(300 * 1024);
+    let mut clients = Vec::new();
+    for c in 0..4 {
+        let (mut client, _) = WsClient::connect(server.addr, None).await;
+        for i in 0..10 {
+            let frame = json!({ "type": "invoke", "id": format!("c{c}i{i}"), "skill": "echo", "args": { "p": payload } });
+            use futures::SinkExt;
+            let text = tokio_tungstenite::tungstenite::Message::Text(frame.to_string().into());
+            if client.socket.send(text).await.is_err() {
+                break;
+            }
+        }
+        clients.push(client);
+    }
+    let mut let_go = 0;
+    for client in &mut clients {
+        let mut results = 0;
+        loop {
+            match client.next().await {
+                Frame::Json(f) if f["type"] == "result" => results += 1,
+                Frame::Json(_) => {}
+                Frame::Closed(..) => break,
+            }
+        }
+        if results < 10 {
+            let_go += 1;
+        }
+    }
+    assert!(
+        let_go > 0,
+        "every client kept all its answers past the total bound"
+    );
+}
