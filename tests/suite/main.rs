@@ -37,7 +37,7 @@ mod deploy;
 mod directives;
 mod dns_fake;
 mod durability;
-mod email;
+pub(crate) mod email;
 mod event_routes;
 mod events;
 mod events_cli;

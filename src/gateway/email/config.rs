@@ -60,6 +60,9 @@ pub struct SmtpSettings {
     /// SMTP sessions at once; a client past it is told 421 and let go, so idle clients cannot
     /// take the file descriptors HTTP needs [default: 256].
     pub max_connections: Option<usize>,
+    /// Bytes of DATA being received across all sessions at once; a client whose message would
+    /// pass it is told 452 and let go (it tries again later) [default: 64 MiB].
+    pub max_data_in_flight: Option<usize>,
 }
 
 /// The mailbox mail is taken from.
@@ -228,6 +231,8 @@ pub struct EmailConfig {
     pub max_size: usize,
     /// SMTP sessions at once.
     pub max_connections: usize,
+    /// Bytes of DATA being received across all sessions at once.
+    pub max_data_in_flight: usize,
     pub require_verified_sender: bool,
     pub trusted_relay: Option<String>,
     pub dns_resolver: Option<SocketAddr>,
@@ -375,6 +380,7 @@ impl EmailConfig {
                 .map_or(Duration::from_secs(60), |s| s.0),
             max_size: settings.max_size.unwrap_or(10 * 1024 * 1024),
             max_connections: smtp.max_connections.unwrap_or(256).max(1),
+            max_data_in_flight: smtp.max_data_in_flight.unwrap_or(64 * 1024 * 1024).max(1),
             require_verified_sender: settings.require_verified_sender.unwrap_or(false),
             trusted_relay: settings.trusted_relay.filter(|r| !r.trim().is_empty()),
             dns_resolver,

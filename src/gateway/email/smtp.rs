@@ -5,6 +5,7 @@
 //! cannot be read.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use smtp_proto::Request;
@@ -38,6 +39,7 @@ pub async fn serve(
     tracker: TaskTracker,
 ) {
     let sessions = Arc::new(tokio::sync::Semaphore::new(config.max_connections));
+    let in_flight = InFlight::new(config.max_data_in_flight);
     loop {
         let accepted = tokio::select! {
             () = stop.cancelled() => return,
@@ -64,10 +66,13 @@ pub async fn serve(
                     continue;
                 };
                 let (intake, config, stop) = (intake.clone(), config.clone(), stop.clone());
+                let in_flight = in_flight.clone();
                 let tls = tls.clone();
                 tracker.spawn(async move {
                     let _permit = permit;
-                    if let Err(err) = session(stream, peer, &intake, &config, tls, &stop).await {
+                    if let Err(err) =
+                        session(stream, peer, (&intake, &in_flight), &config, tls, &stop).await
+                    {
                         tracing::debug!(%peer, error = %err, "an SMTP session ended");
                     }
                 });
@@ -107,7 +112,7 @@ struct Security {
 async fn session(
     stream: TcpStream,
     peer: std::net::SocketAddr,
-    intake: &Intake,
+    (intake, in_flight): (&Intake, &Arc<InFlight>),
     config: &EmailConfig,
     tls: Option<TlsAcceptor>,
     stop: &CancellationToken,
@@ -127,7 +132,15 @@ async fn session(
         ip: Some(peer.ip()),
         helo: String::new(),
     };
-    let ended = converse(&mut reader, intake, config, plain, &mut client, stop).await?;
+    let ended = converse(
+        &mut reader,
+        (intake, in_flight),
+        config,
+        plain,
+        &mut client,
+        stop,
+    )
+    .await?;
     let (Ended::StartTls, Some(acceptor)) = (ended, tls) else {
         return Ok(());
     };
@@ -143,14 +156,22 @@ async fn session(
         on: true,
     };
     // The client starts over with EHLO (RFC 3207 section 4.2).
-    converse(&mut reader, intake, config, secure, &mut client, stop).await?;
+    converse(
+        &mut reader,
+        (intake, in_flight),
+        config,
+        secure,
+        &mut client,
+        stop,
+    )
+    .await?;
     Ok(())
 }
 
 /// Commands and answers until QUIT, the client leaves, the server stops, or STARTTLS.
 async fn converse<S: AsyncRead + AsyncWrite + Unpin>(
     reader: &mut BufReader<S>,
-    intake: &Intake,
+    (intake, in_flight): (&Intake, &Arc<InFlight>),
     config: &EmailConfig,
     security: Security,
     client: &mut Client,
@@ -239,13 +260,13 @@ async fn converse<S: AsyncRead + AsyncWrite + Unpin>(
                     "503 5.5.1 RCPT first\r\n".into()
                 } else {
                     say(reader, b"354 End data with <CR><LF>.<CR><LF>\r\n").await?;
-                    let data = receive(reader, config.max_size).await?;
+                    let data = receive(reader, config.max_size, in_flight).await?;
                     let from = envelope.from.take().unwrap_or_default();
                     let to = std::mem::take(&mut envelope.to);
                     match data {
                         // Told as soon as the cap is passed, and let go: the rest of the
                         // message is never read (it could go on without end).
-                        None => {
+                        Data::TooBig => {
                             let refusal = format!(
                                 "552 5.3.4 message size exceeds the limit of {} bytes; closing\r\n",
                                 config.max_size
@@ -253,7 +274,14 @@ async fn converse<S: AsyncRead + AsyncWrite + Unpin>(
                             say(reader, refusal.as_bytes()).await?;
                             return Ok(Ended::Closed);
                         }
-                        Some(raw) => answer(intake.accept(&raw, &from, &to, client).await),
+                        // Many messages arrive at once: this one is told to come back later.
+                        Data::Busy => {
+                            say(reader, b"452 4.3.1 too much mail arriving at once; try again later; closing\r\n").await?;
+                            return Ok(Ended::Closed);
+                        }
+                        Data::Message(raw, _held) => {
+                            answer(intake.accept(&raw, &from, &to, client).await)
+                        }
                     }
                 }
             }
@@ -314,10 +342,57 @@ fn answer(taken: Result<Taken, IntakeError>) -> String {
 /// than `max`. Lines are read in pieces of at most [`DATA_PIECE`] bytes and each counts against
 /// the cap as it arrives, so a client that never sends a newline holds no more memory than the
 /// cap (RFC 5321 allows 1000 octets a line; longer ones are taken, in pieces).
+/// Bytes of DATA being received by every session together, bounded by
+/// `email.smtp.max-data-in-flight`.
+pub struct InFlight {
+    max: usize,
+    used: AtomicUsize,
+}
+
+impl InFlight {
+    pub fn new(max: usize) -> Arc<InFlight> {
+        Arc::new(InFlight {
+            max,
+            used: AtomicUsize::new(0),
+        })
+    }
+
+    /// Takes `n` more bytes for `held`, unless that would pass the bound.
+    fn take(self: &Arc<Self>, held: &mut Held, n: usize) -> bool {
+        let before = self.used.fetch_add(n, Ordering::AcqRel);
+        if before + n > self.max {
+            self.used.fetch_sub(n, Ordering::AcqRel);
+            return false;
+        }
+        held.0 += n;
+        true
+    }
+}
+
+/// The bytes one message holds of the bound; given back when it is dropped.
+struct Held(usize, Arc<InFlight>);
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.1.used.fetch_sub(self.0, Ordering::AcqRel);
+    }
+}
+
+/// What DATA brought.
+enum Data {
+    Message(Vec<u8>, Held),
+    /// Past `max-size`.
+    TooBig,
+    /// Past `max-data-in-flight`.
+    Busy,
+}
+
 async fn receive<S: AsyncRead + Unpin>(
     reader: &mut BufReader<S>,
     max: usize,
-) -> std::io::Result<Option<Vec<u8>>> {
+    in_flight: &Arc<InFlight>,
+) -> std::io::Result<Data> {
+    let mut held = Held(0, in_flight.clone());
     let mut data = Vec::new();
     let mut piece = Vec::new();
     // Whether the next piece starts a line (where `.` ends the message and `..` is unstuffed).
@@ -335,7 +410,7 @@ async fn receive<S: AsyncRead + Unpin>(
             ));
         }
         if at_start && (piece == b".\r\n" || piece == b".\n") {
-            return Ok(Some(data));
+            return Ok(Data::Message(data, held));
         }
         let body = if at_start && piece.starts_with(b"..") {
             &piece[1..]
@@ -343,7 +418,10 @@ async fn receive<S: AsyncRead + Unpin>(
             &piece[..]
         };
         if data.len() + body.len() > max {
-            return Ok(None);
+            return Ok(Data::TooBig);
+        }
+        if !in_flight.take(&mut held, body.len()) {
+            return Ok(Data::Busy);
         }
         data.extend_from_slice(body);
         at_start = piece.ends_with(b"\n");

@@ -15,6 +15,7 @@
 //! - `rebinding`: DNS rebinding and cross-site requests on loopback, through every door.
 //! - `budget`: fan-out bounded by each run's budget, event handlers included.
 //! - `websocket`: clients that never read: bounded in bytes, let go, their queue freed.
+//! - `smtp`: raw SMTP clients: DATA past the cap, too many sessions, too much DATA at once.
 //! - `doors`: the caller rules over every door (the transport contract runs them) and MCP.
 //! - `fuzz`: bounded property tests over HTTP args, frontmatter and skill bodies (JS values are
 //!   fuzzed next to their conversion, in `src/sandbox/convert/fuzz.rs`).
@@ -29,6 +30,7 @@ mod http;
 mod kernel;
 mod rebinding;
 mod sandbox;
+mod smtp;
 mod trust;
 mod webhook;
 mod websocket;
