@@ -236,12 +236,15 @@ impl Run {
                     biased;
                     log = logs.recv() => match log {
                         Ok(v) if mine_log(&v) => reply.offer(ReplyPart::Log(v)),
-                        Ok(_) | Err(RecvError::Lagged(_)) => {}
+                        Ok(_) => {}
+                        // Some of those may have been this run's: counted as left out.
+                        Err(RecvError::Lagged(n)) => reply.left_out(n),
                         Err(RecvError::Closed) => break,
                     },
                     event = events.recv() => match event {
                         Ok(e) if mine_event(&e) => reply.offer(ReplyPart::Event(e.to_json())),
-                        Ok(_) | Err(RecvError::Lagged(_)) => {}
+                        Ok(_) => {}
+                        Err(RecvError::Lagged(n)) => reply.left_out(n),
                         Err(RecvError::Closed) => break,
                     },
                     () = done.cancelled() => break,

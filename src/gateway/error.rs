@@ -176,6 +176,7 @@ impl GatewayError {
             Failure::Timeout => GatewayError::Timeout { message, run },
             Failure::Aborted => GatewayError::Aborted { message, run },
             Failure::OverBudget => GatewayError::OverBudget { message, run },
+            Failure::Busy => GatewayError::Unavailable(message),
             Failure::Internal => {
                 tracing::error!(request_id, skill, error = %err, kind = err.kind().code(), "invocation failed");
                 GatewayError::Internal {
@@ -280,6 +281,7 @@ mod tests {
                 Failure::Timeout => "timeout",
                 Failure::Aborted => "aborted",
                 Failure::OverBudget => "over-budget",
+                Failure::Busy => "unavailable",
                 Failure::Internal => "internal",
             };
             assert_eq!(answer.slug(), slug, "{kind:?}");

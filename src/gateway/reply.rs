@@ -7,11 +7,12 @@
 //! format (an HTTP body or SSE stream, a Slack message, an email).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use bytes::Bytes;
 use serde_json::Value;
 use tokio::sync::mpsc;
+use tokio::sync::mpsc::error::TrySendError;
 
 use crate::error::{Result, SkillError};
 use crate::kernel::invoke::Output;
@@ -49,6 +50,10 @@ pub enum ReplyPart {
     Log(Arc<Value>),
     /// A bus event emitted by the run (agent events, `event-emit`).
     Event(Value),
+    /// At most this many log events, bus events or text pieces were left out because the
+    /// client read more slowly than the run produced them (they are never slowed down for it).
+    /// Comes before the next part that got through, so a stream never loses data silently.
+    Gap(u64),
     /// The run ended: its result or its error. Always the last part.
     Done(Result<Output>),
 }
@@ -62,6 +67,8 @@ pub struct Reply {
     body_started: AtomicBool,
     /// The head declared the body's length and the body was sent whole.
     body_complete: AtomicBool,
+    /// Parts [`Reply::offer`] left out since the last [`ReplyPart::Gap`] went out.
+    missed: AtomicU64,
     /// What the client sends the run (`gateway-receive`), on transports that carry it.
     inbox: Option<tokio::sync::Mutex<mpsc::Receiver<Value>>>,
 }
@@ -105,6 +112,7 @@ impl Reply {
             head_sent: AtomicBool::new(false),
             body_started: AtomicBool::new(false),
             body_complete: AtomicBool::new(false),
+            missed: AtomicU64::new(0),
             inbox: inbox.map(tokio::sync::Mutex::new),
         };
         (Arc::new(reply), rx)
@@ -174,6 +182,10 @@ impl Reply {
 
     /// Sends a part; fails when the other end is gone (the client disconnected).
     pub async fn send(&self, part: ReplyPart) -> Result<()> {
+        let missed = self.missed.swap(0, Ordering::AcqRel);
+        if missed > 0 {
+            let _ = self.tx.send(ReplyPart::Gap(missed)).await;
+        }
         self.tx.send(part).await.map_err(|_| {
             SkillError::failed(format!(
                 "the {} client is gone: nothing more can be sent",
@@ -182,10 +194,37 @@ impl Reply {
         })
     }
 
-    /// Sends a part without waiting; a full or closed channel drops it (log and event feeds,
-    /// which must never slow the run down).
+    /// Sends a part without waiting (log and event feeds, text pieces: they must never slow the
+    /// run down). When the client is behind, the part is left out and counted; a
+    /// [`ReplyPart::Gap`] saying how many goes before the next part that gets through.
     pub fn offer(&self, part: ReplyPart) {
-        let _ = self.tx.try_send(part);
+        let missed = self.missed.load(Ordering::Acquire);
+        if missed > 0 {
+            match self.tx.try_send(ReplyPart::Gap(missed)) {
+                Ok(()) => {
+                    self.missed.fetch_sub(missed, Ordering::AcqRel);
+                }
+                Err(TrySendError::Full(_)) => {
+                    self.missed.fetch_add(1, Ordering::AcqRel);
+                    return;
+                }
+                Err(TrySendError::Closed(_)) => return,
+            }
+        }
+        if let Err(TrySendError::Full(_)) = self.tx.try_send(part) {
+            self.missed.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    /// Counts `n` parts left out before they reached this reply (a feed that lagged); told in
+    /// the next [`ReplyPart::Gap`].
+    pub fn left_out(&self, n: u64) {
+        self.missed.fetch_add(n, Ordering::AcqRel);
+    }
+
+    /// Parts left out and not yet told to the client (see [`ReplyPart::Gap`]).
+    pub fn missed(&self) -> u64 {
+        self.missed.load(Ordering::Acquire)
     }
 }
 

@@ -36,7 +36,7 @@ use futures::future::BoxFuture;
 
 pub use limits::{Limit, Limits};
 pub use observer::Observer;
-pub use pool::{THREADS_VAR, threads};
+pub use pool::{QUEUE_VAR, THREADS_VAR, set_queue_limit, threads};
 pub use script::{Code, Script, load};
 pub use session::Session;
 

@@ -14,6 +14,10 @@
 //! at least 2. Kernel work a script starts (`invoke`, `next`) goes back to the runtime the call
 //! came from (see `bridge`), so only QuickJS and the synchronous bridge calls run here.
 //!
+//! Calls waiting or running at once are bounded (`SKILLGATE_SANDBOX_QUEUE`, default 1024): past
+//! that a call is refused at once as busy (HTTP answers 503 with `Retry-After`), so a flood of
+//! script calls cannot queue without end.
+//!
 //! Dropping the future of [`run`] (the HTTP client went away, a timeout fired) cancels the call's
 //! token: the call's meter then stops its script as it stops one for an abort, and the call ends
 //! on its own, so a session still drains its queued work as after any stop.
@@ -30,6 +34,48 @@ use crate::error::{Result, SkillError};
 
 /// The environment variable that sets how many sandbox threads there are.
 pub const THREADS_VAR: &str = "SKILLGATE_SANDBOX_THREADS";
+
+/// The environment variable that bounds the calls waiting or running at once.
+pub const QUEUE_VAR: &str = "SKILLGATE_SANDBOX_QUEUE";
+
+/// Calls waiting or running at once unless configured.
+pub const DEFAULT_QUEUE: usize = 1024;
+
+/// Calls waiting or running now.
+static QUEUED: AtomicUsize = AtomicUsize::new(0);
+
+/// The bound on [`QUEUED`] (0: not read yet).
+static QUEUE_LIMIT: AtomicUsize = AtomicUsize::new(0);
+
+/// Sets the bound on calls waiting or running at once, overriding the variable (a process that
+/// embeds the kernel; tests).
+pub fn set_queue_limit(limit: usize) {
+    QUEUE_LIMIT.store(limit.max(1), Ordering::Relaxed);
+}
+
+fn queue_limit() -> usize {
+    match QUEUE_LIMIT.load(Ordering::Relaxed) {
+        0 => {
+            let limit = std::env::var(QUEUE_VAR)
+                .ok()
+                .and_then(|v| v.trim().parse::<usize>().ok())
+                .filter(|n| *n > 0)
+                .unwrap_or(DEFAULT_QUEUE);
+            QUEUE_LIMIT.store(limit, Ordering::Relaxed);
+            limit
+        }
+        limit => limit,
+    }
+}
+
+/// One call counted in [`QUEUED`] until it ends.
+struct Queued;
+
+impl Drop for Queued {
+    fn drop(&mut self) {
+        QUEUED.fetch_sub(1, Ordering::AcqRel);
+    }
+}
 
 /// The most threads the variable may ask for.
 const MAX_THREADS: usize = 1024;
@@ -86,6 +132,15 @@ where
     F: Future<Output = Result<T>> + Send + 'static,
     T: Send + 'static,
 {
+    let waiting = QUEUED.fetch_add(1, Ordering::AcqRel) + 1;
+    let _queued = Queued;
+    let limit = queue_limit();
+    if waiting > limit {
+        return Err(SkillError::failed(format!(
+            "the sandbox is busy: {limit} script calls are waiting or running; try again shortly (`{QUEUE_VAR}`)"
+        ))
+        .with_data(serde_json::json!({ "limit": "busy", "retryAfter": 1 })));
+    }
     let gone = CancellationToken::new();
     // The call continues the trace of its invocation.
     let task = pool().spawn(call(gone.clone()).in_current_span());

@@ -196,7 +196,8 @@ pub async fn respond(
                 return raw(dispatch, 200, Vec::new(), Some(chunk), skill, request_id);
             }
             ReplyPart::Message(message) => messages.push(message),
-            ReplyPart::Log(_) | ReplyPart::Event(_) | ReplyPart::Partial(_) => {}
+            ReplyPart::Log(_) | ReplyPart::Event(_) | ReplyPart::Partial(_) | ReplyPart::Gap(_) => {
+            }
             ReplyPart::Done(Ok(result)) => return done(output(result), messages),
             ReplyPart::Done(Err(err)) => {
                 return GatewayError::from_run(&err, skill, request_id).into_response();
@@ -308,6 +309,7 @@ pub fn frame(
         ReplyPart::Message(message) => ("message", message, false),
         ReplyPart::Log(log) => ("log", (*log).clone(), false),
         ReplyPart::Event(event) => ("event", event, false),
+        ReplyPart::Gap(missed) => ("gap", json!({ "missed": missed }), false),
         ReplyPart::Head { .. } => return None,
         ReplyPart::Done(Ok(result)) => ("result", json!({ "result": output(result) }), true),
         ReplyPart::Done(Err(err)) => (

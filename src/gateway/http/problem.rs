@@ -125,6 +125,10 @@ impl IntoResponse for GatewayError {
             GatewayError::RateLimited { wait } => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from(wait.max(1)));
             }
+            // Busy or shutting down: another replica, or this one in a moment.
+            GatewayError::Unavailable(_) => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from(1));
+            }
             _ => {}
         }
         response

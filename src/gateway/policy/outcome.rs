@@ -28,6 +28,8 @@ pub enum Failure {
     /// The run went over its budget (invocations, bytes, time: see `kernel::budget`); what the
     /// caller asked for needs more than one run may spend.
     OverBudget,
+    /// The server is too busy to take the run now (the sandbox queue is full); try again.
+    Busy,
     /// Anything else. The cause goes to the log, never to the caller.
     Internal,
 }
@@ -44,6 +46,7 @@ impl Failure {
             ErrorKind::Aborted if timed_out(err) => Failure::Timeout,
             ErrorKind::Aborted => Failure::Aborted,
             ErrorKind::Failed if over_budget(err) => Failure::OverBudget,
+            ErrorKind::Failed if busy(err) => Failure::Busy,
             ErrorKind::InvalidArgs
             | ErrorKind::Failed
             | ErrorKind::NotFound
@@ -74,6 +77,13 @@ fn over_budget(err: &SkillError) -> bool {
     err.data()
         .and_then(|d| d.get("limit"))
         .is_some_and(|l| l == "budget")
+}
+
+/// The sandbox marks a call it refused because its queue is full with `{"limit": "busy"}`.
+fn busy(err: &SkillError) -> bool {
+    err.data()
+        .and_then(|d| d.get("limit"))
+        .is_some_and(|l| l == "busy")
 }
 
 /// The gateway marks the abort of a run that ran out of time with `{"timeout": true}`.
@@ -135,6 +145,7 @@ mod tests {
             Failure::Timeout,
             Failure::Aborted,
             Failure::OverBudget,
+            Failure::Busy,
         ] {
             assert!(failure.shows_message(), "{failure:?}");
         }

@@ -79,6 +79,7 @@ pub async fn answer(
             ReplyPart::Head { .. }
             | ReplyPart::Chunk(_)
             | ReplyPart::Log(_)
+            | ReplyPart::Gap(_)
             | ReplyPart::Event(_) => {}
             ReplyPart::Done(Ok(result)) => {
                 let value = result.map_or(Value::Null, std::sync::Arc::unwrap_or_clone);

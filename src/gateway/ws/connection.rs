@@ -415,6 +415,7 @@ impl RunTask {
                 Some(ReplyPart::Partial(text)) => self.outbox.push(out::partial(id, text)),
                 Some(ReplyPart::Log(log)) => self.outbox.push(out::log(id, &log)),
                 Some(ReplyPart::Event(event)) => self.outbox.push(out::run_event(id, event)),
+                Some(ReplyPart::Gap(missed)) => self.outbox.push(out::run_gap(id, missed)),
                 Some(ReplyPart::Head { .. }) => {}
                 Some(ReplyPart::Done(Ok(result))) => {
                     let value = result.map_or(Value::Null, Arc::unwrap_or_clone);

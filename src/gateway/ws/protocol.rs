@@ -219,6 +219,12 @@ pub mod out {
         json!({ "type": "event", "id": id, "event": event })
     }
 
+    /// `missed` log events, bus events or text pieces of invocation `id` were left out: the
+    /// client read more slowly than the run produced them.
+    pub fn run_gap(id: &str, missed: u64) -> Value {
+        json!({ "type": "gap", "id": id, "missed": missed })
+    }
+
     /// An event of a subscription; `eventId` is its durable id (resume from it, ack it).
     pub fn topic_event(topic: &str, group: Option<&str>, event: &crate::events::Event) -> Value {
         json!({ "type": "event", "topic": topic, "group": group, "eventId": event.id, "event": event })

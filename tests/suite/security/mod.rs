@@ -16,6 +16,7 @@
 //! - `budget`: fan-out bounded by each run's budget, event handlers included.
 //! - `websocket`: clients that never read: bounded in bytes, let go, their queue freed.
 //! - `smtp`: raw SMTP clients: DATA past the cap, too many sessions, too much DATA at once.
+//! - `streams`: parts a slow reader missed are told (`gap`); the sandbox queue is bounded.
 //! - `doors`: the caller rules over every door (the transport contract runs them) and MCP.
 //! - `fuzz`: bounded property tests over HTTP args, frontmatter and skill bodies (JS values are
 //!   fuzzed next to their conversion, in `src/sandbox/convert/fuzz.rs`).
@@ -31,6 +32,7 @@ mod kernel;
 mod rebinding;
 mod sandbox;
 mod smtp;
+mod streams;
 mod trust;
 mod webhook;
 mod websocket;

@@ -1,0 +1,91 @@
+//! Streams and queues under a flood: a run's log and event parts the client reads too slowly
+//! for are counted and told (`gap`), never dropped silently; the sandbox queue is bounded, and a
+//! call past it is refused as busy (503 with `Retry-After`) instead of waiting without end.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::common::Project;
+use crate::server::{SseReader, TestServer, config, problem};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parts_a_slow_stream_reader_missed_are_counted_in_a_gap_before_the_result() {
+    let project = Project::new();
+    project.skill(
+        "chatty.skill.js",
+        "/*---\nname: chatty\ndescription: Emits many events.\n---*/\n\
+         export default async function (ctx, args) {\n\
+           const pad = 'x'.repeat(4096);\n\
+           for (let n = 0; n < args.n; n++) await ctx.manager.invoke('event-emit', { topic: 'chatter', data: { n, pad } });\n\
+           return 'done';\n\
+         }\n",
+    );
+    let server = TestServer::start(project, config()).await;
+    let produced = 3000u64;
+    let response = server
+        .client
+        .post(server.url("/invoke/chatty"))
+        .header("accept", "text/event-stream")
+        .json(&json!({ "n": produced }))
+        .send()
+        .await
+        .unwrap();
+    // The client reads nothing while the run goes on.
+    tokio::time::sleep(Duration::from_millis(3000)).await;
+    let mut stream = SseReader::new(response);
+    let (mut events, mut missed, mut result) = (0u64, 0u64, None);
+    while let Some(frame) = stream.next().await {
+        match frame.event.as_str() {
+            "event" => events += 1,
+            "gap" => missed += frame.data["missed"].as_u64().unwrap(),
+            "result" => {
+                result = Some(frame.data.clone());
+                break;
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(result, Some(json!({ "result": "done" })));
+    assert!(
+        events + missed >= produced,
+        "{events} events and {missed} told missing of {produced}"
+    );
+    assert!(events < produced, "the reader was slow: some were left out");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_script_call_past_the_sandbox_queue_is_refused_503_with_retry_after() {
+    skillgate::sandbox::set_queue_limit(2);
+    let project = Project::new();
+    project.skill(
+        "spin.skill.js",
+        "/*---\nname: spin\ndescription: Keeps a sandbox thread busy a moment.\n---*/\n\
+         export default async function () { const end = Date.now() + 400; while (Date.now() < end) {} return 'ok'; }\n",
+    );
+    let server = TestServer::start(project, config()).await;
+    let calls: Vec<_> = (0..12)
+        .map(|_| {
+            let (client, url) = (server.client.clone(), server.url("/invoke/spin"));
+            tokio::spawn(async move { client.post(url).json(&json!({})).send().await.unwrap() })
+        })
+        .collect();
+    let mut ok = 0;
+    let mut busy = Vec::new();
+    for call in calls {
+        let response = call.await.unwrap();
+        match response.status().as_u16() {
+            200 => ok += 1,
+            503 => busy.push(response),
+            other => panic!("unexpected {other}"),
+        }
+    }
+    assert!(ok >= 1, "the calls the queue had room for ran");
+    let refused = busy.pop().expect("calls past the queue are refused");
+    assert_eq!(refused.headers()["retry-after"], "1");
+    let body: Value = problem(refused, 503).await;
+    assert!(
+        body["detail"].as_str().unwrap().contains("sandbox is busy"),
+        "{body}"
+    );
+}
