@@ -292,6 +292,13 @@ impl tower_governor::key_extractor::KeyExtractor for CallerKey {
         if let Some(Caller::Key(key)) = req.extensions().get::<Caller>() {
             return Ok(format!("key:{}", key.name));
         }
+        // The client behind a trusted proxy, else the TCP peer.
+        if let Some(client) = req
+            .extensions()
+            .get::<crate::gateway::http::peers::ClientAddr>()
+        {
+            return Ok(format!("ip:{}", client.0));
+        }
         Ok(req
             .extensions()
             .get::<ConnectInfo<SocketAddr>>()

@@ -41,6 +41,11 @@ pub struct HttpConfig {
     pub body_timeout: Duration,
     /// Connections served at once; more wait in the listen backlog until one closes.
     pub max_connections: usize,
+    /// Connections one client address may hold at once; more are closed as they come.
+    pub max_connections_per_peer: usize,
+    /// Proxies whose `X-Forwarded-For` / `Forwarded` headers name the client (addresses or
+    /// networks).
+    pub trusted_proxies: Vec<String>,
     /// `Host` names (optionally `name:port`) requests must be addressed to; empty allows any.
     pub allowed_hosts: Vec<String>,
     /// Hidden skills that may still be invoked over HTTP (name patterns).
@@ -62,6 +67,9 @@ pub const DEFAULT_BIND: &str = "127.0.0.1:8080";
 /// Enough for a busy instance, and below the 1024 descriptors many systems allow a process by
 /// default once the store, skills and logs have theirs (see `descriptors`).
 pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+
+/// Connections one client address may hold unless configured otherwise.
+pub const DEFAULT_MAX_CONNECTIONS_PER_PEER: usize = 64;
 pub const DEFAULT_PUBLIC: [&str; 5] = [
     "/healthz",
     "/readyz",
@@ -85,6 +93,8 @@ impl Default for HttpConfig {
             header_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(30),
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_connections_per_peer: DEFAULT_MAX_CONNECTIONS_PER_PEER,
+            trusted_proxies: Vec::new(),
             allowed_hosts: Vec::new(),
             expose_hidden: Vec::new(),
             announce: false,
@@ -145,6 +155,15 @@ pub struct HttpSettings {
     /// [default: 1024, lowered to fit the process's file descriptor limit].
     #[arg(long, env = "SKILLGATE_MAX_CONNECTIONS")]
     pub max_connections: Option<usize>,
+    /// Connections one client address may hold at once; more are closed as they come, so one
+    /// client cannot take every slot [default: 64].
+    #[arg(long, env = "SKILLGATE_MAX_CONNECTIONS_PER_PEER")]
+    pub max_connections_per_peer: Option<usize>,
+    /// Proxies in front whose `X-Forwarded-For` / `Forwarded` name the client, comma-separated
+    /// addresses or networks (`10.0.0.0/8`); from anyone else those headers are ignored
+    /// [default: none].
+    #[arg(long, env = "SKILLGATE_TRUSTED_PROXIES")]
+    pub trusted_proxies: Option<List>,
     /// Host names requests must be addressed to, comma-separated (`name` or `name:port`);
     /// others get 421. `/healthz` and `/readyz` answer any host [default: any host].
     #[arg(long, env = "SKILLGATE_ALLOWED_HOSTS")]
@@ -171,7 +190,9 @@ macro_rules! or_fields {
 impl HttpSettings {
     /// True when `key` names an HTTP setting (to point a misplaced top-level key to `http:`).
     pub fn is_setting(key: &str) -> bool {
-        const KEYS: [&str; 16] = [
+        const KEYS: [&str; 18] = [
+            "max-connections-per-peer",
+            "trusted-proxies",
             "insecure-no-auth",
             "bind",
             "api-keys",
@@ -210,6 +231,8 @@ impl HttpSettings {
                 header_timeout,
                 body_timeout,
                 max_connections,
+                max_connections_per_peer,
+                trusted_proxies,
                 allowed_hosts,
                 expose_hidden,
                 gateway_message,
@@ -282,6 +305,18 @@ impl HttpConfig {
                 bad("http.max-connections", "must be at least 1".into());
             }
             config.max_connections = max;
+        }
+        if let Some(max) = settings.max_connections_per_peer {
+            if max == 0 {
+                bad("http.max-connections-per-peer", "must be at least 1".into());
+            }
+            config.max_connections_per_peer = max;
+        }
+        if let Some(List(proxies)) = settings.trusted_proxies {
+            if let Err(err) = crate::gateway::http::peers::TrustedProxies::new(&proxies) {
+                bad("http.trusted-proxies", err);
+            }
+            config.trusted_proxies = proxies;
         }
         if let Some(List(hosts)) = settings.allowed_hosts {
             config.allowed_hosts = hosts;

@@ -23,16 +23,20 @@ use tower::ServiceExt;
 
 use crate::gateway::http::activity::{Activity, Tracked};
 use crate::gateway::http::body::Deadline;
+use crate::gateway::http::peers::{ClientAddr, PerPeer, TrustedProxies};
 use crate::gateway::metrics::Metrics;
 
 /// How connections are held to account.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Limits {
     /// For a request's headers, and for a connection with nothing in flight.
     pub header_timeout: Duration,
     /// For a request's whole body, from its headers.
     pub body_timeout: Duration,
     pub max_connections: usize,
+    /// Connections one client address may hold (trusted proxies are not capped here).
+    pub per_peer: usize,
+    pub trusted: Arc<TrustedProxies>,
 }
 
 /// Serves `router` on `listener` until `stop` is cancelled, then stops accepting, asks every
@@ -57,6 +61,7 @@ pub async fn serve(
         .enable_connect_protocol();
     let graceful = GracefulShutdown::new();
     let mut slots = Slots::new(limits.max_connections);
+    let per_peer = PerPeer::new(limits.per_peer);
     loop {
         let permit = tokio::select! {
             _ = stop.cancelled() => break,
@@ -74,15 +79,31 @@ pub async fn serve(
                 }
             },
         };
+        // One address may not take every slot: past its cap, its new connections are closed at
+        // once (a trusted proxy carries many clients and is not capped here).
+        let held = if limits.trusted.trusts(peer.ip()) {
+            None
+        } else {
+            match per_peer.take(peer.ip()) {
+                Some(held) => Some(held),
+                None => {
+                    tracing::debug!(%peer, max = per_peer.max(), "closed a connection: this address holds max-connections-per-peer");
+                    continue;
+                }
+            }
+        };
         let _ = socket.set_nodelay(true);
         let router = router.clone();
+        let trusted = limits.trusted.clone();
         let activity = Activity::new(metrics.clone());
         let watched = activity.clone();
         let body_timeout = limits.body_timeout;
         let service = hyper::service::service_fn(move |request: Request<Incoming>| {
             let in_flight = activity.begin();
             let mut request = request.map(|body| Body::new(Deadline::new(body, body_timeout)));
+            let client = ClientAddr(trusted.client(peer.ip(), request.headers()));
             request.extensions_mut().insert(ConnectInfo(peer));
+            request.extensions_mut().insert(client);
             let call = router.clone().oneshot(request);
             async move {
                 let response = call.await?;
@@ -109,6 +130,7 @@ pub async fn serve(
             }
             // The socket is closed (dropped with the connection) before its slot is freed.
             drop(permit);
+            drop(held);
         });
     }
     drop(listener);

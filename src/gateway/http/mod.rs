@@ -23,6 +23,7 @@ mod listen;
 pub mod openapi;
 pub mod ops;
 mod origin;
+pub mod peers;
 pub mod problem;
 mod public;
 pub mod request_id;

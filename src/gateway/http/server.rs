@@ -166,6 +166,8 @@ impl Server {
             header_timeout: config.header_timeout,
             body_timeout: config.body_timeout,
             max_connections,
+            per_peer: config.max_connections_per_peer,
+            trusted: state.trusted.clone(),
         };
         let metrics = state.gateway.metrics.clone();
         let readiness = state.gateway.readiness.clone();

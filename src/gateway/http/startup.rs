@@ -26,6 +26,8 @@ pub enum StartError {
     RateLimit,
     #[error("CORS origin `{0}` is not a valid header value")]
     CorsOrigin(String),
+    #[error("http.trusted-proxies: {0}")]
+    TrustedProxies(String),
     /// A webhook route the server refuses (every mistake, one a line).
     #[error("{}", .0.join("\n"))]
     Webhook(Vec<String>),

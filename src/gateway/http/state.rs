@@ -22,6 +22,8 @@ pub struct Shared {
     pub config: HttpConfig,
     pub public: PublicPaths,
     pub hosts: AllowedHosts,
+    /// Proxies whose forwarding headers name the client.
+    pub trusted: Arc<crate::gateway::http::peers::TrustedProxies>,
     /// Which skills callers may reach (`expose-hidden`; keys carry their own scope).
     pub policy: Policy,
     /// The sockets of `/ws`, when it is served.
@@ -60,6 +62,9 @@ impl AppState {
             hosts => hosts,
         };
         let policy = Policy::new(&config.expose_hidden)?;
+        let trusted = crate::gateway::http::peers::TrustedProxies::new(&config.trusted_proxies)
+            .map(Arc::new)
+            .map_err(StartError::TrustedProxies)?;
         let gateway_store = {
             use crate::events::KernelBus;
             gateway.kernel.bus().store().clone()
@@ -79,6 +84,7 @@ impl AppState {
             config,
             public,
             hosts,
+            trusted,
             policy,
             ws,
             stopping: Default::default(),

@@ -31,6 +31,8 @@ pub struct WsConfig {
     pub total_send_queue_bytes: usize,
     /// Sockets open at once; more are refused with 503.
     pub max_connections: usize,
+    /// Sockets one client address may have open at once; more are refused with 503.
+    pub max_connections_per_peer: usize,
     /// Browser origins allowed besides the server's own (and the HTTP CORS origins); `*` is any.
     pub allowed_origins: Vec<String>,
 }
@@ -46,6 +48,7 @@ impl Default for WsConfig {
             send_queue_bytes: 8 * 1024 * 1024,
             total_send_queue_bytes: 128 * 1024 * 1024,
             max_connections: 1024,
+            max_connections_per_peer: 32,
             allowed_origins: Vec::new(),
         }
     }
@@ -112,6 +115,14 @@ pub struct WsSettings {
         env = "SKILLGATE_WS_MAX_CONNECTIONS"
     )]
     pub max_connections: Option<usize>,
+    /// WebSocket connections one client address may have open at once; more are refused with
+    /// 503 [default: 32].
+    #[arg(
+        id = "ws_max_connections_per_peer",
+        long = "ws-max-connections-per-peer",
+        env = "SKILLGATE_WS_MAX_CONNECTIONS_PER_PEER"
+    )]
+    pub max_connections_per_peer: Option<usize>,
     /// Browser origins allowed to open a socket besides the server's own and the CORS
     /// origins, comma-separated, or `*` [default: none].
     #[arg(
@@ -134,6 +145,9 @@ impl WsSettings {
             send_queue_bytes: self.send_queue_bytes.or(file.send_queue_bytes),
             total_send_queue_bytes: self.total_send_queue_bytes.or(file.total_send_queue_bytes),
             max_connections: self.max_connections.or(file.max_connections),
+            max_connections_per_peer: self
+                .max_connections_per_peer
+                .or(file.max_connections_per_peer),
             allowed_origins: self.allowed_origins.or(file.allowed_origins),
         }
     }
@@ -193,6 +207,11 @@ impl WsConfig {
                 "websocket.max-connections",
                 settings.max_connections,
                 &mut config.max_connections,
+            ),
+            (
+                "websocket.max-connections-per-peer",
+                settings.max_connections_per_peer,
+                &mut config.max_connections_per_peer,
             ),
         ] {
             if let Some(n) = value {

@@ -19,6 +19,8 @@ pub struct Hub {
     tracker: TaskTracker,
     closing: CancellationToken,
     in_flight: AtomicI64,
+    /// Sockets each client address has open.
+    pub per_peer: Arc<crate::gateway::http::peers::PerPeer>,
     /// Bytes queued to every socket together (see `outbox`), exported in `/metrics`.
     pub queued: Gauge<i64, AtomicI64>,
 }
@@ -27,6 +29,7 @@ impl Hub {
     pub fn new(config: WsConfig, queued: Gauge<i64, AtomicI64>) -> Hub {
         Hub {
             slots: Arc::new(Semaphore::new(config.max_connections)),
+            per_peer: crate::gateway::http::peers::PerPeer::new(config.max_connections_per_peer),
             config,
             tracker: TaskTracker::new(),
             closing: CancellationToken::new(),

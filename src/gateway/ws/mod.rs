@@ -46,6 +46,7 @@ pub async fn upgrade(
     State(state): State<AppState>,
     caller: Option<Extension<Caller>>,
     ConnectInfo(remote): ConnectInfo<SocketAddr>,
+    client: Option<Extension<crate::gateway::http::peers::ClientAddr>>,
     headers: HeaderMap,
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Response {
@@ -69,6 +70,15 @@ pub async fn upgrade(
     if hub.is_closing() {
         return GatewayError::Unavailable("the server is shutting down".into()).into_response();
     }
+    // One address may not take every socket (behind a trusted proxy: the forwarded address).
+    let client = client.map_or(remote.ip(), |Extension(c)| c.0);
+    let Some(held) = hub.per_peer.take(client) else {
+        return GatewayError::Unavailable(format!(
+            "this address has {} WebSocket connections open; close one first",
+            hub.per_peer.max()
+        ))
+        .into_response();
+    };
     let Some(slot) = hub.slot() else {
         return GatewayError::Unavailable(format!(
             "all {} WebSocket connections are in use; try again later",
@@ -94,6 +104,7 @@ pub async fn upgrade(
             async move {
                 served.await;
                 drop(slot);
+                drop(held);
             }
         })
 }

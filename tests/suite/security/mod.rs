@@ -17,6 +17,7 @@
 //! - `websocket`: clients that never read: bounded in bytes, let go, their queue freed.
 //! - `smtp`: raw SMTP clients: DATA past the cap, too many sessions, too much DATA at once.
 //! - `streams`: parts a slow reader missed are told (`gap`); the sandbox queue is bounded.
+//! - `peers`: per-address caps on connections and sockets; trusted proxies.
 //! - `doors`: the caller rules over every door (the transport contract runs them) and MCP.
 //! - `fuzz`: bounded property tests over HTTP args, frontmatter and skill bodies (JS values are
 //!   fuzzed next to their conversion, in `src/sandbox/convert/fuzz.rs`).
@@ -29,6 +30,7 @@ mod email;
 mod fuzz;
 mod http;
 mod kernel;
+mod peers;
 mod rebinding;
 mod sandbox;
 mod smtp;
