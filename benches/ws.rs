@@ -45,6 +45,11 @@ fn start_server(project: &std::path::Path) -> (Child, String) {
             "0",
             "--ws-max-connections",
             "20000",
+            // Every client is on 127.0.0.1: the per-address caps would refuse most.
+            "--ws-max-connections-per-peer",
+            "20000",
+            "--max-connections-per-peer",
+            "20000",
             "--ws-send-queue",
             "65536",
             "--api-keys",

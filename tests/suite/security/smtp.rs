@@ -38,21 +38,32 @@ async fn data_past_the_size_cap_is_refused_as_it_arrives_even_without_a_newline(
     server.finish().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn smtp_clients_past_the_connection_cap_are_told_421_and_http_goes_on() {
-    let sink = Sink::start().await;
+/// A server whose mail all goes to `brief`, answered through `sink`, with `tune` applied.
+async fn brief(
+    sink: &Sink,
+    tune: impl FnOnce(&mut skillgate::gateway::email::EmailSettings),
+) -> TestServer {
     let project = Project::new();
     project.skill(
         "brief.skill.md",
         "---\nname: brief\ndescription: Answers.\n---\nok\n",
     );
     let mut http = config();
-    let mut email = settings(&sink);
+    let mut email = settings(sink);
     email.routes = None;
     email.default = Some("brief".into());
-    email.smtp.as_mut().unwrap().max_connections = Some(2);
+    tune(&mut email);
     http.email = email;
-    let mut server = TestServer::start(project, http).await;
+    TestServer::start(project, http).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn smtp_clients_past_the_connection_cap_are_told_421_and_http_goes_on() {
+    let sink = Sink::start().await;
+    let mut server = brief(&sink, |email| {
+        email.smtp.as_mut().unwrap().max_connections = Some(2);
+    })
+    .await;
     let smtp = server.email_addr().unwrap();
     let (first, _a) = greeting(smtp).await;
     let (second, b) = greeting(smtp).await;
@@ -77,19 +88,11 @@ async fn smtp_clients_past_the_connection_cap_are_told_421_and_http_goes_on() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn data_in_flight_across_sessions_is_capped_and_the_client_past_it_is_told_452() {
     let sink = Sink::start().await;
-    let project = Project::new();
-    project.skill(
-        "brief.skill.md",
-        "---\nname: brief\ndescription: Answers.\n---\nok\n",
-    );
-    let mut http = config();
-    let mut email = settings(&sink);
-    email.routes = None;
-    email.default = Some("brief".into());
-    email.max_size = Some(1024 * 1024);
-    email.smtp.as_mut().unwrap().max_data_in_flight = Some(256 * 1024);
-    http.email = email;
-    let mut server = TestServer::start(project, http).await;
+    let mut server = brief(&sink, |email| {
+        email.max_size = Some(1024 * 1024);
+        email.smtp.as_mut().unwrap().max_data_in_flight = Some(256 * 1024);
+    })
+    .await;
     let smtp = server.email_addr().unwrap();
     // Three sessions each hold 100 KiB of a message they do not finish: the third passes the
     // bound of 256 KiB together, though each is far below the size cap.

@@ -28,6 +28,30 @@ async fn queued_bytes(server: &TestServer) -> i64 {
         .expect("the gauge is exported")
 }
 
+/// Sends `count` invocations of `echo` with `payload`, reading nothing.
+async fn flood(client: &mut WsClient, prefix: &str, count: usize, payload: &str) {
+    use futures::SinkExt;
+    for i in 0..count {
+        let frame = json!({ "type": "invoke", "id": format!("{prefix}{i}"), "skill": "echo", "args": { "p": payload } });
+        let text = tokio_tungstenite::tungstenite::Message::Text(frame.to_string().into());
+        if client.socket.send(text).await.is_err() {
+            break;
+        }
+    }
+}
+
+/// The results read until the server closes the socket.
+async fn results_until_closed(client: &mut WsClient) -> usize {
+    let mut results = 0;
+    loop {
+        match client.next().await {
+            Frame::Json(f) if f["type"] == "result" => results += 1,
+            Frame::Json(_) => {}
+            Frame::Closed(..) => return results,
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_never_reads_is_let_go_and_what_waited_for_it_is_freed() {
     let mut settings = config();
@@ -39,24 +63,10 @@ async fn a_client_that_never_reads_is_let_go_and_what_waited_for_it_is_freed() {
     // 60 invocations whose answers are 400 KB each: 24 MB for a client that reads nothing.
     let payload = "x".repeat(400 * 1024);
     let sent = 60;
-    for i in 0..sent {
-        let frame = json!({ "type": "invoke", "id": format!("i{i}"), "skill": "echo", "args": { "p": payload } });
-        use futures::SinkExt;
-        let text = tokio_tungstenite::tungstenite::Message::Text(frame.to_string().into());
-        if client.socket.send(text).await.is_err() {
-            break;
-        }
-    }
+    flood(&mut client, "i", sent, &payload).await;
 
     // The server let it go: the socket ends before every answer came.
-    let mut results = 0;
-    loop {
-        match client.next().await {
-            Frame::Json(f) if f["type"] == "result" => results += 1,
-            Frame::Json(_) => {}
-            Frame::Closed(..) => break,
-        }
-    }
+    let results = results_until_closed(&mut client).await;
     assert!(
         results < sent,
         "all {results} answers were kept for a client that read nothing"
@@ -89,26 +99,12 @@ async fn the_bytes_queued_to_all_clients_together_are_bounded() {
     let mut clients = Vec::new();
     for c in 0..4 {
         let (mut client, _) = WsClient::connect(server.addr, None).await;
-        for i in 0..10 {
-            let frame = json!({ "type": "invoke", "id": format!("c{c}i{i}"), "skill": "echo", "args": { "p": payload } });
-            use futures::SinkExt;
-            let text = tokio_tungstenite::tungstenite::Message::Text(frame.to_string().into());
-            if client.socket.send(text).await.is_err() {
-                break;
-            }
-        }
+        flood(&mut client, &format!("c{c}i"), 10, &payload).await;
         clients.push(client);
     }
     let mut let_go = 0;
     for client in &mut clients {
-        let mut results = 0;
-        loop {
-            match client.next().await {
-                Frame::Json(f) if f["type"] == "result" => results += 1,
-                Frame::Json(_) => {}
-                Frame::Closed(..) => break,
-            }
-        }
+        let results = results_until_closed(client).await;
         if results < 10 {
             let_go += 1;
         }

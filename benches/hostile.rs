@@ -1,0 +1,333 @@
+//! Hostile peers against `skillgate serve` (the release binary, in-memory store): one normal
+//! client invokes `hello` back to back on its own connection while `HOSTILE` hostile
+//! connections of one kind at a time (then of every kind at once) do their worst:
+//!
+//! - `slowloris`: HTTP requests whose headers never finish (re-opened when closed);
+//! - `smtp-idle`: SMTP sessions that say nothing;
+//! - `smtp-data`: SMTP sessions streaming DATA without a line end, past the size cap;
+//! - `ws-unread`: WebSocket clients that send invocations with 100 KB args and never read;
+//! - `fan-out`: callers of a skill that invokes another one 100,000 times at once;
+//! - `sse-unread`: streamed invocations of a chatty skill whose stream is never read.
+//!
+//! Hostile connections come from 127.0.0.2 and up (16 to 30 an address), as many clients would;
+//! the normal client from 127.0.0.1. For each phase it prints the normal client's p50/p99, its
+//! p99 against the unloaded p99, and the server's peak resident memory (sampled every 100 ms).
+//! Targets: p99 within 2x of unloaded, RSS under 300 MB.
+//!
+//! Run: `cargo bench --bench hostile` (release). `SKILLGATE_BENCH_HOSTILE` (default 1000) and
+//! `SKILLGATE_BENCH_SECS` (seconds per phase, default 8) change the run.
+
+mod common;
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use common::conn::Conn;
+use common::{env_or, percentiles, rss_kib};
+use futures::SinkExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpSocket, TcpStream};
+
+const KINDS: [&str; 6] = [
+    "slowloris",
+    "smtp-idle",
+    "smtp-data",
+    "ws-unread",
+    "fan-out",
+    "sse-unread",
+];
+
+fn project(smtp_port: u16) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let skills = dir.path().join("skills");
+    std::fs::create_dir_all(&skills).unwrap();
+    let write = |name: &str, text: &str| std::fs::write(skills.join(name), text).unwrap();
+    write(
+        "hello.skill.md",
+        "---\nname: hello\nmetadata:\n  params:\n    type: object\n    properties:\n      name: { type: string }\n---\nHello, :arg[name]!\n",
+    );
+    write(
+        "echo.skill.js",
+        "export const frontmatter = { name: 'echo' };\nexport default async (ctx, args) => args;\n",
+    );
+    write(
+        "leaf.skill.js",
+        "export const frontmatter = { name: 'leaf' };\nexport default async (ctx, args) => args.i;\n",
+    );
+    write(
+        "fanout.skill.js",
+        "export const frontmatter = { name: 'fanout' };\n\
+         export default async (ctx, args) => {\n\
+           const all = [];\n\
+           for (let i = 0; i < args.n; i++) all.push(ctx.manager.invoke('leaf', { i }));\n\
+           return (await Promise.all(all)).length;\n\
+         };\n",
+    );
+    write(
+        "chatty.skill.js",
+        "export const frontmatter = { name: 'chatty' };\n\
+         export default async (ctx, args) => {\n\
+           const pad = 'x'.repeat(2048);\n\
+           for (let n = 0; n < 2000; n++) await ctx.manager.invoke('event-emit', { topic: 'chatter', data: { n, pad } });\n\
+           return 'done';\n\
+         };\n",
+    );
+    std::fs::write(
+        dir.path().join("skillgate.yaml"),
+        format!(
+            "email:\n  from: bot@load.test\n  smtp:\n    bind: 127.0.0.1:{smtp_port}\n  default: hello\n  dns-resolver: 127.0.0.1:9\n  max-size: 1048576\n"
+        ),
+    )
+    .unwrap();
+    dir
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+struct Server {
+    child: Child,
+    http: SocketAddr,
+    smtp: SocketAddr,
+}
+
+impl Server {
+    fn start(project: &std::path::Path, smtp_port: u16) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_skillgate"))
+            .args(["--project"])
+            .arg(project)
+            .args(["--store", "memory", "serve", "--bind", "127.0.0.1:0"])
+            .args(["--rate-limit", "0", "--watch", "false"])
+            .env_remove("RUST_LOG")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start skillgate serve");
+        let http = common::listen_addr(&mut child).parse().unwrap();
+        Server {
+            child,
+            http,
+            smtp: SocketAddr::from(([127, 0, 0, 1], smtp_port)),
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Hostile connection `i`'s source address: 16 to an address, from 127.0.0.2 on (`base`
+/// keeps the kinds apart).
+fn source(base: u8, i: usize, per: usize) -> IpAddr {
+    let n = i / per;
+    IpAddr::V4(Ipv4Addr::new(
+        127,
+        base,
+        (n / 250) as u8,
+        2 + (n % 250) as u8,
+    ))
+}
+
+async fn connect_from(from: IpAddr, to: SocketAddr) -> std::io::Result<TcpStream> {
+    let socket = TcpSocket::new_v4()?;
+    socket.bind(SocketAddr::new(from, 0))?;
+    socket.connect(to).await
+}
+
+/// Reads and throws away whatever comes until the peer closes (or `stop`).
+async fn until_closed(stream: &mut TcpStream, stop: &AtomicBool) {
+    let mut buf = [0u8; 4096];
+    while !stop.load(Ordering::Relaxed) {
+        match tokio::time::timeout(Duration::from_millis(500), stream.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return,
+            _ => {}
+        }
+    }
+}
+
+/// One hostile connection of `kind`, over and over until `stop`.
+async fn hostile(
+    kind: &'static str,
+    i: usize,
+    server: Arc<(SocketAddr, SocketAddr)>,
+    stop: Arc<AtomicBool>,
+) {
+    let (http, smtp) = *server;
+    while !stop.load(Ordering::Relaxed) {
+        let done = match kind {
+            "slowloris" => async {
+                let mut s = connect_from(source(1, i, 16), http).await?;
+                s.write_all(b"POST /invoke/hello HTTP/1.1\r\nhost: localhost\r\nx-slow: ").await?;
+                // Never a header end; the server closes it after its header timeout.
+                until_closed(&mut s, &stop).await;
+                Ok::<_, std::io::Error>(())
+            }
+            .await,
+            "smtp-idle" => async {
+                let mut s = connect_from(source(2, i, 16), smtp).await?;
+                until_closed(&mut s, &stop).await;
+                Ok(())
+            }
+            .await,
+            "smtp-data" => async {
+                let mut s = connect_from(source(3, i, 16), smtp).await?;
+                s.write_all(b"EHLO x\r\nMAIL FROM:<a@b.test>\r\nRCPT TO:<bot@load.test>\r\nDATA\r\n").await?;
+                let flood = vec![b'x'; 64 * 1024];
+                while !stop.load(Ordering::Relaxed) {
+                    if s.write_all(&flood).await.is_err() {
+                        break;
+                    }
+                }
+                Ok(())
+            }
+            .await,
+            "ws-unread" => async {
+                let s = connect_from(source(4, i, 30), http).await?;
+                let url = format!("ws://{http}/ws").replace("127.0.0.1", "localhost");
+                let Ok((mut ws, _)) = tokio_tungstenite::client_async(url, s).await else {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    return Ok(());
+                };
+                let args = "x".repeat(100 * 1024);
+                for n in 0..10 {
+                    let frame = format!(r#"{{"type":"invoke","id":"{n}","skill":"echo","args":{{"p":"{args}"}}}}"#);
+                    if ws.send(tokio_tungstenite::tungstenite::Message::Text(frame.into())).await.is_err() {
+                        break;
+                    }
+                }
+                // Never reads; held until the server lets it go or the phase ends.
+                while !stop.load(Ordering::Relaxed) {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    if ws.send(tokio_tungstenite::tungstenite::Message::Ping(Default::default())).await.is_err() {
+                        break;
+                    }
+                }
+                Ok(())
+            }
+            .await,
+            "fan-out" | "sse-unread" => async {
+                let base = if kind == "fan-out" { 5 } else { 6 };
+                let mut s = connect_from(source(base, i, 16), http).await?;
+                let (path, body, accept) = if kind == "fan-out" {
+                    ("/invoke/fanout", r#"{"n":100000}"#, "application/json")
+                } else {
+                    ("/invoke/chatty", "{}", "text/event-stream")
+                };
+                let request = format!(
+                    "POST {path} HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\naccept: {accept}\r\ncontent-length: {}\r\n\r\n{body}",
+                    body.len()
+                );
+                s.write_all(request.as_bytes()).await?;
+                if kind == "fan-out" {
+                    until_closed(&mut s, &stop).await;
+                } else {
+                    // Never read: held until the phase ends.
+                    while !stop.load(Ordering::Relaxed) {
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                    }
+                }
+                Ok(())
+            }
+            .await,
+            _ => unreachable!(),
+        };
+        if done.is_err() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+/// The normal client's latencies (µs) over `secs`, and the server's peak RSS (KiB) meanwhile.
+async fn measure(http: SocketAddr, pid: u32, secs: u64) -> (Vec<u64>, u64, u64) {
+    let peak = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let sampler = {
+        let (peak, stop) = (peak.clone(), stop.clone());
+        tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                peak.fetch_max(rss_kib(pid), Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
+    let mut conn = Conn::open(http, &[("/invoke/hello", r#"{"name":"load"}"#)])
+        .await
+        .expect("the normal client connects");
+    let mut samples = Vec::new();
+    let mut failed = 0;
+    let end = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < end {
+        let started = Instant::now();
+        match conn.round_trip().await {
+            Ok(_) => samples.push(started.elapsed().as_micros() as u64),
+            Err(_) => {
+                failed += 1;
+                if let Ok(c) = Conn::open(http, &[("/invoke/hello", r#"{"name":"load"}"#)]).await {
+                    conn = c;
+                }
+            }
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let _ = sampler.await;
+    (samples, peak.load(Ordering::Relaxed), failed)
+}
+
+fn main() {
+    let hostile_n = env_or("SKILLGATE_BENCH_HOSTILE", 1000) as usize;
+    let secs = env_or("SKILLGATE_BENCH_SECS", 8);
+    let smtp_port = free_port();
+    let dir = project(smtp_port);
+    let server = Server::start(dir.path(), smtp_port);
+    let pid = server.child.id();
+    let runtime = common::runtime();
+    runtime.block_on(async {
+        // Warm up, then the unloaded figures.
+        let _ = measure(server.http, pid, 2).await;
+        let (samples, idle_rss, _) = measure(server.http, pid, secs).await;
+        let (p50, base_p99) = percentiles(samples);
+        println!("unloaded: p50 {p50:.3} ms, p99 {base_p99:.3} ms, RSS {} MB", idle_rss / 1024);
+        let addrs = Arc::new((server.http, server.smtp));
+        let mut phases: Vec<Vec<&'static str>> = KINDS.iter().map(|k| vec![*k]).collect();
+        phases.push(KINDS.to_vec());
+        for kinds in phases {
+            let stop = Arc::new(AtomicBool::new(false));
+            let mut tasks = Vec::new();
+            for kind in &kinds {
+                for i in 0..hostile_n {
+                    tasks.push(tokio::spawn(hostile(kind, i, addrs.clone(), stop.clone())));
+                }
+            }
+            // Let the hostile connections open before measuring.
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            let (samples, rss, failed) = measure(server.http, pid, secs).await;
+            stop.store(true, Ordering::Relaxed);
+            for task in tasks {
+                let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+            }
+            let (p50, p99) = percentiles(samples);
+            let label = if kinds.len() == 1 { kinds[0].to_string() } else { "all at once".to_string() };
+            println!(
+                "{label:>12} x{}: p50 {p50:.3} ms, p99 {p99:.3} ms ({:.2}x unloaded){}, peak RSS {} MB{}",
+                hostile_n * kinds.len(),
+                p99 / base_p99,
+                if p99 <= 2.0 * base_p99 { "" } else { " OVER 2x" },
+                rss / 1024,
+                if failed > 0 { format!(", {failed} normal requests failed") } else { String::new() },
+            );
+            // Let the server settle between phases.
+            tokio::time::sleep(Duration::from_secs(3)).await;
+        }
+    });
+}
