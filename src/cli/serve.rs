@@ -87,7 +87,8 @@ pub async fn serve(
     let loopback = config.bind.ip().is_loopback();
     let keys = config.keys.len();
     let grace = config.grace;
-    let gateway = Gateway::new(kernel.clone(), Arc::new(Metrics::new()));
+    let gateway =
+        Gateway::new(kernel.clone(), Arc::new(Metrics::new())).with_max_runs(config.max_runs);
     let server = match Server::bind(gateway, config, project).await {
         Ok(server) => server,
         Err(err) => {

@@ -71,7 +71,14 @@ pub struct Gateway {
     /// Behind an `Arc`: cloning a token itself takes its tree's lock, and every run clones
     /// the gateway.
     halt: Arc<CancellationToken>,
+    /// Runs that may go at once, every door together: past it a new one is refused as busy
+    /// (503 with `Retry-After` over HTTP) instead of taking memory and CPU from the rest.
+    runs: Arc<tokio::sync::Semaphore>,
+    max_runs: usize,
 }
+
+/// Runs at once unless configured otherwise.
+pub const DEFAULT_MAX_RUNS: usize = 1024;
 
 impl Gateway {
     pub fn new(kernel: Kernel, metrics: Arc<Metrics>) -> Gateway {
@@ -80,7 +87,22 @@ impl Gateway {
             metrics,
             readiness: Default::default(),
             halt: Arc::new(CancellationToken::new()),
+            runs: Arc::new(tokio::sync::Semaphore::new(DEFAULT_MAX_RUNS)),
+            max_runs: DEFAULT_MAX_RUNS,
         }
+    }
+
+    /// This gateway taking at most `max` runs at once (`--max-runs`).
+    pub fn with_max_runs(mut self, max: usize) -> Gateway {
+        let max = max.max(1);
+        self.runs = Arc::new(tokio::sync::Semaphore::new(max));
+        self.max_runs = max;
+        self
+    }
+
+    /// Runs going now, every door together.
+    pub fn runs_now(&self) -> usize {
+        self.max_runs - self.runs.available_permits()
     }
 
     /// Aborts every run in progress and every run started from now on.
@@ -100,6 +122,22 @@ impl Gateway {
         let context_id = id::next_id();
         let root_id = id::format(context_id);
         let abort = self.halt.child_token();
+        let Ok(permit) = self.runs.clone().try_acquire_owned() else {
+            // Full: answered at once, nothing started (the channel is new: there is room).
+            let busy = SkillError::failed(format!(
+                "the server is running {} invocations, as many as it takes at once; try again shortly (`--max-runs`)",
+                self.max_runs
+            ))
+            .with_data(json!({ "limit": "busy", "retryAfter": 1 }));
+            let _ = reply.offer_done(Err(busy));
+            return Dispatch {
+                parts,
+                root_id,
+                reply,
+                inbox,
+                _abort: abort.drop_guard(),
+            };
+        };
         let run = Run {
             gateway: self.clone(),
             reply: reply.clone(),
@@ -108,7 +146,10 @@ impl Gateway {
             abort: abort.clone(),
         };
         // The run continues the trace of the request that started it.
-        tokio::spawn(tracing::Instrument::in_current_span(run.go(inbound)));
+        tokio::spawn(tracing::Instrument::in_current_span(async move {
+            run.go(inbound).await;
+            drop(permit);
+        }));
         Dispatch {
             parts,
             root_id,

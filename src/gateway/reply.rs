@@ -216,6 +216,12 @@ impl Reply {
         }
     }
 
+    /// Ends the reply with `outcome` without waiting (a fresh channel has room): for a run
+    /// refused before it started.
+    pub fn offer_done(&self, outcome: Result<Output>) -> bool {
+        self.tx.try_send(ReplyPart::Done(outcome)).is_ok()
+    }
+
     /// Counts `n` parts left out before they reached this reply (a feed that lagged); told in
     /// the next [`ReplyPart::Gap`].
     pub fn left_out(&self, n: u64) {

@@ -83,7 +83,8 @@ impl TestServer {
             config.public_dir = Some(public);
         }
         let kernel = build(project.builder()).build();
-        let gateway = Gateway::new(kernel.clone(), Arc::new(Metrics::new()));
+        let gateway =
+            Gateway::new(kernel.clone(), Arc::new(Metrics::new())).with_max_runs(config.max_runs);
         let server = Server::bind(gateway.clone(), config, project.path())
             .await
             .expect("server binds");

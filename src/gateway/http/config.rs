@@ -43,6 +43,8 @@ pub struct HttpConfig {
     pub max_connections: usize,
     /// Connections one client address may hold at once; more are closed as they come.
     pub max_connections_per_peer: usize,
+    /// Runs at once, every door together; more are refused as busy.
+    pub max_runs: usize,
     /// Proxies whose `X-Forwarded-For` / `Forwarded` headers name the client (addresses or
     /// networks).
     pub trusted_proxies: Vec<String>,
@@ -94,6 +96,7 @@ impl Default for HttpConfig {
             body_timeout: Duration::from_secs(30),
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_connections_per_peer: DEFAULT_MAX_CONNECTIONS_PER_PEER,
+            max_runs: crate::gateway::dispatch::DEFAULT_MAX_RUNS,
             trusted_proxies: Vec::new(),
             allowed_hosts: Vec::new(),
             expose_hidden: Vec::new(),
@@ -159,6 +162,10 @@ pub struct HttpSettings {
     /// client cannot take every slot [default: 64].
     #[arg(long, env = "SKILLGATE_MAX_CONNECTIONS_PER_PEER")]
     pub max_connections_per_peer: Option<usize>,
+    /// Invocations running at once, every door together; more are refused as busy (503 with
+    /// `Retry-After` over HTTP) [default: 1024].
+    #[arg(long, env = "SKILLGATE_MAX_RUNS")]
+    pub max_runs: Option<usize>,
     /// Proxies in front whose `X-Forwarded-For` / `Forwarded` name the client, comma-separated
     /// addresses or networks (`10.0.0.0/8`); from anyone else those headers are ignored
     /// [default: none].
@@ -190,7 +197,8 @@ macro_rules! or_fields {
 impl HttpSettings {
     /// True when `key` names an HTTP setting (to point a misplaced top-level key to `http:`).
     pub fn is_setting(key: &str) -> bool {
-        const KEYS: [&str; 18] = [
+        const KEYS: [&str; 19] = [
+            "max-runs",
             "max-connections-per-peer",
             "trusted-proxies",
             "insecure-no-auth",
@@ -232,6 +240,7 @@ impl HttpSettings {
                 body_timeout,
                 max_connections,
                 max_connections_per_peer,
+                max_runs,
                 trusted_proxies,
                 allowed_hosts,
                 expose_hidden,
@@ -311,6 +320,12 @@ impl HttpConfig {
                 bad("http.max-connections-per-peer", "must be at least 1".into());
             }
             config.max_connections_per_peer = max;
+        }
+        if let Some(max) = settings.max_runs {
+            if max == 0 {
+                bad("http.max-runs", "must be at least 1".into());
+            }
+            config.max_runs = max;
         }
         if let Some(List(proxies)) = settings.trusted_proxies {
             if let Err(err) = crate::gateway::http::peers::TrustedProxies::new(&proxies) {

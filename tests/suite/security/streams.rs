@@ -1,6 +1,7 @@
 //! Streams and queues under a flood: a run's log and event parts the client reads too slowly
-//! for are counted and told (`gap`), never dropped silently; the sandbox queue is bounded, and a
-//! call past it is refused as busy (503 with `Retry-After`) instead of waiting without end.
+//! for are counted and told (`gap`), never dropped silently; the sandbox queue and the runs at
+//! once are bounded, and a call past either is refused as busy (503 with `Retry-After`) instead
+//! of waiting without end.
 
 use std::time::Duration;
 
@@ -88,4 +89,48 @@ async fn a_script_call_past_the_sandbox_queue_is_refused_503_with_retry_after() 
         body["detail"].as_str().unwrap().contains("sandbox is busy"),
         "{body}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_past_max_runs_are_refused_503_with_retry_after_and_room_comes_back() {
+    let slow = crate::common::native(
+        "name: slow\ndescription: Takes a moment.\n",
+        |_ctx: skillgate::Context, _args| async {
+            tokio::time::sleep(Duration::from_millis(400)).await;
+            Ok(Some(json!("ok")))
+        },
+    );
+    let mut settings = config();
+    settings.max_runs = 2;
+    let server = TestServer::start_with(Project::new(), settings, move |b| b.native(slow)).await;
+    let calls: Vec<_> = (0..6)
+        .map(|_| {
+            let (client, url) = (server.client.clone(), server.url("/invoke/slow"));
+            tokio::spawn(async move { client.post(url).json(&json!({})).send().await.unwrap() })
+        })
+        .collect();
+    let mut statuses = Vec::new();
+    let mut refused = None;
+    for call in calls {
+        let response = call.await.unwrap();
+        statuses.push(response.status().as_u16());
+        if response.status() == 503 {
+            refused = Some(response);
+        }
+    }
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 200).count(),
+        2,
+        "{statuses:?}"
+    );
+    let refused = refused.expect("runs past the bound are refused");
+    assert_eq!(refused.headers()["retry-after"], "1");
+    let body = problem(refused, 503).await;
+    assert!(
+        body["detail"].as_str().unwrap().contains("--max-runs"),
+        "{body}"
+    );
+    // Finished runs make room.
+    let again = server.post_json("/invoke/slow", &json!({})).await;
+    assert_eq!(again.status(), 200);
 }
