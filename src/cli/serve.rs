@@ -87,8 +87,9 @@ pub async fn serve(
     let loopback = config.bind.ip().is_loopback();
     let keys = config.keys.len();
     let grace = config.grace;
-    let gateway =
-        Gateway::new(kernel.clone(), Arc::new(Metrics::new())).with_max_runs(config.max_runs);
+    let gateway = Gateway::new(kernel.clone(), Arc::new(Metrics::new()))
+        .with_max_runs(config.max_runs)
+        .with_max_arg_bytes(config.max_args_in_flight);
     let server = match Server::bind(gateway, config, project).await {
         Ok(server) => server,
         Err(err) => {

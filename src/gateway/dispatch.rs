@@ -75,10 +75,21 @@ pub struct Gateway {
     /// (503 with `Retry-After` over HTTP) instead of taking memory and CPU from the rest.
     runs: Arc<tokio::sync::Semaphore>,
     max_runs: usize,
+    /// Bytes of args (their JSON size) of the runs going now, every door together: a run whose
+    /// args do not fit is refused as busy, so many large requests at once cannot take the
+    /// memory the rest need.
+    arg_bytes: Arc<tokio::sync::Semaphore>,
+    max_arg_bytes: usize,
 }
 
 /// Runs at once unless configured otherwise.
 pub const DEFAULT_MAX_RUNS: usize = 1024;
+
+/// Bytes of args in flight unless configured otherwise.
+pub const DEFAULT_MAX_ARG_BYTES: usize = 32 * 1024 * 1024;
+
+/// The semaphore counts KiB (its permits are `u32`).
+const KIB: usize = 1024;
 
 impl Gateway {
     pub fn new(kernel: Kernel, metrics: Arc<Metrics>) -> Gateway {
@@ -89,7 +100,17 @@ impl Gateway {
             halt: Arc::new(CancellationToken::new()),
             runs: Arc::new(tokio::sync::Semaphore::new(DEFAULT_MAX_RUNS)),
             max_runs: DEFAULT_MAX_RUNS,
+            arg_bytes: Arc::new(tokio::sync::Semaphore::new(DEFAULT_MAX_ARG_BYTES / KIB)),
+            max_arg_bytes: DEFAULT_MAX_ARG_BYTES,
         }
+    }
+
+    /// This gateway taking at most `max` bytes of args in flight (`--max-args-in-flight`).
+    pub fn with_max_arg_bytes(mut self, max: usize) -> Gateway {
+        let max = max.max(KIB);
+        self.arg_bytes = Arc::new(tokio::sync::Semaphore::new(max / KIB));
+        self.max_arg_bytes = max;
+        self
     }
 
     /// This gateway taking at most `max` runs at once (`--max-runs`).
@@ -122,21 +143,39 @@ impl Gateway {
         let context_id = id::next_id();
         let root_id = id::format(context_id);
         let abort = self.halt.child_token();
-        let Ok(permit) = self.runs.clone().try_acquire_owned() else {
-            // Full: answered at once, nothing started (the channel is new: there is room).
-            let busy = SkillError::failed(format!(
+        // Args count in KiB, at least one, and never more than the whole bound (a run that big
+        // waits for an empty server rather than never running).
+        let kib = (crate::kernel::budget::json_size(&inbound.args) as usize)
+            .div_ceil(KIB)
+            .clamp(1, self.max_arg_bytes / KIB) as u32;
+        let admitted = match self.runs.clone().try_acquire_owned() {
+            Err(_) => Err(format!(
                 "the server is running {} invocations, as many as it takes at once; try again shortly (`--max-runs`)",
                 self.max_runs
-            ))
-            .with_data(json!({ "limit": "busy", "retryAfter": 1 }));
-            let _ = reply.offer_done(Err(busy));
-            return Dispatch {
-                parts,
-                root_id,
-                reply,
-                inbox,
-                _abort: abort.drop_guard(),
-            };
+            )),
+            Ok(run) => match self.arg_bytes.clone().try_acquire_many_owned(kib) {
+                Ok(bytes) => Ok((run, bytes)),
+                Err(_) => Err(format!(
+                    "the server holds {} MiB of args of running invocations, as much as it takes at once; try again shortly (`--max-args-in-flight`)",
+                    self.max_arg_bytes / (1024 * 1024)
+                )),
+            },
+        };
+        let permit = match admitted {
+            Ok(permit) => permit,
+            Err(why) => {
+                // Full: answered at once, nothing started (the channel is new: there is room).
+                let busy =
+                    SkillError::failed(why).with_data(json!({ "limit": "busy", "retryAfter": 1 }));
+                let _ = reply.offer_done(Err(busy));
+                return Dispatch {
+                    parts,
+                    root_id,
+                    reply,
+                    inbox,
+                    _abort: abort.drop_guard(),
+                };
+            }
         };
         let run = Run {
             gateway: self.clone(),

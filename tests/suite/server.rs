@@ -83,8 +83,9 @@ impl TestServer {
             config.public_dir = Some(public);
         }
         let kernel = build(project.builder()).build();
-        let gateway =
-            Gateway::new(kernel.clone(), Arc::new(Metrics::new())).with_max_runs(config.max_runs);
+        let gateway = Gateway::new(kernel.clone(), Arc::new(Metrics::new()))
+            .with_max_runs(config.max_runs)
+            .with_max_arg_bytes(config.max_args_in_flight);
         let server = Server::bind(gateway.clone(), config, project.path())
             .await
             .expect("server binds");

@@ -45,6 +45,8 @@ pub struct HttpConfig {
     pub max_connections_per_peer: usize,
     /// Runs at once, every door together; more are refused as busy.
     pub max_runs: usize,
+    /// Bytes of args of the runs going at once, every door together; more are refused as busy.
+    pub max_args_in_flight: usize,
     /// Proxies whose `X-Forwarded-For` / `Forwarded` headers name the client (addresses or
     /// networks).
     pub trusted_proxies: Vec<String>,
@@ -97,6 +99,7 @@ impl Default for HttpConfig {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_connections_per_peer: DEFAULT_MAX_CONNECTIONS_PER_PEER,
             max_runs: crate::gateway::dispatch::DEFAULT_MAX_RUNS,
+            max_args_in_flight: crate::gateway::dispatch::DEFAULT_MAX_ARG_BYTES,
             trusted_proxies: Vec::new(),
             allowed_hosts: Vec::new(),
             expose_hidden: Vec::new(),
@@ -166,6 +169,10 @@ pub struct HttpSettings {
     /// `Retry-After` over HTTP) [default: 1024].
     #[arg(long, env = "SKILLGATE_MAX_RUNS")]
     pub max_runs: Option<usize>,
+    /// Bytes of args (their JSON size) of the invocations running at once, every door
+    /// together; one that does not fit is refused as busy [default: 33554432].
+    #[arg(long, env = "SKILLGATE_MAX_ARGS_IN_FLIGHT")]
+    pub max_args_in_flight: Option<usize>,
     /// Proxies in front whose `X-Forwarded-For` / `Forwarded` name the client, comma-separated
     /// addresses or networks (`10.0.0.0/8`); from anyone else those headers are ignored
     /// [default: none].
@@ -197,8 +204,9 @@ macro_rules! or_fields {
 impl HttpSettings {
     /// True when `key` names an HTTP setting (to point a misplaced top-level key to `http:`).
     pub fn is_setting(key: &str) -> bool {
-        const KEYS: [&str; 19] = [
+        const KEYS: [&str; 20] = [
             "max-runs",
+            "max-args-in-flight",
             "max-connections-per-peer",
             "trusted-proxies",
             "insecure-no-auth",
@@ -241,6 +249,7 @@ impl HttpSettings {
                 max_connections,
                 max_connections_per_peer,
                 max_runs,
+                max_args_in_flight,
                 trusted_proxies,
                 allowed_hosts,
                 expose_hidden,
@@ -326,6 +335,15 @@ impl HttpConfig {
                 bad("http.max-runs", "must be at least 1".into());
             }
             config.max_runs = max;
+        }
+        if let Some(max) = settings.max_args_in_flight {
+            if max < 1024 * 1024 {
+                bad(
+                    "http.max-args-in-flight",
+                    "must be at least 1048576 (1 MiB)".into(),
+                );
+            }
+            config.max_args_in_flight = max;
         }
         if let Some(List(proxies)) = settings.trusted_proxies {
             if let Err(err) = crate::gateway::http::peers::TrustedProxies::new(&proxies) {

@@ -134,3 +134,48 @@ async fn runs_past_max_runs_are_refused_503_with_retry_after_and_room_comes_back
     let again = server.post_json("/invoke/slow", &json!({})).await;
     assert_eq!(again.status(), 200);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_whose_args_pass_the_bytes_in_flight_are_refused_as_busy() {
+    let slow = crate::common::native(
+        "name: slow\ndescription: Takes a moment.\n",
+        |_ctx: skillgate::Context, _args| async {
+            tokio::time::sleep(Duration::from_millis(400)).await;
+            Ok(Some(json!("ok")))
+        },
+    );
+    let mut settings = config();
+    settings.max_args_in_flight = 1024 * 1024;
+    let server = TestServer::start_with(Project::new(), settings, move |b| b.native(slow)).await;
+    // Each 600 KB: two do not fit in 1 MiB together, though each is under the body limit.
+    let payload = "x".repeat(600 * 1024);
+    let calls: Vec<_> = (0..3)
+        .map(|_| {
+            let (client, url) = (server.client.clone(), server.url("/invoke/slow"));
+            let body = json!({ "p": payload });
+            tokio::spawn(async move { client.post(url).json(&body).send().await.unwrap() })
+        })
+        .collect();
+    let mut ok = 0;
+    let mut refused = None;
+    for call in calls {
+        let response = call.await.unwrap();
+        match response.status().as_u16() {
+            200 => ok += 1,
+            503 => refused = Some(response),
+            other => panic!("unexpected {other}"),
+        }
+    }
+    assert!(ok >= 1, "a run that fits runs");
+    let body = problem(refused.expect("the ones past the bound are refused"), 503).await;
+    assert!(
+        body["detail"]
+            .as_str()
+            .unwrap()
+            .contains("--max-args-in-flight"),
+        "{body}"
+    );
+    // Small args still fit beside nothing.
+    let again = server.post_json("/invoke/slow", &json!({})).await;
+    assert_eq!(again.status(), 200);
+}
