@@ -1,4 +1,5 @@
-//! Hostile peers against `skillgate serve` (the release binary, in-memory store): one normal
+//! Hostile peers against `skillgate serve` (the release binary, on its default store: SQLite in
+//! the project; `SKILLGATE_BENCH_STORE=memory` for the in-memory one): one normal
 //! client invokes `hello` back to back on its own connection while `HOSTILE` hostile
 //! connections of one kind at a time (then of every kind at once) do their worst:
 //!
@@ -104,7 +105,13 @@ impl Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_skillgate"))
             .args(["--project"])
             .arg(project)
-            .args(["--store", "memory", "serve", "--bind", "127.0.0.1:0"])
+            // The store `serve` uses by default (SQLite in the project), unless
+            // `SKILLGATE_BENCH_STORE` names another (`memory`).
+            .args(match std::env::var("SKILLGATE_BENCH_STORE") {
+                Ok(store) => vec!["--store".to_string(), store],
+                Err(_) => Vec::new(),
+            })
+            .args(["serve", "--bind", "127.0.0.1:0"])
             .args(["--rate-limit", "0", "--watch", "false"])
             .env_remove("RUST_LOG")
             .stdout(Stdio::null())
