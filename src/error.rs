@@ -115,6 +115,13 @@ impl SkillError {
         Self::new(ErrorKind::Failed, message)
     }
 
+    /// The server cannot take this now (a full queue, too many runs); the caller may try again
+    /// in a moment. Marked `{"limit": "busy"}`, which the gateway answers as 503 with
+    /// `Retry-After`.
+    pub fn busy(message: impl Into<String>) -> Self {
+        Self::failed(message).with_data(serde_json::json!({ "limit": "busy", "retryAfter": 1 }))
+    }
+
     pub fn config(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::Config, message)
     }

@@ -165,9 +165,7 @@ impl Gateway {
             Ok(permit) => permit,
             Err(why) => {
                 // Full: answered at once, nothing started (the channel is new: there is room).
-                let busy =
-                    SkillError::failed(why).with_data(json!({ "limit": "busy", "retryAfter": 1 }));
-                let _ = reply.offer_done(Err(busy));
+                let _ = reply.offer_done(Err(SkillError::busy(why)));
                 return Dispatch {
                     parts,
                     root_id,

@@ -136,10 +136,9 @@ where
     let _queued = Queued;
     let limit = queue_limit();
     if waiting > limit {
-        return Err(SkillError::failed(format!(
+        return Err(SkillError::busy(format!(
             "the sandbox is busy: {limit} script calls are waiting or running; try again shortly (`{QUEUE_VAR}`)"
-        ))
-        .with_data(serde_json::json!({ "limit": "busy", "retryAfter": 1 })));
+        )));
     }
     let gone = CancellationToken::new();
     // The call continues the trace of its invocation.

@@ -79,7 +79,7 @@ fn over_budget(err: &SkillError) -> bool {
         .is_some_and(|l| l == "budget")
 }
 
-/// The sandbox marks a call it refused because its queue is full with `{"limit": "busy"}`.
+/// A call refused because the server is full is marked `{"limit": "busy"}` (`SkillError::busy`).
 fn busy(err: &SkillError) -> bool {
     err.data()
         .and_then(|d| d.get("limit"))
