@@ -104,17 +104,17 @@ impl Verifier {
             return Verdict::Unverified("the From address has no domain".into());
         };
         let domain = domain.to_ascii_lowercase();
+        let Some(message) = AuthenticatedMessage::parse(raw) else {
+            return Verdict::Unverified("the message's header could not be read".into());
+        };
         if let Some(relay) = &self.trusted_relay
-            && let Some(results) = relay_results(raw, relay)
+            && let Some(results) = relay_results(&message.headers, relay)
         {
             return relay_verdict(&results, &domain);
         }
         let authenticator = match &self.authenticator {
             Ok(a) => a,
             Err(err) => return Verdict::Unverified(err.clone()),
-        };
-        let Some(message) = AuthenticatedMessage::parse(raw) else {
-            return Verdict::Unverified("the message could not be read for DKIM".into());
         };
         let dkim = authenticator.verify_dkim(&message).await;
         let mail_from_domain = envelope_from
@@ -165,31 +165,14 @@ impl Verifier {
 
 /// The topmost `Authentication-Results` header of `relay` (the one it added; a relay that
 /// checks removes any a sender forged with its name, RFC 8601 section 5), without its
-/// authserv-id.
-fn relay_results(raw: &[u8], relay: &str) -> Option<String> {
-    let end = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .or_else(|| raw.windows(2).position(|w| w == b"\n\n"))
-        .unwrap_or(raw.len());
-    let head = String::from_utf8_lossy(&raw[..end]);
-    // Unfold continuation lines, then look at each header.
-    let mut headers: Vec<String> = Vec::new();
-    for line in head.lines() {
-        if line.starts_with([' ', '\t']) {
-            if let Some(last) = headers.last_mut() {
-                last.push(' ');
-                last.push_str(line.trim());
-            }
-        } else {
-            headers.push(line.to_string());
-        }
-    }
-    headers.into_iter().find_map(|h| {
-        let (name, value) = h.split_once(':')?;
-        if !name.trim().eq_ignore_ascii_case("authentication-results") {
+/// authserv-id. `headers` are the message's, in order, as mail-auth read them.
+fn relay_results(headers: &[(&[u8], &[u8])], relay: &str) -> Option<String> {
+    headers.iter().find_map(|(name, value)| {
+        if !name.eq_ignore_ascii_case(b"authentication-results") {
             return None;
         }
+        // Folded lines are whitespace to what follows.
+        let value = String::from_utf8_lossy(value).replace(['\r', '\n'], " ");
         let value = value.trim();
         let id_end = value.find([';', ' ', '\t']).unwrap_or(value.len());
         value[..id_end]
@@ -226,14 +209,17 @@ mod tests {
     #[test]
     fn the_topmost_results_of_the_trusted_relay_are_read_and_others_ignored() {
         let raw = b"Authentication-Results: mx.example.org;\r\n dkim=pass header.d=example.org;\r\n dmarc=pass header.from=example.org\r\nAuthentication-Results: mx.example.org; dmarc=fail\r\nFrom: a@example.org\r\n\r\nbody";
-        let results = relay_results(raw, RELAY).unwrap();
+        let message = AuthenticatedMessage::parse(raw).unwrap();
+        let results = relay_results(&message.headers, RELAY).unwrap();
         assert!(results.contains("dmarc=pass"), "{results}");
         assert_eq!(
             relay_verdict(&results, "example.org"),
             Verdict::Verified("relay")
         );
-        let other = b"Authentication-Results: mx.evil.test; dmarc=pass\r\n\r\n";
-        assert_eq!(relay_results(other, RELAY), None);
+        let other =
+            b"Authentication-Results: mx.evil.test; dmarc=pass\r\nFrom: a@example.org\r\n\r\n";
+        let message = AuthenticatedMessage::parse(other).unwrap();
+        assert_eq!(relay_results(&message.headers, RELAY), None);
     }
 
     #[test]
