@@ -55,6 +55,43 @@ async fn parts_a_slow_stream_reader_missed_are_counted_in_a_gap_before_the_resul
     assert!(events < produced, "the reader was slow: some were left out");
 }
 
+/// `n` calls of `path` with `body` at once: how many answered 200, and the ones refused 503
+/// (anything else fails the test).
+async fn at_once(
+    server: &TestServer,
+    path: &str,
+    body: Value,
+    n: usize,
+) -> (usize, Vec<reqwest::Response>) {
+    let calls: Vec<_> = (0..n)
+        .map(|_| {
+            let (client, url, body) = (server.client.clone(), server.url(path), body.clone());
+            tokio::spawn(async move { client.post(url).json(&body).send().await.unwrap() })
+        })
+        .collect();
+    let (mut ok, mut busy) = (0, Vec::new());
+    for call in calls {
+        let response = call.await.unwrap();
+        match response.status().as_u16() {
+            200 => ok += 1,
+            503 => busy.push(response),
+            other => panic!("unexpected {other}"),
+        }
+    }
+    (ok, busy)
+}
+
+/// `slow`: answers after 400 ms.
+fn slow() -> skillgate::skills::tool::Tool {
+    crate::common::native(
+        "name: slow\ndescription: Takes a moment.\n",
+        |_ctx: skillgate::Context, _args| async {
+            tokio::time::sleep(Duration::from_millis(400)).await;
+            Ok(Some(json!("ok")))
+        },
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_script_call_past_the_sandbox_queue_is_refused_503_with_retry_after() {
     skillgate::sandbox::set_queue_limit(2);
@@ -65,22 +102,7 @@ async fn a_script_call_past_the_sandbox_queue_is_refused_503_with_retry_after() 
          export default async function () { const end = Date.now() + 400; while (Date.now() < end) {} return 'ok'; }\n",
     );
     let server = TestServer::start(project, config()).await;
-    let calls: Vec<_> = (0..12)
-        .map(|_| {
-            let (client, url) = (server.client.clone(), server.url("/invoke/spin"));
-            tokio::spawn(async move { client.post(url).json(&json!({})).send().await.unwrap() })
-        })
-        .collect();
-    let mut ok = 0;
-    let mut busy = Vec::new();
-    for call in calls {
-        let response = call.await.unwrap();
-        match response.status().as_u16() {
-            200 => ok += 1,
-            503 => busy.push(response),
-            other => panic!("unexpected {other}"),
-        }
-    }
+    let (ok, mut busy) = at_once(&server, "/invoke/spin", json!({}), 12).await;
     assert!(ok >= 1, "the calls the queue had room for ran");
     let refused = busy.pop().expect("calls past the queue are refused");
     assert_eq!(refused.headers()["retry-after"], "1");
@@ -93,37 +115,12 @@ async fn a_script_call_past_the_sandbox_queue_is_refused_503_with_retry_after() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runs_past_max_runs_are_refused_503_with_retry_after_and_room_comes_back() {
-    let slow = crate::common::native(
-        "name: slow\ndescription: Takes a moment.\n",
-        |_ctx: skillgate::Context, _args| async {
-            tokio::time::sleep(Duration::from_millis(400)).await;
-            Ok(Some(json!("ok")))
-        },
-    );
     let mut settings = config();
     settings.max_runs = 2;
-    let server = TestServer::start_with(Project::new(), settings, move |b| b.native(slow)).await;
-    let calls: Vec<_> = (0..6)
-        .map(|_| {
-            let (client, url) = (server.client.clone(), server.url("/invoke/slow"));
-            tokio::spawn(async move { client.post(url).json(&json!({})).send().await.unwrap() })
-        })
-        .collect();
-    let mut statuses = Vec::new();
-    let mut refused = None;
-    for call in calls {
-        let response = call.await.unwrap();
-        statuses.push(response.status().as_u16());
-        if response.status() == 503 {
-            refused = Some(response);
-        }
-    }
-    assert_eq!(
-        statuses.iter().filter(|s| **s == 200).count(),
-        2,
-        "{statuses:?}"
-    );
-    let refused = refused.expect("runs past the bound are refused");
+    let server = TestServer::start_with(Project::new(), settings, |b| b.native(slow())).await;
+    let (ok, mut busy) = at_once(&server, "/invoke/slow", json!({}), 6).await;
+    assert_eq!(ok, 2, "two runs at once");
+    let refused = busy.pop().expect("runs past the bound are refused");
     assert_eq!(refused.headers()["retry-after"], "1");
     let body = problem(refused, 503).await;
     assert!(
@@ -137,37 +134,18 @@ async fn runs_past_max_runs_are_refused_503_with_retry_after_and_room_comes_back
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runs_whose_args_pass_the_bytes_in_flight_are_refused_as_busy() {
-    let slow = crate::common::native(
-        "name: slow\ndescription: Takes a moment.\n",
-        |_ctx: skillgate::Context, _args| async {
-            tokio::time::sleep(Duration::from_millis(400)).await;
-            Ok(Some(json!("ok")))
-        },
-    );
     let mut settings = config();
     settings.max_args_in_flight = 1024 * 1024;
-    let server = TestServer::start_with(Project::new(), settings, move |b| b.native(slow)).await;
+    let server = TestServer::start_with(Project::new(), settings, |b| b.native(slow())).await;
     // Each 600 KB: two do not fit in 1 MiB together, though each is under the body limit.
     let payload = "x".repeat(600 * 1024);
-    let calls: Vec<_> = (0..3)
-        .map(|_| {
-            let (client, url) = (server.client.clone(), server.url("/invoke/slow"));
-            let body = json!({ "p": payload });
-            tokio::spawn(async move { client.post(url).json(&body).send().await.unwrap() })
-        })
-        .collect();
-    let mut ok = 0;
-    let mut refused = None;
-    for call in calls {
-        let response = call.await.unwrap();
-        match response.status().as_u16() {
-            200 => ok += 1,
-            503 => refused = Some(response),
-            other => panic!("unexpected {other}"),
-        }
-    }
+    let (ok, mut busy) = at_once(&server, "/invoke/slow", json!({ "p": payload }), 3).await;
     assert!(ok >= 1, "a run that fits runs");
-    let body = problem(refused.expect("the ones past the bound are refused"), 503).await;
+    let body = problem(
+        busy.pop().expect("the ones past the bound are refused"),
+        503,
+    )
+    .await;
     assert!(
         body["detail"]
             .as_str()
