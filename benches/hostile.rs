@@ -15,8 +15,9 @@
 //! p99 against the unloaded p99, and the server's peak resident memory (sampled every 100 ms).
 //! Targets: p99 within 2x of unloaded, RSS under 300 MB.
 //!
-//! Run: `cargo bench --bench hostile` (release). `SKILLGATE_BENCH_HOSTILE` (default 1000) and
-//! `SKILLGATE_BENCH_SECS` (seconds per phase, default 8) change the run.
+//! Run: `cargo bench --bench hostile` (release). `SKILLGATE_BENCH_HOSTILE` (default 1000),
+//! `SKILLGATE_BENCH_SECS` (seconds per phase, default 8) and `SKILLGATE_BENCH_KINDS` (the
+//! phases to run: kinds separated by commas, `all` for every kind at once) change the run.
 
 mod common;
 
@@ -113,6 +114,12 @@ impl Server {
             })
             .args(["serve", "--bind", "127.0.0.1:0"])
             .args(["--rate-limit", "0", "--watch", "false"])
+            // Extra flags for `serve` (to try other limits), separated by spaces.
+            .args(
+                std::env::var("SKILLGATE_BENCH_SERVE_ARGS")
+                    .unwrap_or_default()
+                    .split_whitespace(),
+            )
             .env_remove("RUST_LOG")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -302,7 +309,22 @@ fn main() {
     let dir = project(smtp_port);
     let server = Server::start(dir.path(), smtp_port);
     let pid = server.child.id();
-    let runtime = common::runtime();
+    // The normal client on a thread of its own; the hostile connections on two other threads,
+    // so its latency is the server's, not that of a client runtime shared with 6,000 attackers.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let attackers = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .on_thread_start(|| {
+            if let Ok(n) = std::env::var("SKILLGATE_BENCH_ATTACKER_NICE") {
+                let _ = rustix::process::nice(n.parse().unwrap_or(0));
+            }
+        })
+        .build()
+        .unwrap();
     runtime.block_on(async {
         // Warm up, then the unloaded figures.
         let mut conn = normal(server.http).await.expect("the normal client connects");
@@ -311,14 +333,24 @@ fn main() {
         let (p50, base_p99) = percentiles(samples);
         println!("unloaded: p50 {p50:.3} ms, p99 {base_p99:.3} ms, RSS {} MB", idle_rss / 1024);
         let addrs = Arc::new((server.http, server.smtp));
+        // `SKILLGATE_BENCH_KINDS` (comma-separated kinds, or `all`) picks phases; default: each
+        // kind alone, then all at once.
+        let wanted = std::env::var("SKILLGATE_BENCH_KINDS").unwrap_or_default();
         let mut phases: Vec<Vec<&'static str>> = KINDS.iter().map(|k| vec![*k]).collect();
         phases.push(KINDS.to_vec());
+        if !wanted.is_empty() {
+            let picked: Vec<&str> = wanted.split(',').map(str::trim).collect();
+            phases.retain(|kinds| {
+                let name = if kinds.len() == 1 { kinds[0] } else { "all" };
+                picked.contains(&name)
+            });
+        }
         for kinds in phases {
             let stop = Arc::new(AtomicBool::new(false));
             let mut tasks = Vec::new();
             for kind in &kinds {
                 for i in 0..hostile_n {
-                    tasks.push(tokio::spawn(hostile(kind, i, addrs.clone(), stop.clone())));
+                    tasks.push(attackers.spawn(hostile(kind, i, addrs.clone(), stop.clone())));
                 }
             }
             // Let the hostile connections open before measuring.

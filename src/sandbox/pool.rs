@@ -14,9 +14,15 @@
 //! at least 2. Kernel work a script starts (`invoke`, `next`) goes back to the runtime the call
 //! came from (see `bridge`), so only QuickJS and the synchronous bridge calls run here.
 //!
-//! Calls waiting or running at once are bounded (`SKILLGATE_SANDBOX_QUEUE`, default 1024): past
-//! that a call is refused at once as busy (HTTP answers 503 with `Retry-After`), so a flood of
-//! script calls cannot queue without end.
+//! Calls waiting or running at once are bounded (`SKILLGATE_SANDBOX_QUEUE`, default 128 a
+//! sandbox thread, at least 256: a call alive holds its own QuickJS runtime, a few hundred KiB):
+//! past that a call is refused at once as busy (HTTP answers 503 with `Retry-After`), so a flood
+//! of script calls can neither queue nor hold memory without end.
+//!
+//! On Linux the sandbox threads run at a lower scheduling priority than the threads that serve
+//! I/O (`SKILLGATE_SANDBOX_NICE`, default 10; 0 keeps them equal): when scripts keep every core
+//! busy, requests that run no script (health checks, markdown skills, streams) are still served
+//! first, and scripts take what is left.
 //!
 //! Dropping the future of [`run`] (the HTTP client went away, a timeout fired) cancels the call's
 //! token: the call's meter then stops its script as it stops one for an abort, and the call ends
@@ -38,8 +44,24 @@ pub const THREADS_VAR: &str = "SKILLGATE_SANDBOX_THREADS";
 /// The environment variable that bounds the calls waiting or running at once.
 pub const QUEUE_VAR: &str = "SKILLGATE_SANDBOX_QUEUE";
 
-/// Calls waiting or running at once unless configured.
-pub const DEFAULT_QUEUE: usize = 1024;
+/// Calls waiting or running at once unless configured, per sandbox thread ...
+const QUEUE_PER_THREAD: usize = 128;
+
+/// ... and at least this many.
+const MIN_QUEUE: usize = 256;
+
+/// The environment variable that sets how much lower the sandbox threads' priority is (a
+/// `nice` increment, 0 to 19).
+pub const NICE_VAR: &str = "SKILLGATE_SANDBOX_NICE";
+
+/// The sandbox threads' `nice` increment unless configured.
+const DEFAULT_NICE: i32 = 10;
+
+/// Calls waiting or running at once unless configured: [`QUEUE_PER_THREAD`] a thread, at
+/// least [`MIN_QUEUE`].
+pub fn default_queue() -> usize {
+    (QUEUE_PER_THREAD * threads()).max(MIN_QUEUE)
+}
 
 /// Calls waiting or running now.
 static QUEUED: AtomicUsize = AtomicUsize::new(0);
@@ -60,7 +82,7 @@ fn queue_limit() -> usize {
                 .ok()
                 .and_then(|v| v.trim().parse::<usize>().ok())
                 .filter(|n| *n > 0)
-                .unwrap_or(DEFAULT_QUEUE);
+                .unwrap_or_else(default_queue);
             QUEUE_LIMIT.store(limit, Ordering::Relaxed);
             limit
         }
@@ -108,12 +130,46 @@ pub fn threads() -> usize {
     })
 }
 
+/// The sandbox threads' `nice` increment: [`NICE_VAR`], else [`DEFAULT_NICE`].
+fn nice_increment() -> i32 {
+    match std::env::var(NICE_VAR) {
+        Err(_) => DEFAULT_NICE,
+        Ok(text) => match text.trim().parse::<i32>() {
+            Ok(n) if (0..=19).contains(&n) => n,
+            _ => {
+                tracing::warn!(
+                    value = %text,
+                    default = DEFAULT_NICE,
+                    "{NICE_VAR} must be a number from 0 to 19; using the default"
+                );
+                DEFAULT_NICE
+            }
+        },
+    }
+}
+
+/// Lowers the calling thread's scheduling priority by `increment` (on Linux a thread's nice
+/// value is its own: the I/O threads keep theirs). Best effort: elsewhere, or refused, the
+/// thread keeps the process's priority.
+fn lower_priority(increment: i32) {
+    #[cfg(target_os = "linux")]
+    if increment > 0
+        && let Err(err) = rustix::process::nice(increment)
+    {
+        tracing::debug!(%err, "the sandbox thread keeps the process's priority");
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = increment;
+}
+
 fn pool() -> &'static Runtime {
     POOL.get_or_init(|| {
         let n = threads();
+        let nice = nice_increment();
         tokio::runtime::Builder::new_multi_thread()
             .worker_threads(n)
             .max_blocking_threads(1)
+            .on_thread_start(move || lower_priority(nice))
             .thread_name_fn(|| {
                 static NEXT: AtomicUsize = AtomicUsize::new(1);
                 format!("skillgate-sandbox-{}", NEXT.fetch_add(1, Ordering::Relaxed))
@@ -174,6 +230,21 @@ mod tests {
             .unwrap()
             .unwrap_or_default();
         assert!(name.starts_with("skillgate-sandbox-"), "{name}");
+    }
+
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn sandbox_threads_run_at_a_lower_priority_than_the_io_threads() {
+        if std::env::var(NICE_VAR).is_ok() {
+            return;
+        }
+        let io = rustix::process::getpriority_process(None).unwrap();
+        let sandbox = run(|_| async { Ok(rustix::process::getpriority_process(None).unwrap()) })
+            .await
+            .unwrap();
+        // Lowered by the default increment, unless the process already sat near the floor.
+        assert_eq!(sandbox, (io + DEFAULT_NICE).min(19), "io thread nice {io}");
+        assert_eq!(rustix::process::getpriority_process(None).unwrap(), io);
     }
 
     #[tokio::test]

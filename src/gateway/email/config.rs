@@ -63,6 +63,10 @@ pub struct SmtpSettings {
     /// Bytes of DATA being received across all sessions at once; a client whose message would
     /// pass it is told 452 and let go (it tries again later) [default: 64 MiB].
     pub max_data_in_flight: Option<usize>,
+    /// Bytes of DATA read per second across all sessions; past it reading waits (TCP pushes
+    /// back on the senders), so floods of DATA cannot take the cores the other doors need
+    /// [default: 16 MiB; 0: unpaced].
+    pub max_data_rate: Option<usize>,
 }
 
 /// The mailbox mail is taken from.
@@ -233,6 +237,8 @@ pub struct EmailConfig {
     pub max_connections: usize,
     /// Bytes of DATA being received across all sessions at once.
     pub max_data_in_flight: usize,
+    /// Bytes of DATA read per second across all sessions (0: unpaced).
+    pub max_data_rate: usize,
     pub require_verified_sender: bool,
     pub trusted_relay: Option<String>,
     pub dns_resolver: Option<SocketAddr>,
@@ -381,6 +387,7 @@ impl EmailConfig {
             max_size: settings.max_size.unwrap_or(10 * 1024 * 1024),
             max_connections: smtp.max_connections.unwrap_or(256).max(1),
             max_data_in_flight: smtp.max_data_in_flight.unwrap_or(64 * 1024 * 1024).max(1),
+            max_data_rate: smtp.max_data_rate.unwrap_or(16 * 1024 * 1024),
             require_verified_sender: settings.require_verified_sender.unwrap_or(false),
             trusted_relay: settings.trusted_relay.filter(|r| !r.trim().is_empty()),
             dns_resolver,

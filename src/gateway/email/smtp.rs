@@ -4,6 +4,7 @@
 //! cannot take it (the sender retries), 552 above the size cap, 550 with the reason when it
 //! cannot be read.
 
+use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -28,6 +29,10 @@ const MAX_RECIPIENTS: usize = 100;
 /// The most of one line read at once during DATA.
 const DATA_PIECE: usize = 8192;
 
+/// The pause after turning a client away while every session is taken: at most 100 refusals a
+/// second.
+const REFUSAL_PAUSE: Duration = Duration::from_millis(10);
+
 /// Accepts connections until `stop`; each session is tracked on `tracker`. With `tls`,
 /// STARTTLS is offered.
 pub async fn serve(
@@ -39,7 +44,7 @@ pub async fn serve(
     tracker: TaskTracker,
 ) {
     let sessions = Arc::new(tokio::sync::Semaphore::new(config.max_connections));
-    let in_flight = InFlight::new(config.max_data_in_flight);
+    let in_flight = InFlight::new(config.max_data_in_flight, config.max_data_rate);
     loop {
         let accepted = tokio::select! {
             () = stop.cancelled() => return,
@@ -63,6 +68,14 @@ pub async fn serve(
                         )
                         .await;
                     });
+                    // Refusals are paced: clients that reconnect as soon as they are turned
+                    // away wait in the listen queue instead of spinning the accept loop.
+                    tokio::select! {
+                        () = stop.cancelled() => return,
+                        () = tokio::time::sleep(REFUSAL_PAUSE) => {}
+                        // A session ended: the next client is served at once.
+                        _ = sessions.clone().acquire_owned() => {}
+                    }
                     continue;
                 };
                 let (intake, config, stop) = (intake.clone(), config.clone(), stop.clone());
@@ -343,18 +356,38 @@ fn answer(taken: Result<Taken, IntakeError>) -> String {
 /// the cap as it arrives, so a client that never sends a newline holds no more memory than the
 /// cap (RFC 5321 allows 1000 octets a line; longer ones are taken, in pieces).
 /// Bytes of DATA being received by every session together, bounded by
-/// `email.smtp.max-data-in-flight`.
+/// `email.smtp.max-data-in-flight`, and the pace they are read at, bounded by
+/// `email.smtp.max-data-rate`.
 pub struct InFlight {
     max: usize,
     used: AtomicUsize,
+    /// Counts KiB read; `None`: unpaced.
+    rate: Option<governor::DefaultDirectRateLimiter>,
+    /// The most KiB one wait may ask for (a second's worth).
+    burst: NonZeroU32,
 }
 
 impl InFlight {
-    pub fn new(max: usize) -> Arc<InFlight> {
+    pub fn new(max: usize, rate: usize) -> Arc<InFlight> {
+        let kib = u32::try_from(rate.div_ceil(1024)).unwrap_or(u32::MAX);
+        let burst = NonZeroU32::new(kib).unwrap_or(NonZeroU32::MIN);
         Arc::new(InFlight {
             max,
             used: AtomicUsize::new(0),
+            rate: (rate > 0)
+                .then(|| governor::RateLimiter::direct(governor::Quota::per_second(burst))),
+            burst,
         })
+    }
+
+    /// Waits until `n` more bytes may be read, at the configured pace.
+    async fn pace(&self, n: usize) {
+        let Some(rate) = &self.rate else { return };
+        let kib = u32::try_from(n.div_ceil(1024)).unwrap_or(u32::MAX);
+        if let Some(cells) = NonZeroU32::new(kib.min(self.burst.get())) {
+            // Never more than the burst, so it is always satisfiable.
+            let _ = rate.until_n_ready(cells).await;
+        }
     }
 
     /// Takes `n` more bytes for `held`, unless that would pass the bound.
@@ -420,10 +453,69 @@ async fn receive<S: AsyncRead + Unpin>(
         if data.len() + body.len() > max {
             return Ok(Data::TooBig);
         }
-        if !in_flight.take(&mut held, body.len()) {
-            return Ok(Data::Busy);
+        // The bound counts the memory the message holds (its capacity), grown by doubling up
+        // to the cap.
+        let needed = data.len() + body.len();
+        if needed > data.capacity() {
+            let grown = needed.max(data.capacity() * 2).min(max);
+            if !in_flight.take(&mut held, grown - data.capacity()) {
+                return Ok(Data::Busy);
+            }
+            data.reserve_exact(grown - data.len());
         }
+        in_flight.pace(n).await;
         data.extend_from_slice(body);
         at_start = piece.ends_with(b"\n");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `lines` lines of `width` bytes each, then the lone dot.
+    fn message(lines: usize, width: usize) -> Vec<u8> {
+        let mut raw = Vec::new();
+        for _ in 0..lines {
+            raw.extend(std::iter::repeat_n(b'x', width - 2));
+            raw.extend_from_slice(b"\r\n");
+        }
+        raw.extend_from_slice(b".\r\n");
+        raw
+    }
+
+    #[tokio::test]
+    async fn the_data_bound_counts_the_memory_a_message_holds_not_its_length() {
+        // 600 bytes arrive in lines of 100: held as 100, 200, 400, then 800 bytes of capacity.
+        let raw = message(6, 100);
+        let in_flight = InFlight::new(700, 0);
+        let mut reader = BufReader::new(raw.as_slice());
+        let data = receive(&mut reader, 10_000, &in_flight).await.unwrap();
+        assert!(
+            matches!(data, Data::Busy),
+            "800 bytes held passed a 700-byte bound"
+        );
+        assert_eq!(in_flight.used.load(Ordering::Acquire), 0, "given back");
+
+        let in_flight = InFlight::new(800, 0);
+        let mut reader = BufReader::new(raw.as_slice());
+        let Data::Message(data, _held) = receive(&mut reader, 10_000, &in_flight).await.unwrap()
+        else {
+            panic!("the message fits its bound");
+        };
+        assert_eq!(data.len(), 600);
+        assert_eq!(in_flight.used.load(Ordering::Acquire), data.capacity());
+    }
+
+    #[tokio::test]
+    async fn data_is_read_at_most_the_configured_bytes_a_second() {
+        let in_flight = InFlight::new(1 << 20, 8192);
+        let rate = in_flight.rate.as_ref().expect("paced");
+        in_flight.pace(8192).await;
+        // A second's worth was read: the next KiB must wait.
+        assert!(rate.check().is_err());
+        let unpaced = InFlight::new(1 << 20, 0);
+        assert!(unpaced.rate.is_none());
+        unpaced.pace(1 << 30).await;
     }
 }
