@@ -357,8 +357,12 @@ fn main() {
             tokio::time::sleep(Duration::from_secs(2)).await;
             let (samples, rss, failed) = measure(&mut conn, server.http, pid, secs).await;
             stop.store(true, Ordering::Relaxed);
+            // Attackers blocked on a write the server does not take never see `stop`.
+            for task in &tasks {
+                task.abort();
+            }
             for task in tasks {
-                let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+                let _ = task.await;
             }
             let (p50, p99) = percentiles(samples);
             let label = if kinds.len() == 1 { kinds[0].to_string() } else { "all at once".to_string() };

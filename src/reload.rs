@@ -54,12 +54,13 @@ pub fn reload(kernel: &Kernel, project: &Path, config: Option<&Path>, trigger: &
             );
             (true, Vec::new())
         }
-        Err(rejected) => {
-            for failure in rejected.failures() {
+        Err(broken) => {
+            for failure in &broken {
                 // The message names the file, line and column.
                 tracing::error!(trigger, skill = %failure.name, "skills not reloaded: {}", failure.error);
             }
-            let names: Vec<String> = rejected.failures().iter().map(|f| f.name.clone()).collect();
+            // Only the skills this edit broke: ones broken before did not block it.
+            let names: Vec<String> = broken.into_iter().map(|f| f.name).collect();
             (false, names)
         }
     };
@@ -131,8 +132,7 @@ pub fn spawn(
                 .await
             };
             if matches!(applied, Ok(true)) {
-                // Routes the edit added get their workers (those it removed keep theirs until
-                // the next start).
+                // Routes the edit added get their workers; those it removed lose theirs.
                 crate::events::routes::subscribe_declared(&kernel).await;
                 crate::schedule::runner::sync_declared(&kernel).await;
             }

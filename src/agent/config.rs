@@ -10,8 +10,13 @@ use serde_json::{Map, Value};
 
 use crate::error::{Result, SkillError};
 
-/// The provider skill the policy hands the loop to unless `model.agent` names another.
+/// The built-in provider skill: the policy hands it the loop unless `model.agent` or a
+/// project's [`SPEC_PROVIDER_SKILL`] names another.
 pub const DEFAULT_PROVIDER_SKILL: &str = "agent-model";
+
+/// The specification's name for the default provider: a project's skill of this name runs the
+/// loop unless `model.agent` names another; without one, the name means the built-in provider.
+pub const SPEC_PROVIDER_SKILL: &str = "agent-strands";
 
 /// The vendors skillgate speaks to.
 pub const PROVIDERS: [&str; 3] = ["openai", "anthropic", "bedrock"];
@@ -38,8 +43,9 @@ pub struct AgentConfig {
     pub context_edit: bool,
     /// The model's context window in tokens (for context editing).
     pub context_window: u64,
-    /// The provider skill running the loop.
-    pub agent: String,
+    /// `model.agent`: the provider skill running the loop, when the metadata names one (see
+    /// [`AgentConfig::provider_skill`]).
+    pub agent: Option<String>,
     /// The vendor's base URL (else its conventional variable, else its public API).
     pub base_url: Option<String>,
     /// The variable holding the API key (else the vendor's conventional one).
@@ -70,7 +76,7 @@ impl Default for AgentConfig {
             persistent: false,
             context_edit: false,
             context_window: 128_000,
-            agent: DEFAULT_PROVIDER_SKILL.into(),
+            agent: None,
             base_url: None,
             api_key_env: None,
             region: None,
@@ -85,6 +91,17 @@ impl Default for AgentConfig {
 const KEYS: &str = "provider, model, temperature, max-tokens, max-turns, max-steps, token-budget, timeout, persistent, context-edit, context-window, agent, base-url, api-key-env, region, request-timeout, retries, stream, hooks";
 
 impl AgentConfig {
+    /// The provider skill that runs the loop: `model.agent` when set; otherwise the project's
+    /// `agent-strands` when it has one; otherwise the built-in provider (which `agent-strands`
+    /// names too when no skill has that name).
+    pub fn provider_skill(&self, index: &crate::skills::index::SearchIndex) -> String {
+        let wanted = self.agent.as_deref().unwrap_or(SPEC_PROVIDER_SKILL);
+        if wanted == SPEC_PROVIDER_SKILL && !index.contains(wanted) {
+            return DEFAULT_PROVIDER_SKILL.to_string();
+        }
+        wanted.to_string()
+    }
+
     /// Reads `metadata.model`: `"provider/model-id"` or an object.
     pub fn parse(value: &Value) -> Result<AgentConfig> {
         let mut config = AgentConfig::default();
@@ -151,7 +168,7 @@ impl AgentConfig {
                 "persistent" => self.persistent = boolean(&what, value)?,
                 "contextedit" => self.context_edit = boolean(&what, value)?,
                 "contextwindow" => self.context_window = count(&what, value)?,
-                "agent" => self.agent = string(&what, value)?,
+                "agent" => self.agent = Some(string(&what, value)?),
                 "baseurl" => self.base_url = Some(string(&what, value)?),
                 "apikeyenv" => self.api_key_env = Some(string(&what, value)?),
                 "apikey" => {

@@ -99,7 +99,8 @@ async fn run(ctx: Context, args: Arc<Value>) -> Result<Option<Value>> {
         }),
     )?;
 
-    let excluded = [AGENT, config.agent.as_str()];
+    let provider_skill = config.provider_skill(&ctx.index());
+    let excluded = [AGENT, provider_skill.as_str()];
     let allowed = args.get("allowedTools").cloned().unwrap_or(Value::Null);
     let found = discover::discover(&ctx.index(), &allowed, &skill, &excluded)?;
     let prompt = format!(
@@ -119,7 +120,6 @@ async fn run(ctx: Context, args: Arc<Value>) -> Result<Option<Value>> {
         .and_then(Value::as_str)
         .map(str::to_string)
         .unwrap_or_else(|| user_message(&served));
-    let provider_skill = config.agent.clone();
     let timeout = config.timeout;
     let run = Arc::new(AgentRun {
         config,

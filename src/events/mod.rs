@@ -53,7 +53,7 @@ const HANDLER_PREFETCH: usize = 8;
 /// The event envelope.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Event {
-    /// 8 hex characters.
+    /// 16 hex characters (a process-unique 64-bit id, as context ids are).
     pub id: String,
     pub topic: String,
     #[serde(rename = "type")]
@@ -231,6 +231,9 @@ pub struct Bus {
     emitted: tokio::sync::broadcast::Sender<Arc<Event>>,
     /// The topics followed in this process (`follow`).
     tails: tail::Tails,
+    /// The (topic, skill) routes the project's skills declared at the last (re)load, so a
+    /// reload that removes one stops its handler.
+    declared: Mutex<std::collections::BTreeSet<(String, String)>>,
 }
 
 fn store_error(err: StoreError) -> SkillError {
@@ -273,6 +276,7 @@ impl Bus {
             store,
             config,
             workers: Mutex::new(HashMap::new()),
+            declared: Mutex::new(std::collections::BTreeSet::new()),
             stop: CancellationToken::new(),
             emitted: tokio::sync::broadcast::channel(1024).0,
             tails: tail::Tails::default(),
@@ -462,6 +466,16 @@ impl Bus {
                 .collect(),
         };
         self.drop_handlers(topic, queues).await
+    }
+
+    /// Records `now` as the routes the project declares; returns those declared before and no
+    /// longer (their handlers are for the caller to remove).
+    pub(crate) fn replace_declared(
+        &self,
+        now: std::collections::BTreeSet<(String, String)>,
+    ) -> Vec<(String, String)> {
+        let before = std::mem::replace(&mut *self.declared.lock(), now.clone());
+        before.difference(&now).cloned().collect()
     }
 
     /// Stops the workers of `queues` and drops the queues; returns how many were there.
@@ -815,4 +829,19 @@ pub fn event_from_args(args: &Value, source: &str, root: &str) -> Result<Event> 
     event.data = args.get("data").cloned();
     event.root_context_id = Some(root.to_string());
     Ok(event)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_ids_are_16_hex_characters_and_unique() {
+        let (a, b) = (Event::new("t", "x"), Event::new("t", "x"));
+        for id in [&a.id, &b.id] {
+            assert_eq!(id.len(), 16, "{id}");
+            assert!(id.chars().all(|c| c.is_ascii_hexdigit()), "{id}");
+        }
+        assert_ne!(a.id, b.id);
+    }
 }

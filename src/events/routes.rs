@@ -129,8 +129,10 @@ pub fn collect(index: &SearchIndex) -> (Vec<EventRoute>, Vec<String>) {
 }
 
 /// Subscribes every route the current skills declare (idempotent: a route already served keeps
-/// its worker). Returns how many workers were started; mistakes are logged and skipped (`serve`
-/// refuses to start with them, a reload keeps going).
+/// its worker), and removes the handler of every route an edit took away since the last call
+/// (its worker stops and its queue goes: nothing would ever handle what waited there). Returns
+/// how many workers were started; mistakes are logged and skipped (`serve` refuses to start
+/// with them, a reload keeps going).
 pub async fn subscribe_declared(kernel: &Kernel) -> usize {
     let index = kernel.registry().current();
     let (routes, errors) = collect(&index);
@@ -138,6 +140,16 @@ pub async fn subscribe_declared(kernel: &Kernel) -> usize {
         tracing::error!("event route not subscribed: {error}");
     }
     let bus = kernel.bus();
+    let declared = routes
+        .iter()
+        .map(|r| (r.topic.clone(), r.reference.clone()))
+        .collect();
+    for (topic, reference) in bus.replace_declared(declared) {
+        match bus.unsubscribe(&topic, Some(&reference)).await {
+            Ok(_) => tracing::info!(%topic, skill = %reference, "event route removed"),
+            Err(e) => tracing::error!(%topic, skill = %reference, "event route not removed: {e}"),
+        }
+    }
     let mut started = 0;
     for route in routes {
         match bus

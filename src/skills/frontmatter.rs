@@ -69,7 +69,11 @@ pub fn parse_yaml(
     if yaml.trim().is_empty() {
         return Ok(Map::new());
     }
-    match serde_saphyr::from_str::<Value>(yaml) {
+    // YAML 1.2's core schema, as skill authors' other tools read frontmatter (gray-matter,
+    // js-yaml): only `true` and `false` are booleans; `y`, `n`, `yes`, `no`, `on`, `off` are
+    // strings.
+    let options = serde_saphyr::options! { strict_booleans: true };
+    match serde_saphyr::from_str_with_options::<Value>(yaml, options) {
         Ok(Value::Object(map)) => Ok(map),
         Ok(Value::Null) => Ok(Map::new()),
         Ok(other) => Err(SkillError::config(format!(
@@ -238,6 +242,20 @@ mod tests {
         assert!(
             (4..=6).contains(&line),
             "line should point into the frontmatter: {msg}"
+        );
+    }
+
+    #[test]
+    fn frontmatter_reads_yaml_1_2_where_only_true_and_false_are_booleans() {
+        let text = "---\nflags: [n, y, yes, no, on, off, true, false, True]\nmetadata:\n  params:\n    type: object\n    required: [n]\n---\n";
+        let p = parse_markdown("f.skill.md", text, "f").unwrap();
+        assert_eq!(
+            p.frontmatter["flags"],
+            serde_json::json!(["n", "y", "yes", "no", "on", "off", true, false, true])
+        );
+        assert_eq!(
+            p.frontmatter["metadata"]["params"]["required"],
+            serde_json::json!(["n"])
         );
     }
 

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use parking_lot::{Mutex, RwLock};
 use serde_json::{Map, Value};
 
-use crate::skills::index::{Layered, SearchIndex};
+use crate::skills::index::{Layered, LoadFailure, SearchIndex};
 use crate::skills::loader::{self, Loaded, ScriptParser};
 use crate::skills::tool::Tool;
 
@@ -183,10 +183,10 @@ impl Registry {
     }
 
     /// Re-reads every skill folder like [`Registry::reload`], but keeps the current set when the
-    /// new one has a load failure the current one does not (a broken edit): then the rejected
-    /// index is returned as the error, its failures saying what broke. Skills that were already
-    /// broken do not block a reload.
-    pub fn try_reload(&self) -> Result<Arc<SearchIndex>, Arc<SearchIndex>> {
+    /// new one has a load failure the current one does not (a broken edit): then the error holds
+    /// the failures that broke it, only those. Skills that were already broken do not block a
+    /// reload.
+    pub fn try_reload(&self) -> Result<Arc<SearchIndex>, Vec<LoadFailure>> {
         let current = self.current();
         let candidate = self.build_next();
         let known = |name: &str, message: &str| {
@@ -195,12 +195,14 @@ impl Registry {
                 .iter()
                 .any(|f| f.name == name && f.error.message() == message)
         };
-        let broken = candidate
+        let broken: Vec<LoadFailure> = candidate
             .failures()
             .iter()
-            .any(|f| !known(&f.name, f.error.message()));
-        if broken {
-            return Err(candidate);
+            .filter(|f| !known(&f.name, f.error.message()))
+            .cloned()
+            .collect();
+        if !broken.is_empty() {
+            return Err(broken);
         }
         self.install(candidate.clone());
         Ok(candidate)

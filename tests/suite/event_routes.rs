@@ -1,6 +1,7 @@
 //! Event routes at start: `serve` subscribes every `event.routes` / `event.route` the project
 //! declares before anything invokes the handlers, a handler queue left from before a restart gets
-//! its worker back, routes an edit adds are served after the reload, and a route to a missing
+//! its worker back, routes an edit adds are served after the reload (and those it removes are
+//! no longer), and a route to a missing
 //! skill keeps `serve` from starting with the file that declares it.
 
 use std::time::{Duration, Instant};
@@ -217,6 +218,74 @@ fn a_route_an_edit_adds_is_served_after_the_reload() {
     };
     assert!(!seen.is_empty(), "the added route never handled an event");
     assert!(seen.iter().all(|s| s.0 == "audit"), "{seen:?}");
+}
+
+#[test]
+fn a_route_an_edit_removes_is_no_longer_handled_after_the_reload() {
+    let project = routed_project();
+    let store = Store::sqlite();
+    let served = serve(project.path(), &["--bind", "127.0.0.1:0"], &[]);
+    let rt = runtime();
+    let emit = |topic: &str, n: u64| {
+        rt.block_on(invoke(
+            &served,
+            "event-emit",
+            json!({ "topic": topic, "data": { "n": n } }),
+        ));
+    };
+    emit("refunds", 1);
+    assert_eq!(wait_handled(&project, &store, 1)[0].0, "refund");
+    // `on-refund` no longer routes `refunds` to itself.
+    project.skill("on-refund.skill.js", &handler("refund"));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let body = rt.block_on(async {
+        loop {
+            let ready = served.get("/readyz").await;
+            if ready["reload"]["ok"] == true || Instant::now() > deadline {
+                break ready;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    assert_eq!(body["reload"]["ok"], true, "{body}");
+    // The route's handler goes right after the new skills are installed: emit refunds until
+    // one is not handled, each followed by an order (still routed) to know the workers caught up.
+    let mut n = 1;
+    let mut unhandled = false;
+    while !unhandled && Instant::now() < deadline {
+        n += 2;
+        let before = handled(&project, &store).len();
+        emit("refunds", n);
+        emit("orders", n + 1);
+        let seen = wait_handled(&project, &store, before + 1);
+        let order_seen = seen.iter().any(|s| s.0 == "order" && s.1 == n + 1);
+        if order_seen {
+            // Give the refund worker, were it still there, the time the order took.
+            std::thread::sleep(Duration::from_millis(500));
+            unhandled = !handled(&project, &store)
+                .iter()
+                .any(|s| s.0 == "refund" && s.1 == n);
+        }
+    }
+    assert!(unhandled, "the removed route still handles refunds");
+    // And stays gone: later refunds are not handled either.
+    emit("refunds", 1000);
+    emit("orders", 1001);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !handled(&project, &store)
+        .iter()
+        .any(|s| s.0 == "order" && s.1 == 1001)
+    {
+        assert!(Instant::now() < deadline, "the order route stopped too");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        !handled(&project, &store)
+            .iter()
+            .any(|s| s.0 == "refund" && s.1 == 1000),
+        "a refund was handled after its route was removed"
+    );
 }
 
 #[test]

@@ -113,6 +113,28 @@ async fn a_broken_edit_keeps_the_running_skills_logs_where_and_readyz_shows_it()
 }
 
 #[tokio::test]
+async fn reload_failures_name_only_the_skills_the_edit_broke() {
+    let project = Project::new();
+    project.skill("greet.skill.md", &greet("v1"));
+    // Broken before the server started: it blocks no reload and is not this edit's failure.
+    project.skill(
+        "old.skill.md",
+        "---\nname: old\nmetadata: [unclosed\n---\nNever loaded.\n",
+    );
+    let served = serve(project.path(), &["--bind", "127.0.0.1:0"], &[]);
+    project.skill(
+        "greet.skill.md",
+        "---\nname: greet\nmetadata: [unclosed\n---\nHello from broken.\n",
+    );
+    let ready = eventually("readyz reports the failed reload", || async {
+        let ready = readyz(&served).await;
+        (ready["reload"]["ok"] == false, ready)
+    })
+    .await;
+    assert_eq!(ready["reload"]["failures"], json!(["greet"]), "{ready}");
+}
+
+#[tokio::test]
 async fn sighup_reloads_the_skills_when_watching_is_off() {
     let project = Project::new();
     project.skill("greet.skill.md", &greet("v1"));
@@ -175,7 +197,7 @@ async fn a_run_in_flight_finishes_on_the_skills_it_started_with() {
     });
     waiting.notified().await;
     project.skill("greet.skill.md", &greet("v2"));
-    kernel.registry().try_reload().ok().expect("the edit loads");
+    kernel.registry().try_reload().expect("the edit loads");
     let fresh = kernel
         .invoke("greet", json!({}), InvokeOptions::default())
         .await

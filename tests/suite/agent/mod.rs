@@ -7,6 +7,7 @@ mod execute;
 mod hooks;
 mod limits;
 mod loop_;
+mod provider;
 
 use std::sync::Arc;
 
