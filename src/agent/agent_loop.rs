@@ -112,7 +112,17 @@ async fn run(ctx: Context, args: Arc<Value>) -> Result<Option<Value>> {
         hook: text("hookRef"),
         invoke: text("invokeRef"),
     };
-    let session_id = ctx.id();
+    // The conversation and its turn, as the policy found them (spec 04): each model call of
+    // this run is one call of that turn.
+    let conversation = ctx.get("nonlocals.agent")?.unwrap_or(Value::Null);
+    let session_id = conversation
+        .get("sessionId")
+        .and_then(Value::as_str)
+        .map_or_else(|| ctx.root_id(), str::to_string);
+    let turn_index = conversation
+        .get("turnIndex")
+        .and_then(Value::as_u64)
+        .map_or(0, |t| u32::try_from(t).unwrap_or(u32::MAX));
     let agent_name = text("skillName").unwrap_or_else(|| ctx.tool_name().to_string());
     let mut messages = vec![
         Message::system(prompt.clone()),
@@ -151,8 +161,8 @@ async fn run(ctx: Context, args: Arc<Value>) -> Result<Option<Value>> {
         };
         let info = CallInfo {
             config: &config,
-            turn_index: turn - 1,
-            call_index: 0,
+            turn_index,
+            call_index: turn - 1,
             session_id: &session_id,
             agent_name: &agent_name,
             instructions: &prompt,

@@ -90,14 +90,30 @@ async fn run(ctx: Context, args: Arc<Value>) -> Result<Option<Value>> {
         .and_then(Value::as_str)
         .unwrap_or(&skill)
         .to_string();
-    ctx.set(
-        "nonlocals.agent",
-        json!({
-            "events": topic,
-            "contextId": served.id(),
-            "ancestorContextId": inherited.get("contextId").cloned().unwrap_or(Value::Null),
-        }),
-    )?;
+    // The conversation (spec 04's `sessionId`): the kept session's key, else the gateway's
+    // conversation, else this root run; `turnIndex` is its turn (counted where the session
+    // middleware keeps it, else 0: each request a conversation of its own).
+    let kept = served.get("locals.session")?.unwrap_or(Value::Null);
+    let session_id = kept
+        .get("key")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .or(served
+            .get("nonlocals.gateway.sessionId")?
+            .and_then(|v| v.as_str().map(str::to_string)))
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| served.root_id());
+    let turn_index = kept.get("turn").and_then(Value::as_u64).unwrap_or(0);
+    let agent = json!({
+        "events": topic,
+        "contextId": served.id(),
+        "ancestorContextId": inherited.get("contextId").cloned().unwrap_or(Value::Null),
+        "sessionId": session_id,
+        "turnIndex": turn_index,
+    });
+    // Visible to the provider below this skill, and to the served skill's own chain.
+    served.set("nonlocals.agent", agent.clone())?;
+    ctx.set("nonlocals.agent", agent)?;
 
     let provider_skill = config.provider_skill(&ctx.index());
     let excluded = [AGENT, provider_skill.as_str()];

@@ -54,6 +54,7 @@ pub async fn serve(
         .max_depth(limits.max_depth)
         .budget(limits.budget)
         .extension(Arc::new(crate::reload::ReloadState::default()))
+        .extension(Arc::new(crate::schedule::health::ScheduleHealth::default()))
         .build();
     let index = kernel.registry().current();
     for failure in index.failures() {

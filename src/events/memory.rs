@@ -420,6 +420,15 @@ impl EventStore for MemoryStore {
         Ok(true)
     }
 
+    async fn set_schedule_spec(&self, name: &str, spec: &str) -> StoreResult<bool> {
+        let mut inner = self.inner.lock();
+        let Some(schedule) = inner.schedules.get_mut(name) else {
+            return Ok(false);
+        };
+        schedule.spec = spec.to_string();
+        Ok(true)
+    }
+
     async fn put_subscription(&self, topic: &str, queue: &str, spec: &str) -> StoreResult<()> {
         self.inner
             .lock()

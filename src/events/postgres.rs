@@ -682,6 +682,15 @@ impl EventStore for PostgresStore {
         Ok(written.rows_affected() > 0)
     }
 
+    async fn set_schedule_spec(&self, name: &str, spec: &str) -> StoreResult<bool> {
+        let written = sqlx::query("UPDATE sg_schedules SET spec = $1 WHERE name = $2")
+            .bind(spec)
+            .bind(name)
+            .execute(&self.pool)
+            .await?;
+        Ok(written.rows_affected() > 0)
+    }
+
     async fn put_subscription(&self, topic: &str, queue: &str, spec: &str) -> StoreResult<()> {
         sqlx::query(
             "INSERT INTO sg_subscriptions (topic, queue, spec) VALUES ($1, $2, $3)

@@ -189,6 +189,10 @@ pub trait EventStore: Send + Sync + 'static {
     async fn put_schedule(&self, name: &str, spec: &str, next_ms: Option<i64>)
     -> StoreResult<bool>;
 
+    /// Replaces the spec of schedule `name`, keeping its next firing and its runs. Returns
+    /// whether it existed.
+    async fn set_schedule_spec(&self, name: &str, spec: &str) -> StoreResult<bool>;
+
     /// Removes schedule `name`. Returns whether it existed.
     async fn delete_schedule(&self, name: &str) -> StoreResult<bool>;
 

@@ -13,6 +13,7 @@ use crate::context::id::now_ms;
 use crate::events::{EventStore, KernelBus};
 use crate::kernel::authority::{Authority, Keys};
 use crate::kernel::{InvokeOptions, Kernel};
+use crate::schedule::health::{Held, ScheduleHealth};
 use crate::schedule::spec::{GRACE_MS, Missed, Spec};
 use crate::skills::index::SearchIndex;
 
@@ -51,14 +52,52 @@ pub fn declared(index: &SearchIndex, now: i64) -> (Vec<(String, Spec)>, Vec<Stri
     (found, errors)
 }
 
+/// The environment variable naming this release for declared schedules: a number that grows
+/// with each release (a build time in milliseconds, a CI run number).
+pub const RELEASE_VAR: &str = "SKILLGATE_RELEASE";
+
+/// This process's release, which orders declared schedules across replicas: [`RELEASE_VAR`],
+/// else the newest modification time (ms) of the skill files `index` was read from (a newer
+/// image or checkout has newer files).
+pub fn release(index: &SearchIndex) -> i64 {
+    if let Some(stamp) = std::env::var(RELEASE_VAR)
+        .ok()
+        .and_then(|v| v.trim().parse::<i64>().ok())
+    {
+        return stamp;
+    }
+    index
+        .tools()
+        .filter_map(|tool| match &tool.source {
+            crate::skills::tool::Source::File(path) => std::fs::metadata(path).ok(),
+            _ => None,
+        })
+        .filter_map(|meta| meta.modified().ok())
+        .filter_map(|at| at.duration_since(std::time::UNIX_EPOCH).ok())
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .max()
+        .unwrap_or(0)
+}
+
 /// Writes the declared schedules to the store and removes declared ones no skill declares any
-/// more. A schedule whose declaration did not change keeps its next firing (and interval grid).
+/// more, unless the store holds declarations of a newer release (see [`release`]): then this
+/// replica is the older one of a rolling deploy and leaves them as they are. A schedule whose
+/// declaration did not change keeps its next firing (and interval grid).
 pub async fn sync_declared(kernel: &Kernel) -> usize {
+    let index = kernel.registry().current();
+    sync_declared_as(kernel, release(&index)).await
+}
+
+/// [`sync_declared`] for release `ours`.
+pub async fn sync_declared_as(kernel: &Kernel, ours: i64) -> usize {
     let store = kernel.bus().store().clone();
     let now = now_ms() as i64;
-    let (found, errors) = declared(&kernel.registry().current(), now);
+    let (mut found, errors) = declared(&kernel.registry().current(), now);
     for error in errors {
         tracing::error!("schedule not applied: {error}");
+    }
+    for (_, spec) in &mut found {
+        spec.release = Some(ours);
     }
     let stored = match store.schedules().await {
         Ok(stored) => stored,
@@ -72,6 +111,19 @@ pub async fn sync_declared(kernel: &Kernel) -> usize {
         .iter()
         .filter_map(|s| Some((s.name.as_str(), Spec::from_stored(&s.spec).ok()?)))
         .collect();
+    let newest = kept
+        .values()
+        .filter(|spec| spec.declared)
+        .filter_map(|spec| spec.release)
+        .max();
+    if let Some(newer) = newest.filter(|newer| *newer > ours) {
+        tracing::warn!(
+            release = ours,
+            stored = newer,
+            "declared schedules left as a newer release declared them"
+        );
+        return found.len();
+    }
     let names: BTreeSet<&str> = found.iter().map(|(n, _)| n.as_str()).collect();
     for (name, old) in &kept {
         if old.declared
@@ -82,27 +134,34 @@ pub async fn sync_declared(kernel: &Kernel) -> usize {
         }
     }
     for (name, spec) in &found {
-        // An unchanged declaration keeps the interval anchor it was first stored with.
-        if kept
-            .get(name.as_str())
-            .is_some_and(|old| same_declaration(old, spec))
-        {
-            continue;
-        }
-        if let Err(e) = store
-            .put_schedule(name, &spec.to_stored(), spec.next_after(now))
-            .await
-        {
+        let next = match kept.get(name.as_str()) {
+            // An unchanged declaration keeps the interval anchor, next firing and runs it was
+            // first stored with (only its release is brought up to date).
+            Some(old) if same_declaration(old, spec) => {
+                if old.release == spec.release {
+                    continue;
+                }
+                let mut restamped = old.clone();
+                restamped.release = spec.release;
+                if let Err(e) = store.set_schedule_spec(name, &restamped.to_stored()).await {
+                    tracing::error!(schedule = %name, "schedule not stored: {e}");
+                }
+                continue;
+            }
+            _ => spec.next_after(now),
+        };
+        if let Err(e) = store.put_schedule(name, &spec.to_stored(), next).await {
             tracing::error!(schedule = %name, "schedule not stored: {e}");
         }
     }
     found.len()
 }
 
-/// Equal but for the interval's anchor (which is when it was first read).
+/// Equal but for the interval's anchor (which is when it was first read) and the release.
 fn same_declaration(a: &Spec, b: &Spec) -> bool {
     use crate::schedule::spec::When;
     let mut b = b.clone();
+    b.release = a.release;
     if let (When::Every { start: anchor, .. }, When::Every { start, .. }) = (&a.when, &mut b.when) {
         *start = *anchor;
     }
@@ -125,24 +184,45 @@ pub fn spawn(kernel: Kernel, stop: CancellationToken) -> tokio::task::JoinHandle
     })
 }
 
-/// Takes and starts every firing due now; returns how many this process took.
+/// Takes and starts every firing due now; returns how many this process took. A schedule
+/// whose skill is not among the current skills is paused (not taken: a replica that has the
+/// skill fires it, and it resumes here once the skill is back); it and an unreadable one are
+/// logged once and shown in `/readyz` ([`ScheduleHealth`]).
 pub async fn fire_due(
     kernel: &Kernel,
     store: &Arc<dyn EventStore>,
 ) -> Result<usize, crate::events::StoreError> {
     let now = now_ms() as i64;
     let mut taken = 0;
-    for stored in store.schedules().await? {
+    let fallback = ScheduleHealth::default();
+    let health = kernel
+        .extension::<ScheduleHealth>()
+        .map_or(&fallback, |h| h.as_ref());
+    let index = kernel.registry().current();
+    let schedules = store.schedules().await?;
+    health.retain(&schedules.iter().map(|s| s.name.as_str()).collect());
+    for stored in schedules {
         let Some(due) = stored.next_ms.filter(|due| *due <= now) else {
             continue;
         };
         let spec = match Spec::from_stored(&stored.spec) {
             Ok(spec) => spec,
             Err(e) => {
-                tracing::error!(schedule = %stored.name, "unreadable schedule: {e}");
+                if health.hold(&stored.name, Held::Unreadable) {
+                    tracing::error!(schedule = %stored.name, "unreadable schedule, not fired: {e}");
+                }
                 continue;
             }
         };
+        if !index.contains(&spec.reference) {
+            if health.hold(&stored.name, Held::SkillMissing(spec.reference.clone())) {
+                tracing::warn!(schedule = %stored.name, skill = %spec.reference, "schedule paused: its skill is not found");
+            }
+            continue;
+        }
+        if health.release(&stored.name) {
+            tracing::info!(schedule = %stored.name, "schedule resumed");
+        }
         let missed = now - due > GRACE_MS;
         let run = !(missed && spec.missed == Missed::Skip);
         let done = run && spec.times.is_some_and(|t| stored.runs + 1 >= t);

@@ -59,6 +59,10 @@ pub struct Spec {
     /// the local caller, never as the project.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub principal: Option<Value>,
+    /// The release that declared it (see `runner::release`): a replica of an older release
+    /// leaves the declared schedules of a newer one alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub release: Option<i64>,
 }
 
 impl Spec {
@@ -150,6 +154,7 @@ impl Spec {
             missed,
             declared: false,
             principal: None,
+            release: None,
         })
     }
 

@@ -197,6 +197,12 @@ metadata:
                         {
                             out["paused"] = Value::from(why);
                         }
+                        if !ctx.index().contains(&spec.reference) {
+                            out["paused"] = Value::from(format!(
+                                "skill `{}` not found: paused until it is back",
+                                spec.reference
+                            ));
+                        }
                         out = with_spec(out, &spec);
                     }
                     Ok(_) => continue,

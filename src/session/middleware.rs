@@ -1,6 +1,7 @@
 //! The `session` middleware: before the chain, loads the session's newest entries into
-//! `locals.session = { key, history }`; after it, appends an entry with what `capture` names
-//! (`args`, `result`, the agent trace by `$agent`, and the error when the run failed), keeping
+//! `locals.session = { key, history, turn }`; after it, appends an entry with what `capture`
+//! names (`args`, `result`, the agent trace by `$agent`, and the error when the run failed) and
+//! its `turn` (the conversation turn, 0-based, counted on across the trimmed history), keeping
 //! the newest `maxEntries`. History is kept per skill and key; without a key (no `key` setting
 //! and no gateway conversation) the skill runs with an empty history and nothing is kept. An
 //! entry is kept under [`MAX_ENTRY_BYTES`]: a larger one loses the agent trace first, then its
@@ -30,7 +31,7 @@ pub fn tool() -> Tool {
             })?;
             let Some(key) = key(&target, &settings)? else {
                 // No conversation: the skill runs with an empty history and nothing is kept.
-                target.set("locals.session", json!({ "key": null, "history": [] }))?;
+                target.set("locals.session", json!({ "key": null, "history": [], "turn": 0 }))?;
                 return pass(&target).await;
             };
             let stored_key =
@@ -50,7 +51,8 @@ pub fn tool() -> Tool {
                     }
                 })
                 .collect();
-            target.set("locals.session", json!({ "key": key, "history": history }))?;
+            let turn = next_turn(&history);
+            target.set("locals.session", json!({ "key": key, "history": history, "turn": turn }))?;
             let outcome = target.next().await;
             if target.get("locals.session.cleared")? == Some(Value::Bool(true)) {
                 // `session-clear` ran in this turn: the history starts after it.
@@ -58,7 +60,7 @@ pub fn tool() -> Tool {
                 return Ok(None);
             }
             let at_ms = now_ms() as i64;
-            let entry = capture(&target, &settings, at_ms, outcome.as_ref().err());
+            let entry = capture(&target, &settings, (at_ms, turn), outcome.as_ref().err());
             if let Err(e) = store
                 .session_append(&stored_key, at_ms, &entry.to_string(), settings.max_entries)
                 .await
@@ -112,10 +114,29 @@ fn bound(entry: &mut Map<String, Value>, limit: usize) {
     }
 }
 
-/// The entry for this run: when, and what `capture` names.
-fn capture(target: &Context, settings: &Settings, at_ms: i64, error: Option<&SkillError>) -> Value {
+/// This run's conversation turn: one after the newest entry's, or (entries kept before turns
+/// were numbered) the number of entries.
+fn next_turn(history: &[Value]) -> u64 {
+    match history
+        .last()
+        .and_then(|e| e.get("turn"))
+        .and_then(Value::as_u64)
+    {
+        Some(last) => last + 1,
+        None => history.len() as u64,
+    }
+}
+
+/// The entry for this run: when, its turn, and what `capture` names.
+fn capture(
+    target: &Context,
+    settings: &Settings,
+    (at_ms, turn): (i64, u64),
+    error: Option<&SkillError>,
+) -> Value {
     let mut entry = Map::new();
     entry.insert("at".into(), iso(at_ms));
+    entry.insert("turn".into(), turn.into());
     for what in &settings.capture {
         let (field, value) = match what {
             Capture::Args => ("args", Some((*target.args()).clone())),

@@ -135,6 +135,7 @@ contract!(
     acking_an_unknown_id_is_an_error_naming_it,
     an_invalid_topic_is_refused,
     a_skill_handler_gets_each_event_and_a_failing_one_is_retried_then_dead,
+    emit_returns_before_a_ref_handler_finishes,
     event_skills_work_through_the_pipeline,
     the_event_middleware_routes_topics_to_skills,
     event_unsubscribe_removes_one_handler_a_queue_or_every_handler,
@@ -536,6 +537,65 @@ async fn a_skill_handler_gets_each_event_and_a_failing_one_is_retried_then_dead(
     );
     assert_eq!(seen.iter().filter(|(n, _)| *n == 1).count(), 1, "{seen:?}");
     assert_eq!(seen.iter().filter(|(n, _)| *n == 2).count(), 1, "{seen:?}");
+    bus.shutdown();
+}
+
+/// Spec 03: emitting to a topic a skill handles returns once the event is stored, not once the
+/// handler is done: the handler here is still waiting when `emit` has returned.
+async fn emit_returns_before_a_ref_handler_finishes(b: &Backend) {
+    let bus = b.bus(Limits::default(), LONG).await;
+    let (started_tx, started_rx) = tokio::sync::oneshot::channel::<()>();
+    let started_tx = Arc::new(Mutex::new(Some(started_tx)));
+    let release = Arc::new(tokio::sync::Notify::new());
+    let finished = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let p = Project::new();
+    let kernel = {
+        let (release, finished) = (release.clone(), finished.clone());
+        p.builder()
+            .bus(bus.clone())
+            .native(native("name: slow-handler\n", move |_ctx, _args| {
+                let (started, release, finished) =
+                    (started_tx.clone(), release.clone(), finished.clone());
+                async move {
+                    if let Some(tx) = started.lock().take() {
+                        let _ = tx.send(());
+                    }
+                    release.notified().await;
+                    finished.store(true, std::sync::atomic::Ordering::SeqCst);
+                    Ok(None)
+                }
+            }))
+            .build()
+    };
+    bus.subscribe_handler(&kernel, "slow", "slow-handler", None, false)
+        .await
+        .unwrap();
+    kernel
+        .invoke(
+            "event-emit",
+            json!({ "topic": "slow", "data": { "n": 1 } }),
+            InvokeOptions::default(),
+        )
+        .await
+        .expect("emit returns while the handler waits");
+    assert!(
+        !finished.load(std::sync::atomic::Ordering::SeqCst),
+        "emit waited for the handler"
+    );
+    // The handler does run (and, released, finishes).
+    tokio::time::timeout(GUARD, started_rx)
+        .await
+        .expect("the handler started")
+        .unwrap();
+    release.notify_one();
+    let deadline = tokio::time::Instant::now() + GUARD;
+    while !finished.load(std::sync::atomic::Ordering::SeqCst) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the handler never finished"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     bus.shutdown();
 }
 

@@ -225,6 +225,150 @@ async fn a_schedule_with_times_stops_after_its_last_run() {
     assert!(seen.lock().iter().all(|r| r["args"] == json!({ "k": 1 })));
 }
 
+#[tokio::test]
+async fn a_schedule_whose_skill_is_gone_is_paused_shown_and_resumes_when_it_is_back() {
+    let health = Arc::new(skillgate::schedule::health::ScheduleHealth::default());
+    let (kernel, seen) = {
+        let seen: Arc<Mutex<Vec<Value>>> = Arc::default();
+        let kernel = Project::new().builder().extension(health.clone()).build();
+        (kernel, seen)
+    };
+    let store = kernel.bus().store().clone();
+    let now = skillgate::context::id::now_ms() as i64;
+    let spec = Spec::parse(&json!({ "every": "10s" }), "gone", now).unwrap();
+    store
+        .put_schedule("orphan", &spec.to_stored(), Some(now - 10))
+        .await
+        .unwrap();
+    // An unreadable one beside it is held too, not fired.
+    store
+        .put_schedule("garbled", "{ not json", Some(now - 10))
+        .await
+        .unwrap();
+    assert_eq!(fire_due(&kernel, &store).await.unwrap(), 0);
+    assert_eq!(fire_due(&kernel, &store).await.unwrap(), 0);
+    let orphan = |all: Vec<skillgate::events::StoredSchedule>| {
+        all.into_iter().find(|s| s.name == "orphan").unwrap()
+    };
+    // Not taken: still due, never run.
+    let kept = orphan(store.schedules().await.unwrap());
+    assert_eq!((kept.next_ms, kept.runs), (Some(now - 10), 0));
+    assert_eq!(
+        health.to_json(),
+        json!({ "held": [
+            { "name": "garbled", "reason": "its stored spec cannot be read; the cause is in the log" },
+            { "name": "orphan", "reason": "skill `gone` not found: paused until it is back" },
+        ] })
+    );
+    let listed = call(&kernel, "schedule-list", json!({})).await.unwrap();
+    let entry = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "orphan")
+        .cloned()
+        .unwrap();
+    assert_eq!(
+        entry["paused"],
+        "skill `gone` not found: paused until it is back"
+    );
+    // The skill is back: the schedule fires and is no longer held.
+    let ran = seen.clone();
+    kernel
+        .registry()
+        .register(native("name: gone\n", move |_ctx, _args| {
+            let ran = ran.clone();
+            async move {
+                ran.lock().push(json!(true));
+                Ok(None)
+            }
+        }));
+    assert_eq!(fire_due(&kernel, &store).await.unwrap(), 1);
+    assert_eq!(
+        health.to_json()["held"],
+        json!([{ "name": "garbled", "reason": "its stored spec cannot be read; the cause is in the log" }])
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while seen.lock().is_empty() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(seen.lock().len(), 1);
+}
+
+/// The names of the stored schedules.
+async fn stored_names(store: &Arc<dyn skillgate::events::EventStore>) -> Vec<String> {
+    let mut names: Vec<String> = store
+        .schedules()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.name)
+        .collect();
+    names.sort();
+    names
+}
+
+#[tokio::test]
+async fn the_newest_release_declares_the_schedules_whatever_order_replicas_start_in() {
+    use skillgate::events::memory::MemoryStore;
+    use skillgate::events::{Bus, BusConfig, EventStore, Limits, WithBus};
+    use skillgate::schedule::runner::sync_declared_as;
+    let declaring = |skill: &str| {
+        let project = Project::new();
+        project.skill(
+            &format!("{skill}.skill.md"),
+            &format!("---\nname: {skill}\nmetadata:\n  schedule: \"@every 1h\"\n---\nrun\n"),
+        );
+        project
+    };
+    // The old release declares `legacy`; the new one dropped it for `report`.
+    let (old, new) = (declaring("legacy"), declaring("report"));
+    for new_first in [true, false] {
+        let store: Arc<dyn EventStore> = Arc::new(MemoryStore::new(Limits::default()));
+        let bus = Arc::new(Bus::new(store.clone(), BusConfig::default()));
+        let old_kernel = old.builder().bus(bus.clone()).build();
+        let new_kernel = new.builder().bus(bus.clone()).build();
+        if new_first {
+            sync_declared_as(&new_kernel, 2_000).await;
+            sync_declared_as(&old_kernel, 1_000).await;
+        } else {
+            sync_declared_as(&old_kernel, 1_000).await;
+            sync_declared_as(&new_kernel, 2_000).await;
+        }
+        assert_eq!(
+            stored_names(&store).await,
+            vec!["report".to_string()],
+            "new release first: {new_first}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_new_release_with_the_same_declaration_keeps_the_next_firing_and_runs() {
+    use skillgate::schedule::runner::sync_declared_as;
+    let project = Project::new();
+    project.skill(
+        "report.skill.md",
+        "---\nname: report\nmetadata:\n  schedule: { every: 1h, times: 5 }\n---\nrun\n",
+    );
+    let kernel = project.kernel();
+    let store = kernel.bus().store().clone();
+    sync_declared_as(&kernel, 1_000).await;
+    let first = store.schedules().await.unwrap()[0].clone();
+    // One run taken, then a new release with the same declaration starts.
+    let next = first.next_ms.unwrap();
+    assert!(
+        store
+            .take_firing("report", next, Some(next + 3_600_000), true)
+            .await
+            .unwrap()
+    );
+    sync_declared_as(&kernel, 2_000).await;
+    let after = store.schedules().await.unwrap()[0].clone();
+    assert_eq!((after.next_ms, after.runs), (Some(next + 3_600_000), 1));
+    assert_eq!(Spec::from_stored(&after.spec).unwrap().release, Some(2_000));
+}
+
 /// A project whose `tick` skill emits `ticked` with the slot it was fired for and the replica
 /// (`REPLICA`) it ran on; `declared` adds a schedule in its metadata.
 fn tick_project(declared: &str) -> Project {

@@ -57,6 +57,10 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
         "reload": kernel
             .extension::<crate::reload::ReloadState>()
             .map(|state| state.to_json()),
+        // Schedules that do not fire, and why (`null` where nothing fires schedules).
+        "schedules": kernel
+            .extension::<crate::schedule::health::ScheduleHealth>()
+            .map(|health| health.to_json()),
     });
     (status, axum::Json(body)).into_response()
 }

@@ -112,3 +112,106 @@ async fn a_model_hook_that_aborts_ends_the_run_with_its_reason() {
     assert!(err.message().contains("over the monthly spend"), "{err}");
     assert!(fake.requests().is_empty());
 }
+
+#[tokio::test]
+async fn the_model_context_counts_conversation_turns_and_the_calls_within_each() {
+    // Two requests of one conversation, three model calls each.
+    let fake = ModelFake::start(vec![
+        code_turn("a1", "return 1;"),
+        code_turn("a2", "return 2;"),
+        text_turn("first answer"),
+        code_turn("b1", "return 3;"),
+        code_turn("b2", "return 4;"),
+        text_turn("second answer"),
+    ])
+    .await;
+    let project = Project::new();
+    // Each call's messages end with where the hook saw it; the edit is that call's alone.
+    project.skill(
+        "mark.skill.js",
+        &hook(
+            "mark",
+            "  const m = call.locals.model;\n  call.locals.model.messages = [...m.messages, { role: 'user', content: `mark ${m.turnIndex}/${m.callIndex}/${m.sessionId}` }];\n  return await call.manager.next();",
+        ),
+    );
+    project.skill(
+        "chat.skill.md",
+        &agent_skill(
+            "chat",
+            &fake,
+            "  session: { key: conv-1 }\n",
+            "    hooks: [mark]\n",
+        ),
+    );
+    let kernel = kernel(&project, &Probe::default());
+    assert_eq!(
+        run(&kernel, "chat", json!({})).await.unwrap(),
+        Some(json!("first answer"))
+    );
+    assert_eq!(
+        run(&kernel, "chat", json!({})).await.unwrap(),
+        Some(json!("second answer"))
+    );
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 6);
+    let marks: Vec<Vec<String>> = requests
+        .iter()
+        .map(|r| {
+            r.body["messages"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(|m| m["content"].as_str())
+                .filter(|c| c.starts_with("mark "))
+                .map(str::to_string)
+                .collect()
+        })
+        .collect();
+    let expected = [
+        "0/0", "0/1", "0/2", // the first turn
+        "1/0", "1/1", "1/2", // the second
+    ];
+    for (n, want) in expected.iter().enumerate() {
+        assert_eq!(
+            marks[n],
+            vec![format!("mark {want}/conv-1")],
+            "call {n}: one mark, this call's"
+        );
+    }
+}
+
+#[tokio::test]
+async fn without_a_kept_conversation_the_session_id_is_the_root_runs_and_every_run_is_turn_0() {
+    let fake = ModelFake::start(vec![text_turn("one"), text_turn("two")]).await;
+    let project = Project::new();
+    project.skill(
+        "mark.skill.js",
+        &hook(
+            "mark",
+            "  const m = call.locals.model;\n  call.locals.model.messages = [...m.messages, { role: 'user', content: `mark ${m.turnIndex}/${m.callIndex}/${m.sessionId}` }];\n  return await call.manager.next();",
+        ),
+    );
+    project.skill("solo.skill.md", &hooked(&fake, "solo", &["mark"]));
+    let kernel = kernel(&project, &Probe::default());
+    run(&kernel, "solo", json!({})).await.unwrap();
+    run(&kernel, "solo", json!({})).await.unwrap();
+    let marks: Vec<String> = fake
+        .requests()
+        .iter()
+        .map(|r| {
+            let messages = r.body["messages"].as_array().unwrap();
+            messages.last().unwrap()["content"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert!(marks[0].starts_with("mark 0/0/"), "{marks:?}");
+    assert!(marks[1].starts_with("mark 0/0/"), "{marks:?}");
+    let ids: Vec<&str> = marks
+        .iter()
+        .map(|m| m.rsplit('/').next().unwrap())
+        .collect();
+    assert_eq!(ids[0].len(), 16, "a root run id: {marks:?}");
+    assert_ne!(ids[0], ids[1], "two runs, two conversations");
+}

@@ -50,6 +50,35 @@ async fn max_turns_stops_a_model_that_never_answers() {
 }
 
 #[tokio::test]
+async fn by_default_an_agent_makes_at_most_30_model_calls() {
+    let turns = (0..31)
+        .map(|n| code_turn(&format!("c{n}"), "return 1;"))
+        .collect();
+    let fake = ModelFake::start(turns).await;
+    // Steps are not what stops it: 30 code runs are allowed too.
+    let err = run_agent(&fake, json!({}), json!({})).await.unwrap_err();
+    assert_eq!(limit_of(&err).as_deref(), Some("maxTurns"), "{err}");
+    assert!(err.message().contains("maxTurns limit (30)"), "{err}");
+    assert_eq!(fake.requests().len(), 30);
+}
+
+#[tokio::test]
+async fn by_default_an_agent_runs_code_at_most_30_times() {
+    let mut turns: Vec<Reply> = (0..31)
+        .map(|n| code_turn(&format!("c{n}"), "return 1;"))
+        .collect();
+    turns.push(text_turn("unreachable"));
+    let fake = ModelFake::start(turns).await;
+    let err = run_agent(&fake, json!({ "maxTurns": 40 }), json!({}))
+        .await
+        .unwrap_err();
+    assert_eq!(limit_of(&err).as_deref(), Some("maxSteps"), "{err}");
+    assert!(err.message().contains("(30)"), "{err}");
+    // The 31st code run was refused and the run ended at that call's end.
+    assert_eq!(fake.requests().len(), 31);
+}
+
+#[tokio::test]
 async fn max_steps_refuses_more_code_then_ends_the_run_at_the_turn_end() {
     let fake = ModelFake::start(vec![
         code_turn("c1", "return 1;"),
@@ -147,6 +176,23 @@ async fn a_model_that_never_gives_the_structured_result_fails_after_the_reminder
     assert_eq!(err.kind(), skillgate::ErrorKind::InvalidReturns, "{err}");
     assert!(err.message().contains("3 reminders"), "{err}");
     assert_eq!(fake.requests().len(), 4);
+}
+
+/// The one deviation from spec 05 here (see the README's "Spec deviations"): a persistent agent
+/// goes on after every answer, but code that calls `ctx.manager.finish` ends it.
+#[tokio::test]
+async fn a_persistent_agent_goes_on_after_an_answer_and_ends_only_when_its_code_finishes() {
+    let fake = ModelFake::start(vec![
+        text_turn("still thinking"),
+        text_turn("still thinking, more"),
+        code_turn("c1", "ctx.manager.finish({ done: true });"),
+    ])
+    .await;
+    let out = run_agent(&fake, json!({ "persistent": true }), json!({}))
+        .await
+        .unwrap();
+    assert_eq!(out, Some(json!({ "done": true })));
+    assert_eq!(fake.requests().len(), 3, "two answers did not end it");
 }
 
 #[tokio::test]

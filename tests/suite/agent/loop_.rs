@@ -350,3 +350,87 @@ async fn an_sse_client_sees_the_tokens_the_tool_calls_and_the_result_as_they_hap
     assert_eq!(got.last().unwrap().data, json!({ "result": "It is four." }));
     server.finish().await;
 }
+
+#[tokio::test]
+async fn a_tool_call_the_hook_denies_is_not_run_and_the_model_is_told_why() {
+    let fake = ModelFake::start(vec![
+        code_turn("c1", "return 'ran';"),
+        text_turn("understood"),
+    ])
+    .await;
+    let project = Project::new();
+    // The code would run through `runner`; the hook denies every tool call.
+    project.skill(
+        "runner.skill.js",
+        "export const frontmatter = { name: 'runner' };\nexport default async () => { throw new Error('the denied code ran'); };\n",
+    );
+    project.skill(
+        "denier.skill.js",
+        "export const frontmatter = { name: 'denier' };\nexport default async (ctx, args) => args.type === 'tool-call' ? { deny: 'no code today' } : undefined;\n",
+    );
+    let kernel = kernel(&project, &Probe::default());
+    let out = kernel
+        .invoke(
+            "agent-model",
+            json!({
+                "prompt": "p",
+                "config": { "model": "openai/fake-1", "base-url": fake.base(), "retries": 0 },
+                "invokeRef": "runner",
+                "hookRef": "denier",
+                "userMessage": "go",
+                "skillName": "task",
+            }),
+            InvokeOptions::default(),
+        )
+        .await
+        .unwrap()
+        .map(|v| (*v).clone());
+    assert_eq!(out, Some(json!("understood")));
+    let sent_back = tool_result(&fake, 1, "c1");
+    assert_eq!(
+        sent_back,
+        json!({ "error": { "message": "denied: no code today" } })
+    );
+}
+
+#[tokio::test]
+async fn nonlocals_agent_is_set_on_the_served_skills_context() {
+    let fake = ModelFake::start(vec![text_turn("done")]).await;
+    let project = Project::new();
+    project.skill("task.skill.md", &agent_skill("task", &fake, "", ""));
+    // A middleware of the served skill reads its own context's nonlocals after the agent ran.
+    let seen: std::sync::Arc<parking_lot::Mutex<Option<Value>>> = Default::default();
+    let kernel = {
+        let seen = seen.clone();
+        project
+            .builder()
+            .native(skillgate::middleware::native(
+                "name: look\nmetadata:\n  role: middleware\n  visibility: hidden\n",
+                move |ctx, _args| {
+                    let seen = seen.clone();
+                    async move {
+                        let target = ctx.ctx_target()?;
+                        let out = target.next().await;
+                        *seen.lock() = Some(json!({
+                            "agent": target.get("nonlocals.agent")?,
+                            "id": target.id(),
+                        }));
+                        out?;
+                        Ok(None)
+                    }
+                },
+            ))
+            .build()
+    };
+    let mut args = json!({});
+    args["$context"] = json!({ "locals": { "middleware": [{ "name": "look" }] } });
+    kernel
+        .invoke("task", args, InvokeOptions::default())
+        .await
+        .unwrap();
+    let seen = seen.lock().clone().expect("the middleware ran");
+    let agent = &seen["agent"];
+    assert_eq!(agent["contextId"], seen["id"], "{seen}");
+    assert!(agent.get("ancestorContextId").is_some(), "{seen}");
+    assert_eq!(agent["turnIndex"], 0, "{seen}");
+}
