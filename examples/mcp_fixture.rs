@@ -177,5 +177,10 @@ impl ServerHandler for Fixture {
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let service = Fixture::default().serve(rmcp::transport::stdio()).await?;
     service.waiting().await?;
+    // A server that does not end when its client goes away (its stdin closes), as some do:
+    // only its client can end it.
+    if std::env::var_os("FIXTURE_OUTLIVE_CLIENT").is_some() {
+        std::future::pending::<()>().await;
+    }
     Ok(())
 }

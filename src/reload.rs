@@ -86,13 +86,22 @@ pub fn reload(kernel: &Kernel, project: &Path, config: Option<&Path>, trigger: &
     applied
 }
 
+/// What a reload applies besides the skills.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Applies {
+    /// `serve`: the declared event routes and schedules follow the skills.
+    SkillsRoutesAndSchedules,
+    /// `mcp`: the skills alone (the MCP client is told their list changed).
+    Skills,
+}
+
 /// Watches `project` (its own files), the skill folders and `config`, and reloads on changes
 /// (when `watch`) and on SIGHUP, until `stop`.
 pub fn spawn(
     kernel: Kernel,
-    project: PathBuf,
-    config: Option<PathBuf>,
+    (project, config): (PathBuf, Option<PathBuf>),
     watch: bool,
+    applies: Applies,
     stop: CancellationToken,
 ) -> tokio::task::JoinHandle<()> {
     let (tx, mut rx) = mpsc::unbounded_channel::<()>();
@@ -131,7 +140,7 @@ pub fn spawn(
                 })
                 .await
             };
-            if matches!(applied, Ok(true)) {
+            if matches!(applied, Ok(true)) && applies == Applies::SkillsRoutesAndSchedules {
                 // Routes the edit added get their workers; those it removed lose theirs.
                 crate::events::routes::subscribe_declared(&kernel).await;
                 crate::schedule::runner::sync_declared(&kernel).await;

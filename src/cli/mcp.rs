@@ -1,7 +1,8 @@
 //! `skillgate mcp`: the project's public skills as an MCP server on stdin/stdout, for desktop
 //! clients that start it as a child process. Logs go to stderr; stdout carries only the
 //! protocol. The local user is trusted as `run` trusts them: every public skill (and the
-//! `expose-hidden` ones of the config file) can be called.
+//! `expose-hidden` ones of the config file) can be called. Edited skills are reloaded as under
+//! `serve`, and the client is sent `notifications/tools/list_changed`.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -45,6 +46,16 @@ pub async fn mcp(
         .max_depth(limits.max_depth)
         .budget(limits.budget)
         .build();
+    // Edits to the skills are picked up as under `serve`, and the client told the list changed.
+    let stop = tokio_util::sync::CancellationToken::new();
+    let _stop_reloading = stop.clone().drop_guard();
+    crate::reload::spawn(
+        kernel.clone(),
+        (project.to_path_buf(), file.path.clone()),
+        true,
+        crate::reload::Applies::Skills,
+        stop,
+    );
     let gateway = Gateway::new(kernel, Arc::new(Metrics::new()));
     let server = SkillServer::new(gateway, policy, None);
     let running = match server.serve(rmcp::transport::stdio()).await {

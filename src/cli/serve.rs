@@ -106,9 +106,9 @@ pub async fn serve(
     // Skills reload on changes and SIGHUP (also caught before the start line).
     let reloader = crate::reload::spawn(
         kernel.clone(),
-        project.to_path_buf(),
-        file.path.clone(),
+        (project.to_path_buf(), file.path.clone()),
         args.watch,
+        crate::reload::Applies::SkillsRoutesAndSchedules,
         stop.clone(),
     );
     // Event-driven skills get their workers now, not at their first invocation; a durable

@@ -23,6 +23,9 @@ use crate::kernel::ToolRef;
 use crate::skills::tool::Tool;
 
 /// The project's skills as MCP tools.
+/// How often a session looks for a new generation of the skills.
+const LIST_CHANGED_POLL: Duration = Duration::from_millis(500);
+
 #[derive(Clone)]
 pub struct SkillServer {
     gateway: Gateway,
@@ -70,9 +73,46 @@ pub fn tool_of(tool: &Tool) -> rmcp::model::Tool {
 
 impl ServerHandler for SkillServer {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .build(),
+        )
             .with_server_info(Implementation::new("skillgate", env!("CARGO_PKG_VERSION")))
             .with_instructions("Each tool is a skill of this skillgate project.")
+    }
+
+    /// Tells a stdio client when the skills change (a hot reload):
+    /// `notifications/tools/list_changed` once per new generation, until the session ends.
+    /// `/mcp` over HTTP is stateless: no stream outlives a request to carry it.
+    fn on_initialized(
+        &self,
+        context: rmcp::service::NotificationContext<RoleServer>,
+    ) -> impl Future<Output = ()> + Send + '_ {
+        if context
+            .extensions
+            .get::<axum::http::request::Parts>()
+            .is_some()
+        {
+            return std::future::ready(());
+        }
+        let kernel = self.gateway.kernel.clone();
+        let peer = context.peer;
+        tokio::spawn(async move {
+            let mut seen = kernel.registry().current().generation;
+            while !peer.is_transport_closed() {
+                tokio::time::sleep(LIST_CHANGED_POLL).await;
+                let now = kernel.registry().current().generation;
+                if now != seen {
+                    seen = now;
+                    if peer.notify_tool_list_changed().await.is_err() {
+                        return;
+                    }
+                }
+            }
+        });
+        std::future::ready(())
     }
 
     async fn list_tools(
@@ -82,9 +122,11 @@ impl ServerHandler for SkillServer {
     ) -> Result<ListToolsResult, ErrorData> {
         let index = self.gateway.kernel.registry().current();
         let scope = scope(&context);
+        // Only what the caller may call: the control plane is for an admin key.
+        let admin = Caller::principal(caller(&context)).admin();
         let mut tools: Vec<rmcp::model::Tool> = index
             .tools()
-            .filter(|t| self.policy.lists(t, scope))
+            .filter(|t| self.policy.lists(t, scope, admin))
             .map(|t| tool_of(t))
             .collect();
         tools.sort_by(|a, b| a.name.cmp(&b.name));

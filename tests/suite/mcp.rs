@@ -29,6 +29,10 @@ impl ClientHandler for Client {
     ) {
         self.0.lock().push(params.data);
     }
+
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.0.lock().push(json!({ "toolListChanged": true }));
+    }
 }
 
 pub(crate) fn project() -> Project {
@@ -271,5 +275,76 @@ async fn skillgate_mcp_serves_the_skills_over_stdio() {
     assert_eq!(text(&out), "Hello, Grace!");
     let out = call(&client, "steps", json!({"n": 2})).await;
     assert_eq!(out.structured_content, Some(json!({"steps": 2})));
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_control_plane_is_listed_only_to_an_admin_key_over_mcp_and_http() {
+    let mut server = TestServer::start(project(), with_keys()).await;
+    let control = ["schedule-create", "schedule-list", "event-subscribe"];
+    for (key, admin) in [("sg_ci_key", false), ("sg_ops_key", true)] {
+        let client = connect(&server, key).await.unwrap();
+        let names = tool_names(&client).await;
+        client.cancel().await.unwrap();
+        let listed: Value = reqwest::Client::new()
+            .get(server.url("/skills"))
+            .bearer_auth(key)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let http: Vec<String> = listed["skills"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["name"].as_str().unwrap().to_string())
+            .collect();
+        for tool in control {
+            assert_eq!(names.iter().any(|n| n == tool), admin, "{key} over MCP: {names:?}");
+            assert_eq!(http.iter().any(|n| n == tool), admin, "{key} on /skills: {http:?}");
+        }
+        assert!(names.iter().any(|n| n == "hello"), "{names:?}");
+    }
+    server.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mcp_client_over_stdio_is_told_when_an_edit_changes_the_skills() {
+    let p = project();
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_skillgate"));
+    command
+        .arg("--project")
+        .arg(p.path())
+        .arg("--store")
+        .arg("memory")
+        .arg("mcp")
+        .env_remove("RUST_LOG")
+        .env_remove("DATABASE_URL");
+    let client = Client::default()
+        .serve(TokioChildProcess::new(command).unwrap())
+        .await
+        .expect("the stdio server starts a session");
+    assert!(!tool_names(&client).await.contains(&"added".to_string()));
+    p.skill(
+        "added.skill.md",
+        "---\nname: added\ndescription: New.\n---\nI am new.\n",
+    );
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !client
+        .service()
+        .0
+        .lock()
+        .iter()
+        .any(|n| n["toolListChanged"] == true)
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no notifications/tools/list_changed"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(tool_names(&client).await.contains(&"added".to_string()));
     client.cancel().await.unwrap();
 }

@@ -431,6 +431,43 @@ async fn an_idle_server_is_closed_and_started_again_when_used_and_a_busy_one_is_
     assert_ne!(first, second, "a new process answers");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_64_servers_the_least_recently_used_idle_one_makes_room() {
+    // 65 skills, each mounting the fixture with an env of its own: 65 distinct servers, as
+    // edits and reloads that change a mount leave behind.
+    let p = Project::new();
+    for n in 0..65 {
+        let mcp = json!({ "fx": { "command": fixture(), "env": { "N": n.to_string() } } });
+        p.skill(
+            &format!("m{n}.skill.js"),
+            &format!(
+                "export const frontmatter = {{ metadata: {{ mcp: {mcp} }} }};\n\
+                 export default async (ctx) => ctx.manager.invoke('fx-pid', {{}});\n"
+            ),
+        );
+    }
+    let kernel = p.kernel();
+    let mut pids = Vec::new();
+    for n in 0..65 {
+        let out = kernel
+            .invoke(format!("m{n}").as_str(), json!({}), InvokeOptions::default())
+            .await
+            .map(plain)
+            .unwrap_or_else(|e| panic!("server {n}: {e}"));
+        pids.push(out.unwrap());
+    }
+    // The first one was let go to make room for the 65th; used again, it starts again.
+    let again = kernel
+        .invoke("m0", json!({}), InvokeOptions::default())
+        .await
+        .map(plain)
+        .unwrap()
+        .unwrap();
+    assert_ne!(again, pids[0], "a new process answers for the first server");
+    let first = PathBuf::from(format!("/proc/{}", pids[0].as_str().unwrap()));
+    assert!(!first.exists(), "the evicted server's process ended");
+}
+
 #[tokio::test]
 async fn what_a_mount_starts_or_connects_to_cannot_come_from_the_invocation() {
     let p = project(json!({ "fx": { "command": "${args.cmd}" } }));
@@ -472,4 +509,54 @@ async fn a_skill_invoked_by_a_mounting_skill_keeps_its_mounts_and_adds_its_own()
     let (kind, message) = invoke(&p, "inner", json!({})).await.unwrap_err();
     assert_eq!(kind, ErrorKind::NotFound, "{message}");
     assert!(message.contains("fx-add"), "{message}");
+}
+
+/// A `serve` process with a skill `pid` answering the pid of a stdio server that does not end
+/// when its client goes away, and that pid.
+async fn serving_an_outliving_server() -> (crate::process::Served, Project, String) {
+    let p = Project::new();
+    let mcp = json!({ "fx": { "command": fixture(), "env": { "FIXTURE_OUTLIVE_CLIENT": "1" } } });
+    p.skill(
+        "pid.skill.js",
+        &format!(
+            "export const frontmatter = {{ metadata: {{ mcp: {mcp} }} }};\n\
+             export default async (ctx) => ctx.manager.invoke('fx-pid', {{}});\n"
+        ),
+    );
+    let served = crate::process::serve(p.path(), &["--bind", "127.0.0.1:0", "--watch", "false"], &[]);
+    let (status, body) = served.post("/invoke/pid", &json!({})).await;
+    assert_eq!(status, 200, "{body}");
+    let pid = body["result"].as_str().expect("a pid").to_string();
+    (served, p, pid)
+}
+
+/// Waits up to 10 s for process `pid` to be gone.
+async fn gone(pid: &str) -> bool {
+    let proc = PathBuf::from(format!("/proc/{pid}"));
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    while tokio::time::Instant::now() < deadline {
+        // A zombie (reaped by no one yet) is gone too: it runs nothing.
+        let state = std::fs::read_to_string(proc.join("stat")).unwrap_or_default();
+        if state.is_empty() || state.split_whitespace().nth(2) == Some("Z") {
+            return true;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    false
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stdio_server_ends_when_skillgate_stops() {
+    let (served, _p, pid) = serving_an_outliving_server().await;
+    let (code, _) = served.stop();
+    assert_eq!(code, Some(0));
+    assert!(gone(&pid).await, "the server process {pid} outlived skillgate");
+}
+
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stdio_server_ends_when_skillgate_is_killed() {
+    let (served, _p, pid) = serving_an_outliving_server().await;
+    served.kill();
+    assert!(gone(&pid).await, "the server process {pid} outlived a killed skillgate");
 }

@@ -23,10 +23,11 @@ fn public_view(mut value: Value) -> Value {
 pub async fn list(State(state): State<AppState>, caller: Option<Extension<Caller>>) -> Json<Value> {
     let caller = caller.map(|Extension(caller)| caller);
     let scope = Caller::scope(caller.as_ref());
+    let admin = Caller::principal(caller.as_ref()).admin();
     let index = state.gateway.kernel.registry().current();
     let mut skills: Vec<Value> = index
         .tools()
-        .filter(|t| state.policy.lists(t, scope))
+        .filter(|t| state.policy.lists(t, scope, admin))
         .map(|t| public_view(describe::summary(t)))
         .collect();
     skills.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));

@@ -123,10 +123,15 @@ impl Policy {
         !(tool.hidden || middleware) || (self.exposed.is_match(&tool.name) && !machinery)
     }
 
-    /// True when a caller with `scope` may invoke `tool` by name: what a listing shows it, and
-    /// what suggestions offer it.
-    pub fn lists(&self, tool: &Tool, scope: &Scope) -> bool {
-        self.visible(tool) && scope.allows(&tool.name)
+    /// True when a caller with `scope` (an admin key's when `admin`) may invoke `tool` by name:
+    /// what a listing shows it, and what suggestions offer it (those never name the control
+    /// plane).
+    pub fn lists(&self, tool: &Tool, scope: &Scope, admin: bool) -> bool {
+        // The control plane (schedules, subscriptions) runs only for an admin: listing it to
+        // anyone else would offer tools that always refuse.
+        self.visible(tool)
+            && scope.allows(&tool.name)
+            && (admin || tool.class != crate::kernel::authority::ToolClass::ControlPlane)
     }
 
     /// The skill a caller with `scope` names, or why it may not have it. A skill the caller
@@ -201,7 +206,7 @@ impl Policy {
         index
             .closest(skill)
             .into_iter()
-            .filter(|name| index.get(name).is_some_and(|t| self.lists(t, scope)))
+            .filter(|name| index.get(name).is_some_and(|t| self.lists(t, scope, false)))
             .collect()
     }
 }
@@ -253,7 +258,7 @@ mod tests {
         let index = index();
         let policy = Policy::default();
         unknown(policy.reach(&index, "vault", Scope::all()));
-        assert!(!policy.lists(index.get("vault").unwrap(), Scope::all()));
+        assert!(!policy.lists(index.get("vault").unwrap(), Scope::all(), false));
     }
 
     #[test]
@@ -261,7 +266,7 @@ mod tests {
         let index = index();
         let policy = Policy::default();
         unknown(policy.reach(&index, "wrap", Scope::all()));
-        assert!(!policy.lists(index.get("wrap").unwrap(), Scope::all()));
+        assert!(!policy.lists(index.get("wrap").unwrap(), Scope::all(), false));
     }
 
     #[test]
@@ -276,7 +281,7 @@ mod tests {
             policy.reach(&index, "wrap", Scope::all()).unwrap().name,
             "wrap"
         );
-        assert!(policy.lists(index.get("vault").unwrap(), Scope::all()));
+        assert!(policy.lists(index.get("vault").unwrap(), Scope::all(), false));
     }
 
     #[test]
@@ -287,7 +292,7 @@ mod tests {
         assert!(policy.reach(&index, "hello", &scope).is_ok());
         // Outside the globs looks like missing.
         unknown(policy.reach(&index, "admin", &scope));
-        assert!(!policy.lists(index.get("admin").unwrap(), &scope));
+        assert!(!policy.lists(index.get("admin").unwrap(), &scope, false));
         assert!(policy.reach(&index, "admin", Scope::all()).is_ok());
         // An empty list is every skill.
         assert!(Scope::new(&[]).unwrap().allows("admin"));

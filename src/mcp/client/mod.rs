@@ -24,7 +24,9 @@ use mount::{Mount, ServerSpec};
 use server::Server;
 
 /// At most this many distinct servers per process (a spec built from args could otherwise
-/// start a process per invocation).
+/// start a process per invocation). At the cap, the least recently used server with no call
+/// under way is closed and forgotten to make room (edits and reloads that change a mount leave
+/// servers nothing mounts any more).
 const MAX_SERVERS: usize = 64;
 
 /// How long a connection nothing uses stays open by default.
@@ -76,7 +78,12 @@ impl Pool {
                     };
                     let all: Vec<Arc<Server>> = servers.lock().values().cloned().collect();
                     for server in all {
-                        server.close_if_idle(idle);
+                        if server.close_if_idle(idle) {
+                            // Mounted again, it is made again: an edit may have left it unused.
+                            servers
+                                .lock()
+                                .retain(|_, s| !Arc::ptr_eq(s, &server) || s.is_connected());
+                        }
                     }
                 }
             });
@@ -90,10 +97,22 @@ impl Pool {
             return Ok(server.clone());
         }
         if servers.len() >= MAX_SERVERS {
+            // Make room: the least recently used server that no call is using.
+            let lru = servers
+                .iter()
+                .filter_map(|(spec, s)| Some((spec.clone(), s.unused_for()?, s.clone())))
+                .max_by_key(|(_, unused, _)| *unused);
+            if let Some((spec, _, server)) = lru
+                && server.close_now()
+            {
+                servers.remove(&spec);
+            }
+        }
+        if servers.len() >= MAX_SERVERS {
             return Err(SkillError::new(
                 ErrorKind::Config,
                 format!(
-                    "cannot mount MCP server {}: this process is already a client of {MAX_SERVERS} servers",
+                    "cannot mount MCP server {}: this process is a client of {MAX_SERVERS} servers, each with a call under way; try again shortly",
                     spec.describe()
                 ),
             ));

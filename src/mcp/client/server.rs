@@ -119,6 +119,34 @@ impl Server {
         true
     }
 
+    /// How long nothing has used it, unless a call is under way or it is connecting (then it
+    /// may not be let go).
+    pub fn unused_for(&self) -> Option<Duration> {
+        let current = self.current.try_lock().ok()?;
+        drop(current);
+        (self.in_flight.load(Ordering::SeqCst) == 0).then(|| self.last_used.lock().elapsed())
+    }
+
+    /// Whether a connection is open (or being made).
+    pub fn is_connected(&self) -> bool {
+        self.current.try_lock().map_or(true, |c| c.is_some())
+    }
+
+    /// Closes the connection now, whatever its idle time (the pool is full and it is the
+    /// least recently used); false when a call is under way or it is connecting.
+    pub fn close_now(&self) -> bool {
+        let Ok(mut current) = self.current.try_lock() else {
+            return false;
+        };
+        if self.in_flight.load(Ordering::SeqCst) > 0 {
+            return false;
+        }
+        if current.take().is_some() {
+            tracing::info!(server = %self.spec.describe(), "closed the least recently used MCP server connection to make room");
+        }
+        true
+    }
+
     /// The live connection, made (again) when there is none or it was closed; its tools
     /// listed again when the server said they changed. A listing equal to the one before
     /// keeps the tools already mounted from it (and so the indexes built with them).
@@ -318,7 +346,7 @@ async fn connect(spec: &ServerSpec) -> Result<(Connection, Vec<rmcp::model::Tool
                 }
             }
             cmd.envs(env);
-            let (transport, stderr) = TokioChildProcess::builder(cmd)
+            let (transport, stderr) = TokioChildProcess::builder(stdio_command(cmd))
                 .stderr(Stdio::piped())
                 .spawn()
                 .map_err(|e| failed(format!("cannot start it in `{}`: {e}", cwd.display())))?;
@@ -366,6 +394,28 @@ fn forward_stderr(command: String, stderr: tokio::process::ChildStderr) {
         }
     });
 }
+
+/// How a stdio server is started so that it never outlives skillgate: in a process group of
+/// its own, killed with everything it started when its connection is dropped (an idle close,
+/// an eviction, shutdown), and, on Linux, killed by the kernel if skillgate itself dies.
+#[allow(unsafe_code)]
+fn stdio_command(mut cmd: tokio::process::Command) -> process_wrap::tokio::CommandWrap {
+    #[cfg(target_os = "linux")]
+    // SAFETY: the closure runs in the child between fork and exec and only makes one
+    // async-signal-safe system call (prctl).
+    unsafe {
+        cmd.pre_exec(|| {
+            rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))
+                .map_err(std::io::Error::from)
+        });
+    }
+    let mut wrapped = process_wrap::tokio::CommandWrap::from(cmd);
+    wrapped
+        .wrap(process_wrap::tokio::ProcessGroup::leader())
+        .wrap(process_wrap::tokio::KillOnDrop);
+    wrapped
+}
+
 
 #[cfg(test)]
 mod tests {
