@@ -79,8 +79,8 @@ impl ServerHandler for SkillServer {
                 .enable_tool_list_changed()
                 .build(),
         )
-            .with_server_info(Implementation::new("skillgate", env!("CARGO_PKG_VERSION")))
-            .with_instructions("Each tool is a skill of this skillgate project.")
+        .with_server_info(Implementation::new("skillgate", env!("CARGO_PKG_VERSION")))
+        .with_instructions("Each tool is a skill of this skillgate project.")
     }
 
     /// Tells a stdio client when the skills change (a hot reload):

@@ -468,3 +468,119 @@ async fn when_the_grace_period_runs_out_the_report_says_how_many_were_cut_off() 
         .expect("the aborted run still answers");
     problem(cut, 503).await;
 }
+
+/// A schema-driven client sends only topics the document allows: the pattern it declares must be
+/// exactly what the server accepts.
+#[test]
+fn the_documented_topic_pattern_is_what_the_server_accepts() {
+    let text =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/openapi.yaml")).unwrap();
+    let doc: Value = serde_saphyr::from_str(&text).unwrap();
+    let params = doc["paths"]["/events/{topic}"]["get"]["parameters"]
+        .as_array()
+        .unwrap();
+    let topic = params.iter().find(|p| p["name"] == "topic").unwrap();
+    let validator = jsonschema::validator_for(&topic["schema"]).unwrap();
+    let long = "a".repeat(200);
+    let too_long = "a".repeat(201);
+    for name in [
+        "orders",
+        "a",
+        "0",
+        "x.y:z-w_1",
+        &long,
+        &too_long,
+        "Orders",
+        "-x",
+        "_x",
+        "",
+        "a b",
+        "a/b",
+        "é",
+    ] {
+        assert_eq!(
+            validator.is_valid(&json!(name)),
+            skillgate::events::check_name("topic", name).is_ok(),
+            "topic `{name}`"
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_project_document_has_one_operation_per_skill_the_key_may_invoke_and_is_valid_openapi()
+{
+    let mut server = TestServer::start(project(), crate::server::with_keys()).await;
+    let document = |key: &'static str| {
+        let request = server
+            .client
+            .get(server.url("/openapi.json"))
+            .bearer_auth(key);
+        async move {
+            let response = request.send().await.unwrap();
+            assert_eq!(response.status(), 200);
+            response.json::<Value>().await.unwrap()
+        }
+    };
+    let wide = document("sg_ci_key").await;
+    let narrow = document("sg_narrow_key").await;
+    let paths = |doc: &Value| -> Vec<String> {
+        doc["paths"].as_object().unwrap().keys().cloned().collect()
+    };
+    assert_eq!(paths(&narrow), ["/invoke/hello"], "a key scoped to hel*");
+    assert!(
+        paths(&wide).contains(&"/invoke/hello".to_string()),
+        "{:?}",
+        paths(&wide)
+    );
+    assert!(
+        !paths(&wide).iter().any(|p| p.contains("schedule-")),
+        "the control plane is an admin's: {:?}",
+        paths(&wide)
+    );
+    let hello = &wide["paths"]["/invoke/hello"]["post"];
+    assert_eq!(hello["operationId"], "hello");
+    let body = &hello["requestBody"]["content"]["application/json"]["schema"];
+    let skill: Value = server
+        .client
+        .get(server.url("/skills/hello"))
+        .bearer_auth("sg_ci_key")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(body, &skill["params"], "the body is the skill's params");
+    // Valid OpenAPI 3.1, every local $ref resolving.
+    let schema: Value = serde_json::from_str(
+        &std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/openapi/oas-3.1-schema.json"
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    let errors: Vec<String> = validator
+        .iter_errors(&wide)
+        .map(|e| e.to_string())
+        .collect();
+    assert!(errors.is_empty(), "{errors:?}");
+    let mut refs = Vec::new();
+    collect_refs(&wide, &mut refs);
+    for reference in refs {
+        assert!(
+            wide.pointer(reference.strip_prefix('#').unwrap()).is_some(),
+            "dangling $ref {reference}"
+        );
+    }
+    // Without a key it is refused like `/skills`.
+    let anonymous = server
+        .client
+        .get(server.url("/openapi.json"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(anonymous.status(), 401);
+    server.finish().await;
+}

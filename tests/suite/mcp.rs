@@ -302,8 +302,16 @@ async fn the_control_plane_is_listed_only_to_an_admin_key_over_mcp_and_http() {
             .map(|s| s["name"].as_str().unwrap().to_string())
             .collect();
         for tool in control {
-            assert_eq!(names.iter().any(|n| n == tool), admin, "{key} over MCP: {names:?}");
-            assert_eq!(http.iter().any(|n| n == tool), admin, "{key} on /skills: {http:?}");
+            assert_eq!(
+                names.iter().any(|n| n == tool),
+                admin,
+                "{key} over MCP: {names:?}"
+            );
+            assert_eq!(
+                http.iter().any(|n| n == tool),
+                admin,
+                "{key} on /skills: {http:?}"
+            );
         }
         assert!(names.iter().any(|n| n == "hello"), "{names:?}");
     }

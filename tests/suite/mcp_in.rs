@@ -450,7 +450,11 @@ async fn past_64_servers_the_least_recently_used_idle_one_makes_room() {
     let mut pids = Vec::new();
     for n in 0..65 {
         let out = kernel
-            .invoke(format!("m{n}").as_str(), json!({}), InvokeOptions::default())
+            .invoke(
+                format!("m{n}").as_str(),
+                json!({}),
+                InvokeOptions::default(),
+            )
             .await
             .map(plain)
             .unwrap_or_else(|e| panic!("server {n}: {e}"));
@@ -523,7 +527,11 @@ async fn serving_an_outliving_server() -> (crate::process::Served, Project, Stri
              export default async (ctx) => ctx.manager.invoke('fx-pid', {{}});\n"
         ),
     );
-    let served = crate::process::serve(p.path(), &["--bind", "127.0.0.1:0", "--watch", "false"], &[]);
+    let served = crate::process::serve(
+        p.path(),
+        &["--bind", "127.0.0.1:0", "--watch", "false"],
+        &[],
+    );
     let (status, body) = served.post("/invoke/pid", &json!({})).await;
     assert_eq!(status, 200, "{body}");
     let pid = body["result"].as_str().expect("a pid").to_string();
@@ -550,7 +558,10 @@ async fn a_stdio_server_ends_when_skillgate_stops() {
     let (served, _p, pid) = serving_an_outliving_server().await;
     let (code, _) = served.stop();
     assert_eq!(code, Some(0));
-    assert!(gone(&pid).await, "the server process {pid} outlived skillgate");
+    assert!(
+        gone(&pid).await,
+        "the server process {pid} outlived skillgate"
+    );
 }
 
 #[cfg(target_os = "linux")]
@@ -558,5 +569,8 @@ async fn a_stdio_server_ends_when_skillgate_stops() {
 async fn a_stdio_server_ends_when_skillgate_is_killed() {
     let (served, _p, pid) = serving_an_outliving_server().await;
     served.kill();
-    assert!(gone(&pid).await, "the server process {pid} outlived a killed skillgate");
+    assert!(
+        gone(&pid).await,
+        "the server process {pid} outlived a killed skillgate"
+    );
 }

@@ -25,6 +25,7 @@ pub mod ops;
 mod origin;
 pub mod peers;
 pub mod problem;
+pub mod project_openapi;
 mod public;
 pub mod request_id;
 mod resume;

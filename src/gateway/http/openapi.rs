@@ -116,7 +116,7 @@ pub const PROBLEMS: [(&str, u16, &str); 22] = [
     ),
 ];
 
-fn parsed() -> &'static Value {
+pub(crate) fn parsed() -> &'static Value {
     static PARSED: OnceLock<Value> = OnceLock::new();
     PARSED.get_or_init(|| serde_saphyr::from_str::<Value>(DOCUMENT).unwrap_or(Value::Null))
 }

@@ -80,9 +80,10 @@ pub enum RouteError {
 }
 
 /// Paths the gateway serves itself.
-pub const RESERVED: [&str; 11] = [
+pub const RESERVED: [&str; 12] = [
     "/invoke",
     "/skills",
+    "/openapi.json",
     "/healthz",
     "/readyz",
     "/metrics",

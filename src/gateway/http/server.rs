@@ -288,6 +288,7 @@ fn build_router(
         .route("/readyz", get(ops::readyz))
         .route("/metrics", get(ops::metrics))
         .route("/openapi.yaml", get(ops::openapi_yaml))
+        .route("/openapi.json", get(super::project_openapi::serve))
         .route("/asyncapi.yaml", get(ops::asyncapi_yaml))
         .route("/events/{topic}", get(topics::follow))
         .route("/docs", get(ops::docs));

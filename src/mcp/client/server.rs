@@ -416,7 +416,6 @@ fn stdio_command(mut cmd: tokio::process::Command) -> process_wrap::tokio::Comma
     wrapped
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
