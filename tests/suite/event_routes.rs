@@ -173,6 +173,21 @@ fn event_routes_are_served_from_start_and_their_queues_get_workers_back_after_a_
     }
 }
 
+/// Waits (20 s at most) until `/readyz` reports a reload that was applied.
+fn reloaded(rt: &tokio::runtime::Runtime, served: &Served) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let body = rt.block_on(async {
+        loop {
+            let ready = served.get("/readyz").await;
+            if ready["reload"]["ok"] == true || Instant::now() > deadline {
+                break ready;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    assert_eq!(body["reload"]["ok"], true, "{body}");
+}
+
 #[test]
 fn a_route_an_edit_adds_is_served_after_the_reload() {
     let project = routed_project();
@@ -187,17 +202,7 @@ fn a_route_an_edit_adds_is_served_after_the_reload() {
         ),
     );
     // Reloaded once the files are quiet; emitting before the worker exists would queue nothing.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let body = runtime().block_on(async {
-        loop {
-            let ready = served.get("/readyz").await;
-            if ready["reload"]["ok"] == true || Instant::now() > deadline {
-                break ready;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    });
-    assert_eq!(body["reload"]["ok"], true, "{body}");
+    reloaded(&runtime(), &served);
     // The worker is subscribed right after the new skills are installed: an event emitted
     // before that is not routed, so emit until one is handled.
     let rt = runtime();
@@ -237,17 +242,8 @@ fn a_route_an_edit_removes_is_no_longer_handled_after_the_reload() {
     assert_eq!(wait_handled(&project, &store, 1)[0].0, "refund");
     // `on-refund` no longer routes `refunds` to itself.
     project.skill("on-refund.skill.js", &handler("refund"));
+    reloaded(&rt, &served);
     let deadline = Instant::now() + Duration::from_secs(20);
-    let body = rt.block_on(async {
-        loop {
-            let ready = served.get("/readyz").await;
-            if ready["reload"]["ok"] == true || Instant::now() > deadline {
-                break ready;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    });
-    assert_eq!(body["reload"]["ok"], true, "{body}");
     // The route's handler goes right after the new skills are installed: emit refunds until
     // one is not handled, each followed by an order (still routed) to know the workers caught up.
     let mut n = 1;

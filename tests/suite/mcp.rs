@@ -250,9 +250,8 @@ async fn an_agent_called_over_mcp_streams_its_agent_events() {
     server.finish().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn skillgate_mcp_serves_the_skills_over_stdio() {
-    let p = project();
+/// `skillgate mcp` on project `p`, started as a desktop client starts it, with a session.
+async fn stdio_client(p: &Project) -> RunningService<RoleClient, Client> {
     let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_skillgate"));
     command
         .arg("--project")
@@ -262,10 +261,16 @@ async fn skillgate_mcp_serves_the_skills_over_stdio() {
         .arg("mcp")
         .env_remove("RUST_LOG")
         .env_remove("DATABASE_URL");
-    let client = Client::default()
+    Client::default()
         .serve(TokioChildProcess::new(command).unwrap())
         .await
-        .expect("the stdio server starts a session");
+        .expect("the stdio server starts a session")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn skillgate_mcp_serves_the_skills_over_stdio() {
+    let p = project();
+    let client = stdio_client(&p).await;
     let names = tool_names(&client).await;
     for name in ["boom", "hello", "steps"] {
         assert!(names.iter().any(|n| n == name), "{name} in {names:?}");
@@ -321,19 +326,7 @@ async fn the_control_plane_is_listed_only_to_an_admin_key_over_mcp_and_http() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_mcp_client_over_stdio_is_told_when_an_edit_changes_the_skills() {
     let p = project();
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_skillgate"));
-    command
-        .arg("--project")
-        .arg(p.path())
-        .arg("--store")
-        .arg("memory")
-        .arg("mcp")
-        .env_remove("RUST_LOG")
-        .env_remove("DATABASE_URL");
-    let client = Client::default()
-        .serve(TokioChildProcess::new(command).unwrap())
-        .await
-        .expect("the stdio server starts a session");
+    let client = stdio_client(&p).await;
     assert!(!tool_names(&client).await.contains(&"added".to_string()));
     p.skill(
         "added.skill.md",

@@ -40,6 +40,15 @@ where
     }
 }
 
+/// `/readyz` once it reports a failed reload.
+async fn failed_reload(served: &Served) -> Value {
+    eventually("readyz reports the failed reload", || async {
+        let ready = readyz(served).await;
+        (ready["reload"]["ok"] == false, ready)
+    })
+    .await
+}
+
 #[tokio::test]
 async fn an_edited_skill_is_served_to_new_requests_without_a_restart() {
     let project = Project::new();
@@ -76,11 +85,7 @@ async fn a_broken_edit_keeps_the_running_skills_logs_where_and_readyz_shows_it()
         "greet.skill.md",
         "---\nname: greet\nmetadata: [unclosed\n---\nHello from broken.\n",
     );
-    let ready = eventually("readyz reports the failed reload", || async {
-        let ready = readyz(&served).await;
-        (ready["reload"]["ok"] == false, ready)
-    })
-    .await;
+    let ready = failed_reload(&served).await;
     assert_eq!(ready["reload"]["failures"], json!(["greet"]), "{ready}");
     // The old set still serves, and the server stays ready.
     assert_eq!(ready["status"], "ready", "{ready}");
@@ -126,11 +131,7 @@ async fn reload_failures_name_only_the_skills_the_edit_broke() {
         "greet.skill.md",
         "---\nname: greet\nmetadata: [unclosed\n---\nHello from broken.\n",
     );
-    let ready = eventually("readyz reports the failed reload", || async {
-        let ready = readyz(&served).await;
-        (ready["reload"]["ok"] == false, ready)
-    })
-    .await;
+    let ready = failed_reload(&served).await;
     assert_eq!(ready["reload"]["failures"], json!(["greet"]), "{ready}");
 }
 

@@ -113,6 +113,9 @@ async fn a_model_hook_that_aborts_ends_the_run_with_its_reason() {
     assert!(fake.requests().is_empty());
 }
 
+/// A model hook that ends each call's messages with `mark <turnIndex>/<callIndex>/<sessionId>`.
+const MARK: &str = "  const m = call.locals.model;\n  call.locals.model.messages = [...m.messages, { role: 'user', content: `mark ${m.turnIndex}/${m.callIndex}/${m.sessionId}` }];\n  return await call.manager.next();";
+
 #[tokio::test]
 async fn the_model_context_counts_conversation_turns_and_the_calls_within_each() {
     // Two requests of one conversation, three model calls each.
@@ -127,13 +130,7 @@ async fn the_model_context_counts_conversation_turns_and_the_calls_within_each()
     .await;
     let project = Project::new();
     // Each call's messages end with where the hook saw it; the edit is that call's alone.
-    project.skill(
-        "mark.skill.js",
-        &hook(
-            "mark",
-            "  const m = call.locals.model;\n  call.locals.model.messages = [...m.messages, { role: 'user', content: `mark ${m.turnIndex}/${m.callIndex}/${m.sessionId}` }];\n  return await call.manager.next();",
-        ),
-    );
+    project.skill("mark.skill.js", &hook("mark", MARK));
     project.skill(
         "chat.skill.md",
         &agent_skill(
@@ -184,13 +181,7 @@ async fn the_model_context_counts_conversation_turns_and_the_calls_within_each()
 async fn without_a_kept_conversation_the_session_id_is_the_root_runs_and_every_run_is_turn_0() {
     let fake = ModelFake::start(vec![text_turn("one"), text_turn("two")]).await;
     let project = Project::new();
-    project.skill(
-        "mark.skill.js",
-        &hook(
-            "mark",
-            "  const m = call.locals.model;\n  call.locals.model.messages = [...m.messages, { role: 'user', content: `mark ${m.turnIndex}/${m.callIndex}/${m.sessionId}` }];\n  return await call.manager.next();",
-        ),
-    );
+    project.skill("mark.skill.js", &hook("mark", MARK));
     project.skill("solo.skill.md", &hooked(&fake, "solo", &["mark"]));
     let kernel = kernel(&project, &Probe::default());
     run(&kernel, "solo", json!({})).await.unwrap();
