@@ -17,7 +17,11 @@
 //!
 //! Run: `cargo bench --bench hostile` (release). `SKILLGATE_BENCH_HOSTILE` (default 1000),
 //! `SKILLGATE_BENCH_SECS` (seconds per phase, default 8) and `SKILLGATE_BENCH_KINDS` (the
-//! phases to run: kinds separated by commas, `all` for every kind at once) change the run.
+//! phases to run: kinds separated by commas, `all` for every kind at once) change the run;
+//! `SKILLGATE_BENCH_SERVE_ARGS` adds `serve` flags (to try other limits) and
+//! `SKILLGATE_BENCH_ATTACKER_NICE` lowers the attackers' threads' priority (a `nice`
+//! increment: to see how much of the server's latency is the attackers' own CPU). The attackers
+//! run on two threads of their own, the normal client on another.
 
 mod common;
 
