@@ -115,7 +115,7 @@ metadata:
   params:
     type: object
     properties:
-      topic: { type: string }
+      topic: { type: string, pattern: "^[a-z0-9][a-z0-9._:-]{0,199}$", description: "1 to 200 lowercase letters, digits, -, _, . or :, starting with a letter or digit." }
       type: { type: string }
       source: { type: string }
       data: {}
@@ -162,10 +162,10 @@ metadata:
   params:
     type: object
     properties:
-      topic: { type: string }
+      topic: { type: string, pattern: "^[a-z0-9][a-z0-9._:-]{0,199}$", description: "1 to 200 lowercase letters, digits, -, _, . or :, starting with a letter or digit." }
       ref: { type: string }
       args: { type: object }
-      queue: { type: string }
+      queue: { type: string, pattern: "^[a-z0-9][a-z0-9._:-]{0,199}$" }
       replay: { type: boolean }
     required: [topic]
 "#,
@@ -229,9 +229,9 @@ metadata:
   params:
     type: object
     properties:
-      topic: { type: string }
+      topic: { type: string, pattern: "^[a-z0-9][a-z0-9._:-]{0,199}$", description: "1 to 200 lowercase letters, digits, -, _, . or :, starting with a letter or digit." }
       ref: { type: string }
-      queue: { type: string }
+      queue: { type: string, pattern: "^[a-z0-9][a-z0-9._:-]{0,199}$" }
     required: [topic]
 "#,
         |ctx, args| async move {
@@ -264,8 +264,8 @@ metadata:
   params:
     type: object
     properties:
-      topic: { type: string }
-      queue: { type: string }
+      topic: { type: string, pattern: "^[a-z0-9][a-z0-9._:-]{0,199}$", description: "1 to 200 lowercase letters, digits, -, _, . or :, starting with a letter or digit." }
+      queue: { type: string, pattern: "^[a-z0-9][a-z0-9._:-]{0,199}$" }
       timeout: { type: number }
       max: { type: integer, minimum: 1 }
       ack: { type: boolean }
@@ -330,8 +330,8 @@ metadata:
   params:
     type: object
     properties:
-      topic: { type: string }
-      queue: { type: string }
+      topic: { type: string, pattern: "^[a-z0-9][a-z0-9._:-]{0,199}$", description: "1 to 200 lowercase letters, digits, -, _, . or :, starting with a letter or digit." }
+      queue: { type: string, pattern: "^[a-z0-9][a-z0-9._:-]{0,199}$" }
       receipts: { type: array, items: { type: integer, minimum: 0 } }
       receipt: { type: integer, minimum: 0 }
       ids: { type: array, items: { type: string } }
@@ -418,4 +418,54 @@ metadata:
             pass(&target).await
         },
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every event skill's `topic` and `queue` params declare exactly the names the bus takes,
+    /// so a client that follows the schema is never refused for the name's form.
+    #[test]
+    fn the_declared_topic_and_queue_forms_are_what_the_bus_accepts() {
+        let long = "a".repeat(200);
+        let too_long = "a".repeat(201);
+        let names = [
+            "orders",
+            "a",
+            "0",
+            "x.y:z-w_1",
+            &long,
+            &too_long,
+            "Orders",
+            "-x",
+            "_x",
+            "",
+            "a b",
+            "a/b",
+            "é",
+        ];
+        let mut checked = 0;
+        for tool in tools() {
+            let Some(properties) = tool.params().and_then(|p| p.get("properties")) else {
+                continue;
+            };
+            for field in ["topic", "queue"] {
+                let Some(schema) = properties.get(field) else {
+                    continue;
+                };
+                let validator = jsonschema::validator_for(schema).unwrap();
+                for name in names {
+                    assert_eq!(
+                        validator.is_valid(&Value::from(name)),
+                        crate::events::check_name(field, name).is_ok(),
+                        "{}: {field} `{name}`",
+                        tool.name
+                    );
+                }
+                checked += 1;
+            }
+        }
+        assert_eq!(checked, 9, "five topics and four queues");
+    }
 }

@@ -644,10 +644,15 @@ async fn event_skills_work_through_the_pipeline(b: &Backend) {
         .await
         .unwrap_err();
     assert!(err.to_string().contains("timeout"), "{err}");
+    // The params schema declares the topic's form, so a schema-driven client knows it too.
     let err = call("event-emit", json!({"topic": "Bad Topic"}))
         .await
         .unwrap_err();
-    assert!(err.to_string().contains("invalid topic"), "{err}");
+    assert_eq!(err.kind(), ErrorKind::InvalidArgs, "{err}");
+    assert!(
+        err.to_string().contains("/topic") && err.to_string().contains("Bad Topic"),
+        "{err}"
+    );
     let err = call(
         "event-ack",
         json!({"topic": "sk", "queue": "q", "ids": ["00000000"]}),
