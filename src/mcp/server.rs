@@ -124,13 +124,10 @@ impl ServerHandler for SkillServer {
         let scope = scope(&context);
         // Only what the caller may call: the control plane is for an admin key.
         let admin = Caller::principal(caller(&context)).admin();
-        let mut tools: Vec<rmcp::model::Tool> = index
-            .tools()
-            .filter(|t| self.policy.lists(t, scope, admin))
-            .map(|t| tool_of(t))
-            .collect();
-        tools.sort_by(|a, b| a.name.cmp(&b.name));
-        Ok(ListToolsResult::with_all_items(tools))
+        let tools = self.policy.listing(&index, scope, admin);
+        Ok(ListToolsResult::with_all_items(
+            tools.into_iter().map(|t| tool_of(t)).collect(),
+        ))
     }
 
     async fn call_tool(

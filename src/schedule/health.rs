@@ -22,7 +22,8 @@ pub enum Held {
 }
 
 impl Held {
-    fn reason(&self) -> String {
+    /// Why, in words (for `/readyz` and `schedule-list`).
+    pub fn reason(&self) -> String {
         match self {
             Held::SkillMissing(skill) => {
                 format!("skill `{skill}` not found: paused until it is back")

@@ -9,6 +9,7 @@ use crate::error::{ErrorKind, Result, SkillError};
 use crate::events::{EventStore, KernelBus};
 use crate::kernel::authority::{Authority, Keys, Principal, ToolClass, check_stored};
 use crate::middleware::native;
+use crate::schedule::health::Held;
 use crate::schedule::spec::Spec;
 use crate::skills::tool::Tool;
 
@@ -198,10 +199,8 @@ metadata:
                             out["paused"] = Value::from(why);
                         }
                         if !ctx.index().contains(&spec.reference) {
-                            out["paused"] = Value::from(format!(
-                                "skill `{}` not found: paused until it is back",
-                                spec.reference
-                            ));
+                            let held = Held::SkillMissing(spec.reference.clone());
+                            out["paused"] = Value::from(held.reason());
                         }
                         out = with_spec(out, &spec);
                     }

@@ -96,10 +96,6 @@ pub async fn serve(
     let scope = Caller::scope(caller.as_ref());
     let admin = Caller::principal(caller.as_ref()).admin();
     let index = state.gateway.kernel.registry().current();
-    let mut tools: Vec<&std::sync::Arc<Tool>> = index
-        .tools()
-        .filter(|t| state.policy.lists(t, scope, admin))
-        .collect();
-    tools.sort_by(|a, b| a.name.cmp(&b.name));
+    let tools = state.policy.listing(&index, scope, admin);
     Json(document(tools.into_iter().map(|t| t.as_ref())))
 }

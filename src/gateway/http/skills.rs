@@ -25,12 +25,12 @@ pub async fn list(State(state): State<AppState>, caller: Option<Extension<Caller
     let scope = Caller::scope(caller.as_ref());
     let admin = Caller::principal(caller.as_ref()).admin();
     let index = state.gateway.kernel.registry().current();
-    let mut skills: Vec<Value> = index
-        .tools()
-        .filter(|t| state.policy.lists(t, scope, admin))
+    let skills: Vec<Value> = state
+        .policy
+        .listing(&index, scope, admin)
+        .into_iter()
         .map(|t| public_view(describe::summary(t)))
         .collect();
-    skills.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
     Json(json!({ "skills": skills }))
 }
 

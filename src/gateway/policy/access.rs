@@ -134,6 +134,23 @@ impl Policy {
             && (admin || tool.class != crate::kernel::authority::ToolClass::ControlPlane)
     }
 
+    /// What a caller with `scope` (an admin key's when `admin`) is shown of `index`: every skill
+    /// it [lists](Policy::lists), sorted by name (`GET /skills`, `/mcp` `tools/list`,
+    /// `GET /openapi.json`).
+    pub fn listing<'a>(
+        &self,
+        index: &'a SearchIndex,
+        scope: &Scope,
+        admin: bool,
+    ) -> Vec<&'a Arc<Tool>> {
+        let mut tools: Vec<&Arc<Tool>> = index
+            .tools()
+            .filter(|t| self.lists(t, scope, admin))
+            .collect();
+        tools.sort_by(|a, b| a.name.cmp(&b.name));
+        tools
+    }
+
     /// The skill a caller with `scope` names, or why it may not have it. A skill the caller
     /// cannot see is unknown even when its scope would not allow it either: the refusal must
     /// not tell a hidden skill from a missing one.
