@@ -171,6 +171,10 @@ impl WithBus for KernelBuilder {
 }
 
 /// Checks a topic or queue name: lowercase letters, digits, `-`, `_`, `.`, `:`, at most 200.
+/// The names [`check_name`] accepts, as the JSON-schema `pattern` the event skills' params and
+/// `openapi.yaml` declare (tests hold the three to it).
+pub const NAME_PATTERN: &str = "^[a-z0-9][a-z0-9._:-]{0,199}$";
+
 pub fn check_name(what: &str, name: &str) -> Result<()> {
     let ok = !name.is_empty()
         && name.len() <= 200
@@ -834,6 +838,36 @@ pub fn event_from_args(args: &Value, source: &str, root: &str) -> Result<Event> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_name_pattern_accepts_exactly_what_check_name_accepts() {
+        let validator =
+            jsonschema::validator_for(&json!({ "type": "string", "pattern": NAME_PATTERN }))
+                .unwrap();
+        let long = "a".repeat(200);
+        let too_long = "a".repeat(201);
+        for name in [
+            "orders",
+            "a",
+            "0",
+            "x.y:z-w_1",
+            &long,
+            &too_long,
+            "Orders",
+            "-x",
+            "_x",
+            "",
+            "a b",
+            "a/b",
+            "é",
+        ] {
+            assert_eq!(
+                validator.is_valid(&json!(name)),
+                check_name("topic", name).is_ok(),
+                "`{name}`"
+            );
+        }
+    }
 
     #[test]
     fn event_ids_are_16_hex_characters_and_unique() {
