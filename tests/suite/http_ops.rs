@@ -488,12 +488,9 @@ async fn the_project_document_has_one_operation_per_skill_the_key_may_invoke_and
 {
     let mut server = TestServer::start(project(), crate::server::with_keys()).await;
     let document = |key: &'static str| {
-        let request = server
-            .client
-            .get(server.url("/openapi.json"))
-            .bearer_auth(key);
+        let server = &server;
         async move {
-            let response = request.send().await.unwrap();
+            let response = server.get_as(key, "/openapi.json").await;
             assert_eq!(response.status(), 200);
             response.json::<Value>().await.unwrap()
         }
@@ -518,12 +515,8 @@ async fn the_project_document_has_one_operation_per_skill_the_key_may_invoke_and
     assert_eq!(hello["operationId"], "hello");
     let body = &hello["requestBody"]["content"]["application/json"]["schema"];
     let skill: Value = server
-        .client
-        .get(server.url("/skills/hello"))
-        .bearer_auth("sg_ci_key")
-        .send()
+        .get_as("sg_ci_key", "/skills/hello")
         .await
-        .unwrap()
         .json()
         .await
         .unwrap();

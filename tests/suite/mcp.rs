@@ -291,15 +291,7 @@ async fn the_control_plane_is_listed_only_to_an_admin_key_over_mcp_and_http() {
         let client = connect(&server, key).await.unwrap();
         let names = tool_names(&client).await;
         client.cancel().await.unwrap();
-        let listed: Value = reqwest::Client::new()
-            .get(server.url("/skills"))
-            .bearer_auth(key)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let listed: Value = server.get_as(key, "/skills").await.json().await.unwrap();
         let http: Vec<String> = listed["skills"]
             .as_array()
             .unwrap()

@@ -15,6 +15,9 @@ fn greet(version: &str) -> String {
     format!("---\nname: greet\ndescription: Greets.\n---\nHello from {version}.\n")
 }
 
+/// `greet` broken by an edit (its metadata never closes, on line 3).
+const BROKEN_GREET: &str = "---\nname: greet\nmetadata: [unclosed\n---\nHello from broken.\n";
+
 async fn invoke(served: &Served, skill: &str) -> Value {
     served.post(&format!("/invoke/{skill}"), &json!({})).await.1
 }
@@ -81,10 +84,7 @@ async fn a_broken_edit_keeps_the_running_skills_logs_where_and_readyz_shows_it()
     let project = Project::new();
     project.skill("greet.skill.md", &greet("v1"));
     let served = serve(project.path(), &["--bind", "127.0.0.1:0"], &[]);
-    project.skill(
-        "greet.skill.md",
-        "---\nname: greet\nmetadata: [unclosed\n---\nHello from broken.\n",
-    );
+    project.skill("greet.skill.md", BROKEN_GREET);
     let ready = failed_reload(&served).await;
     assert_eq!(ready["reload"]["failures"], json!(["greet"]), "{ready}");
     // The old set still serves, and the server stays ready.
@@ -127,10 +127,7 @@ async fn reload_failures_name_only_the_skills_the_edit_broke() {
         "---\nname: old\nmetadata: [unclosed\n---\nNever loaded.\n",
     );
     let served = serve(project.path(), &["--bind", "127.0.0.1:0"], &[]);
-    project.skill(
-        "greet.skill.md",
-        "---\nname: greet\nmetadata: [unclosed\n---\nHello from broken.\n",
-    );
+    project.skill("greet.skill.md", BROKEN_GREET);
     let ready = failed_reload(&served).await;
     assert_eq!(ready["reload"]["failures"], json!(["greet"]), "{ready}");
 }

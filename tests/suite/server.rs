@@ -150,6 +150,16 @@ impl TestServer {
         SseReader::new(response)
     }
 
+    /// GETs `path` with `key` as the bearer key.
+    pub async fn get_as(&self, key: &str, path: &str) -> reqwest::Response {
+        self.client
+            .get(self.url(path))
+            .bearer_auth(key)
+            .send()
+            .await
+            .expect("request sent")
+    }
+
     pub async fn get(&self, path: &str) -> reqwest::Response {
         self.client
             .get(self.url(path))
