@@ -113,39 +113,37 @@ pub fn threads() -> usize {
     static THREADS: OnceLock<usize> = OnceLock::new();
     *THREADS.get_or_init(|| {
         let default = std::thread::available_parallelism().map_or(2, |n| n.get().max(2));
-        match std::env::var(THREADS_VAR) {
-            Err(_) => default,
-            Ok(text) => match text.trim().parse::<usize>() {
-                Ok(n) if (1..=MAX_THREADS).contains(&n) => n,
-                _ => {
-                    tracing::warn!(
-                        value = %text,
-                        default,
-                        "{THREADS_VAR} must be a number of threads from 1 to {MAX_THREADS}; using the default"
-                    );
-                    default
-                }
-            },
-        }
+        from_env(THREADS_VAR, "a number of threads", 1..=MAX_THREADS, default)
     })
+}
+
+/// `var` read as a number in `range`; `default` when unset, or (with a warning naming `what`
+/// it must be) when it is not one.
+fn from_env<T>(var: &str, what: &str, range: std::ops::RangeInclusive<T>, default: T) -> T
+where
+    T: std::str::FromStr + PartialOrd + std::fmt::Display + Copy,
+{
+    let Ok(text) = std::env::var(var) else {
+        return default;
+    };
+    match text.trim().parse::<T>() {
+        Ok(n) if range.contains(&n) => n,
+        _ => {
+            tracing::warn!(
+                value = %text,
+                %default,
+                "{var} must be {what} from {} to {}; using the default",
+                range.start(),
+                range.end()
+            );
+            default
+        }
+    }
 }
 
 /// The sandbox threads' `nice` increment: [`NICE_VAR`], else [`DEFAULT_NICE`].
 fn nice_increment() -> i32 {
-    match std::env::var(NICE_VAR) {
-        Err(_) => DEFAULT_NICE,
-        Ok(text) => match text.trim().parse::<i32>() {
-            Ok(n) if (0..=19).contains(&n) => n,
-            _ => {
-                tracing::warn!(
-                    value = %text,
-                    default = DEFAULT_NICE,
-                    "{NICE_VAR} must be a number from 0 to 19; using the default"
-                );
-                DEFAULT_NICE
-            }
-        },
-    }
+    from_env(NICE_VAR, "a number", 0..=19, DEFAULT_NICE)
 }
 
 /// Lowers the calling thread's scheduling priority by `increment` (on Linux a thread's nice
