@@ -42,9 +42,10 @@ metadata:
       hookRef: { type: string }
       userMessage: { type: string }
       skillName: { type: string }
+      agentSignal: { type: object, description: "The agent's signal at the start; the live one is run.signal." }
     required: [config]
 "#,
-        |ctx, args| async move { run(ctx, args).await },
+        |ctx, args| async move { until_aborted(ctx, args).await },
     )
 }
 
@@ -99,6 +100,19 @@ impl Loop {
             )
             .await?;
         Ok(out.map(|v| (*v).clone()).unwrap_or(Value::Null))
+    }
+}
+
+/// The loop, stopped (the model call in flight dropped) when the provider's context is
+/// aborted: by `agentSignal` when the agent fails, or by its pipeline's cancellation.
+async fn until_aborted(ctx: Context, args: Arc<Value>) -> Result<Option<Value>> {
+    let signal = ctx.signal();
+    tokio::select! {
+        biased;
+        () = signal.cancelled() => Err(ctx.abort_error().unwrap_or_else(|| {
+            SkillError::new(ErrorKind::Aborted, "aborted")
+        })),
+        outcome = run(ctx.clone(), args) => outcome,
     }
 }
 

@@ -17,8 +17,14 @@ pub const PERSISTENT_BACKOFF_CAP: Duration = Duration::from_secs(30);
 const PERSISTENT_BACKOFF_BASE: Duration = Duration::from_millis(500);
 
 pub(crate) async fn hook(run: Arc<AgentRun>, args: Arc<Value>) -> Result<Option<Value>> {
+    // A refusal fails the whole run, not only this call: a provider that caught it and went on
+    // would find `agentSignal` aborted.
+    answer(&run, &args).await.map_err(|err| run.fail(err))
+}
+
+async fn answer(run: &Arc<AgentRun>, args: &Value) -> Result<Option<Value>> {
     let kind = args.get("type").and_then(Value::as_str).unwrap_or_default();
-    let mut fields = (*args).clone();
+    let mut fields = args.clone();
     if let Value::Object(map) = &mut fields {
         map.remove("type");
     }
@@ -52,11 +58,11 @@ pub(crate) async fn hook(run: Arc<AgentRun>, args: Arc<Value>) -> Result<Option<
         }
         "turn-end" => {
             run.record("turn-end", fields).await;
-            turn_end(&run, &args).map(Some)
+            turn_end(run, args).map(Some)
         }
         "error" => {
             run.record("error", fields).await;
-            Ok(Some(on_error(&run, &args)))
+            Ok(Some(on_error(run, args)))
         }
         other => Err(SkillError::new(
             ErrorKind::InvalidArgs,

@@ -145,6 +145,7 @@ async fn run(ctx: Context, args: Arc<Value>) -> Result<Option<Value>> {
         topic,
         reply: ctx.extension::<Reply>(RESPONSE_PATH),
         name: name.clone(),
+        signal: ctx.signal().child_token(),
         state: Mutex::default(),
     });
     let env = Arc::new(CodeEnv {
@@ -172,22 +173,41 @@ async fn run(ctx: Context, args: Arc<Value>) -> Result<Option<Value>> {
         "hookRef": hook_ref.name(),
         "userMessage": user_message,
         "skillName": skill,
+        // Over a serializable boundary the signal is its state; the live signal is the
+        // provider's own `run.signal`, aborted with it (the seed below).
+        "agentSignal": { "aborted": false },
     });
-    let call = ctx.invoke(
-        provider_skill.as_str(),
-        provider_args,
-        InvokeOptions::default(),
-    );
-    let outcome = match timeout {
-        None => call.await,
-        Some(limit) => match tokio::time::timeout(limit, call).await {
-            Ok(outcome) => outcome,
-            Err(_) => Err(run.limit(
-                "timeout",
-                format!("{limit:?}"),
-                "the run took longer than its wall clock allows",
-            )),
-        },
+    let mut options = InvokeOptions::default();
+    options.context.signal = Some(run.signal.clone());
+    let call = ctx.invoke(provider_skill.as_str(), provider_args, options);
+    let stopped = async {
+        match timeout {
+            None => run.signal.cancelled().await,
+            Some(limit) => {
+                if tokio::time::timeout(limit, run.signal.cancelled())
+                    .await
+                    .is_err()
+                {
+                    run.fail(run.limit(
+                        "timeout",
+                        format!("{limit:?}"),
+                        "the run took longer than its wall clock allows",
+                    ));
+                }
+            }
+        }
+    };
+    // A failed or aborted run ends here, whatever the provider does with its signal.
+    let outcome = tokio::select! {
+        biased;
+        outcome = call => outcome,
+        () = stopped => Err(ctx.abort_error().unwrap_or_else(|| {
+            SkillError::new(ErrorKind::Aborted, "aborted: the agent's signal")
+        })),
+    };
+    let outcome = match run.failure() {
+        Some(failure) => Err(failure),
+        None => outcome,
     };
     drop((invoke_ref, hook_ref));
     run.save_trace();

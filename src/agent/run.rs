@@ -7,6 +7,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use parking_lot::Mutex;
 use serde_json::{Map, Value, json};
+use tokio_util::sync::CancellationToken;
 
 use crate::agent::config::AgentConfig;
 use crate::context::Context;
@@ -33,6 +34,9 @@ pub(crate) struct AgentRun {
     /// The transport that started the run, if one did (looked up once: every token goes there).
     pub reply: Option<Arc<Reply>>,
     pub name: String,
+    /// `agentSignal` (spec 05): cancelled when the run fails (a limit, the hook's refusal, the
+    /// wall clock) or its pipeline is aborted; the provider's context is aborted with it.
+    pub signal: CancellationToken,
     pub state: Mutex<RunState>,
 }
 
@@ -48,6 +52,8 @@ pub(crate) struct RunState {
     /// A result the code gave with `ctx.manager.finish` (and that matched `returns`).
     pub finished: Option<Value>,
     pub reminders: u32,
+    /// Why the run failed, once it has: what the agent answers whatever the provider does next.
+    pub failure: Option<SkillError>,
 }
 
 impl AgentRun {
@@ -121,6 +127,19 @@ impl AgentRun {
         if let Err(err) = self.served.set("locals.agent", agent) {
             tracing::debug!(error = %err, "the agent trace could not be saved");
         }
+    }
+
+    /// Fails the run with `err`: records it (the first failure wins) and aborts `agentSignal`,
+    /// so the provider stops calling the model.
+    pub fn fail(&self, err: SkillError) -> SkillError {
+        self.state.lock().failure.get_or_insert_with(|| err.clone());
+        self.signal.cancel();
+        err
+    }
+
+    /// The failure recorded by [`AgentRun::fail`], if any.
+    pub fn failure(&self) -> Option<SkillError> {
+        self.state.lock().failure.clone()
     }
 
     /// The error for a limit reached.
