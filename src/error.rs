@@ -8,6 +8,9 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 
+/// The `data.rule` of an error that says a service the run depends on is unavailable.
+const UPSTREAM_RULE: &str = "upstream-unavailable";
+
 /// Result of every kernel operation.
 pub type Result<T, E = SkillError> = std::result::Result<T, E>;
 
@@ -120,6 +123,26 @@ impl SkillError {
     /// `Retry-After`.
     pub fn busy(message: impl Into<String>) -> Self {
         Self::failed(message).with_data(serde_json::json!({ "limit": "busy", "retryAfter": 1 }))
+    }
+
+    /// A service the run depends on (an MCP server) could not be reached or did not answer in
+    /// time. Marked `{"rule": "upstream-unavailable"}`, which the gateway answers as 502 without
+    /// the message (it names the service: the operator's business, so it goes to the log).
+    pub fn upstream(message: impl Into<String>) -> Self {
+        Self::failed(message).with_data(serde_json::json!({ "rule": UPSTREAM_RULE }))
+    }
+
+    /// True for an error made by [`SkillError::upstream`].
+    pub fn is_upstream(&self) -> bool {
+        self.data()
+            .and_then(|d| d.get("rule"))
+            .is_some_and(|r| r == UPSTREAM_RULE)
+    }
+
+    /// The same error with this message instead (data, tool and stack kept).
+    pub fn reworded(self, message: impl Into<String>) -> Self {
+        let message = message.into();
+        self.edit(|inner| inner.message = message)
     }
 
     pub fn config(message: impl Into<String>) -> Self {

@@ -49,6 +49,8 @@ impl fmt::Display for Missing {
 /// Shown instead of the cause of an internal failure.
 pub const INTERNAL_DETAIL: &str =
     "the skill could not run; the cause is in the server log under this request id";
+/// Shown instead of the cause of a failure of a service the run depends on.
+pub const UPSTREAM_DETAIL: &str = "a service this skill depends on could not be reached or did not answer; try again later (which one is in the server log under this request id)";
 /// The same, for a failure outside any run.
 pub const INTERNAL_DETAIL_NO_RUN: &str =
     "the request could not be answered; the cause is in the server log under this request id";
@@ -126,6 +128,10 @@ pub enum GatewayError {
     /// The server cannot take this now (too many connections, shutting down); try later.
     #[error("{0}")]
     Unavailable(String),
+    /// A service the run depends on (an MCP server) could not be reached or did not answer.
+    /// `cause` names it and is for the log: callers get [`UPSTREAM_DETAIL`].
+    #[error("{cause}")]
+    Upstream { cause: String, run: RunRef },
     /// The server failed. `cause` is for the log: callers get [`INTERNAL_DETAIL`].
     #[error("{cause}")]
     Internal { cause: String, run: Option<RunRef> },
@@ -177,6 +183,13 @@ impl GatewayError {
             Failure::Aborted => GatewayError::Aborted { message, run },
             Failure::OverBudget => GatewayError::OverBudget { message, run },
             Failure::Busy => GatewayError::Unavailable(message),
+            Failure::Upstream => {
+                tracing::warn!(request_id, skill, error = %err, "a service the run depends on is unavailable");
+                GatewayError::Upstream {
+                    cause: message,
+                    run,
+                }
+            }
             Failure::Internal => {
                 tracing::error!(request_id, skill, error = %err, kind = err.kind().code(), "invocation failed");
                 GatewayError::Internal {
@@ -215,6 +228,7 @@ impl GatewayError {
             GatewayError::OverBudget { .. } => "over-budget",
             GatewayError::Aborted { .. } => "aborted",
             GatewayError::Unavailable(_) => "unavailable",
+            GatewayError::Upstream { .. } => "upstream-unavailable",
             GatewayError::KeyReused(_) => "idempotency-key-reused",
             GatewayError::BadSignature(_) => "bad-signature",
             GatewayError::InProgress(_) => "in-progress",
@@ -228,6 +242,7 @@ impl GatewayError {
         match self {
             GatewayError::Internal { run: Some(_), .. } => Cow::Borrowed(INTERNAL_DETAIL),
             GatewayError::Internal { run: None, .. } => Cow::Borrowed(INTERNAL_DETAIL_NO_RUN),
+            GatewayError::Upstream { .. } => Cow::Borrowed(UPSTREAM_DETAIL),
             other => Cow::Owned(other.to_string()),
         }
     }
@@ -239,6 +254,7 @@ impl GatewayError {
             GatewayError::InvalidArgs { run, .. }
             | GatewayError::Timeout { run, .. }
             | GatewayError::OverBudget { run, .. }
+            | GatewayError::Upstream { run, .. }
             | GatewayError::Aborted { run, .. } => Some(run),
             _ => None,
         }
@@ -282,6 +298,7 @@ mod tests {
                 Failure::Aborted => "aborted",
                 Failure::OverBudget => "over-budget",
                 Failure::Busy => "unavailable",
+                Failure::Upstream => "upstream-unavailable",
                 Failure::Internal => "internal",
             };
             assert_eq!(answer.slug(), slug, "{kind:?}");

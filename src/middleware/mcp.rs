@@ -24,10 +24,10 @@ pub fn tool() -> Tool {
                     "this kernel has no MCP client (built without `crate::builtins`)",
                 )));
             };
-            let (tools, summary) = pool.mount(&mounts).await.map_err(|e| {
-                let message = format!("{}{}", served_at(&target), e.message());
-                target.fail(SkillError::new(e.kind(), message))
-            })?;
+            let (tools, summary) = pool
+                .mount(&mounts)
+                .await
+                .map_err(|e| target.fail(e.prefixed(&served_at(&target))))?;
             target.mount(tools)?;
             target.set("locals.config.mcp", summary)?;
             pass(&target).await

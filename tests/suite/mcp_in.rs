@@ -574,3 +574,43 @@ async fn a_stdio_server_ends_when_skillgate_is_killed() {
         "the server process {pid} outlived a killed skillgate"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_cannot_be_reached_is_upstream_unavailable_and_not_named_to_the_caller() {
+    // A port nothing listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("http://127.0.0.1:{port}/mcp?token=s3cret");
+    let p = project(json!({ "down": { "url": url } }));
+    let err = p
+        .kernel()
+        .invoke(
+            "through",
+            json!({ "tool": "down-anything", "args": {} }),
+            InvokeOptions::default(),
+        )
+        .await
+        .unwrap_err();
+    assert!(err.is_upstream(), "{err}: {:?}", err.data());
+    assert!(err.message().contains("MCP server HTTP"), "{err}");
+
+    let server = TestServer::start(p, config()).await;
+    let response = server
+        .post_json(
+            "/invoke/through",
+            &json!({ "tool": "down-anything", "args": {} }),
+        )
+        .await;
+    assert_eq!(response.status(), 502);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["type"], "/docs#problem-upstream-unavailable", "{body}");
+    let detail = body["detail"].as_str().unwrap();
+    assert!(
+        !detail.contains(&port.to_string()) && !detail.contains("s3cret"),
+        "the caller is not told where the server is: {detail}"
+    );
+    assert!(body["requestId"].is_string(), "{body}");
+}

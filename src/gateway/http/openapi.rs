@@ -11,7 +11,7 @@ pub const DOCUMENT: &str = include_str!("../../../openapi.yaml");
 
 /// Problem types the gateway answers with: slug, status, meaning. Each is a variant of
 /// `GatewayError`; a test in `problem` keeps the two the same.
-pub const PROBLEMS: [(&str, u16, &str); 22] = [
+pub const PROBLEMS: [(&str, u16, &str); 23] = [
     ("bad-request", 400, "The request could not be read."),
     (
         "malformed-json",
@@ -98,6 +98,11 @@ pub const PROBLEMS: [(&str, u16, &str); 22] = [
         "internal",
         500,
         "The skill could not run. The cause is in the server log under the request id.",
+    ),
+    (
+        "upstream-unavailable",
+        502,
+        "A service the skill depends on (an MCP server it mounts) could not be reached or did not answer in time. Which one is in the server log under the request id; try again later.",
     ),
     (
         "aborted",

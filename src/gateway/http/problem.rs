@@ -46,6 +46,7 @@ fn status(err: &GatewayError) -> StatusCode {
         GatewayError::Aborted { .. } | GatewayError::Unavailable(_) => {
             StatusCode::SERVICE_UNAVAILABLE
         }
+        GatewayError::Upstream { .. } => StatusCode::BAD_GATEWAY,
         GatewayError::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
     }
 }
@@ -192,6 +193,10 @@ mod tests {
                 run: run(),
             },
             GatewayError::Unavailable("full".into()),
+            GatewayError::Upstream {
+                cause: "MCP server down".into(),
+                run: run(),
+            },
             GatewayError::KeyReused("again".into()),
             GatewayError::BadSignature("stale".into()),
             GatewayError::InProgress("running".into()),

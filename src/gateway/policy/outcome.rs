@@ -30,6 +30,9 @@ pub enum Failure {
     OverBudget,
     /// The server is too busy to take the run now (the sandbox queue is full); try again.
     Busy,
+    /// A service the run depends on (an MCP server) could not be reached or did not answer in
+    /// time. Which one is for the log: the caller is told only that, and may try again.
+    Upstream,
     /// Anything else. The cause goes to the log, never to the caller.
     Internal,
 }
@@ -47,6 +50,7 @@ impl Failure {
             ErrorKind::Aborted => Failure::Aborted,
             ErrorKind::Failed if over_budget(err) => Failure::OverBudget,
             ErrorKind::Failed if busy(err) => Failure::Busy,
+            ErrorKind::Failed if err.is_upstream() => Failure::Upstream,
             ErrorKind::InvalidArgs
             | ErrorKind::Failed
             | ErrorKind::NotFound
@@ -60,7 +64,7 @@ impl Failure {
 
     /// True when the error's message may be shown to the caller.
     pub fn shows_message(self) -> bool {
-        self != Failure::Internal
+        !matches!(self, Failure::Internal | Failure::Upstream)
     }
 }
 
@@ -129,6 +133,18 @@ mod tests {
     fn bad_args_to_a_skill_the_run_invokes_are_internal() {
         let nested = SkillError::new(ErrorKind::InvalidArgs, "m").with_tool("helper");
         assert_eq!(Failure::of(&nested, "hello"), Failure::Internal);
+    }
+
+    #[test]
+    fn a_service_the_run_depends_on_being_down_is_upstream_at_any_depth() {
+        let own =
+            SkillError::upstream("MCP server HTTP db.internal:9000 refused").with_tool("hello");
+        assert_eq!(Failure::of(&own, "hello"), Failure::Upstream);
+        let nested = SkillError::upstream("MCP server stdio `x`: cannot start it")
+            .with_tool("helper")
+            .prefixed("`hello` (skills/hello.skill.md): ");
+        assert_eq!(Failure::of(&nested, "hello"), Failure::Upstream);
+        assert!(!Failure::Upstream.shows_message());
     }
 
     #[test]

@@ -18,7 +18,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use serde_json::{Map, Value, json};
 
-use crate::error::{ErrorKind, Result, SkillError};
+use crate::error::{Result, SkillError};
 use crate::skills::index::Layered;
 use mount::{Mount, ServerSpec};
 use server::Server;
@@ -109,13 +109,10 @@ impl Pool {
             }
         }
         if servers.len() >= MAX_SERVERS {
-            return Err(SkillError::new(
-                ErrorKind::Config,
-                format!(
-                    "cannot mount MCP server {}: this process is a client of {MAX_SERVERS} servers, each with a call under way; try again shortly",
-                    spec.describe()
-                ),
-            ));
+            return Err(SkillError::busy(format!(
+                "cannot mount MCP server {}: this process is a client of {MAX_SERVERS} servers, each with a call under way; try again shortly",
+                spec.describe()
+            )));
         }
         let server = Arc::new(Server::new(spec.clone()));
         servers.insert(spec.clone(), server.clone());

@@ -287,10 +287,7 @@ impl Server {
     }
 
     fn unavailable(&self, why: String) -> SkillError {
-        SkillError::new(
-            ErrorKind::Internal,
-            format!("MCP server {} {why}", self.spec.describe()),
-        )
+        SkillError::upstream(format!("MCP server {} {why}", self.spec.describe()))
     }
 
     /// `text` without the server's URL as written (an error of the HTTP client repeats it,
@@ -310,7 +307,7 @@ impl Server {
 
     fn scrubbed(&self, err: SkillError) -> SkillError {
         let message = self.scrub(err.message());
-        SkillError::new(err.kind(), message)
+        err.reworded(message)
     }
 }
 
@@ -325,12 +322,8 @@ fn client() -> Listener {
 }
 
 async fn connect(spec: &ServerSpec) -> Result<(Connection, Vec<rmcp::model::Tool>)> {
-    let failed = |why: String| {
-        SkillError::new(
-            ErrorKind::Internal,
-            format!("MCP server {}: {why}", spec.describe()),
-        )
-    };
+    let failed =
+        |why: String| SkillError::upstream(format!("MCP server {}: {why}", spec.describe()));
     let service = match spec {
         ServerSpec::Stdio {
             command,
