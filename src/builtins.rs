@@ -38,3 +38,29 @@ pub fn builder(project_dir: impl Into<PathBuf>) -> KernelBuilder {
         .extension(Arc::new(crate::kernel::authority::Keys::new()))
         .extension(Arc::new(crate::mcp::client::Pool::new()))
 }
+
+#[cfg(test)]
+mod tests {
+    /// A built-in's `ref` param (the skill it invokes or stores) declares the names the tools
+    /// accept, so a schema-driven client is never refused for a name's form.
+    #[test]
+    fn every_ref_param_declares_the_skill_name_pattern() {
+        let mut checked = 0;
+        for tool in super::tools() {
+            if let Some(schema) = tool
+                .params()
+                .and_then(|p| p.get("properties"))
+                .and_then(|p| p.get("ref"))
+            {
+                assert_eq!(
+                    schema["pattern"],
+                    crate::skills::frontmatter::TOOL_NAME_PATTERN,
+                    "{}",
+                    tool.name
+                );
+                checked += 1;
+            }
+        }
+        assert!(checked >= 2, "event-subscribe and schedule-create at least");
+    }
+}

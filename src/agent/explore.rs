@@ -24,7 +24,7 @@ metadata:
   params:
     type: object
     properties:
-      pattern: { type: string, description: "A glob over tool names, such as `file-*`." }
+      pattern: { type: string, pattern: "^[a-z0-9*?-]*$", description: "A glob over tool names: `*` any run of characters, `?` one (`file-*`)." }
 "#,
         |ctx, args| async move {
             let matcher = match args.get("pattern").and_then(Value::as_str) {

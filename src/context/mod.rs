@@ -10,6 +10,7 @@
 pub mod abort;
 pub mod access;
 pub(crate) mod chain;
+pub mod deadline;
 pub mod history;
 pub mod id;
 pub mod log;

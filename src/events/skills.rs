@@ -163,7 +163,7 @@ metadata:
     type: object
     properties:
       topic: { type: string, pattern: "^[a-z0-9][a-z0-9._:-]{0,199}$", description: "1 to 200 lowercase letters, digits, -, _, . or :, starting with a letter or digit." }
-      ref: { type: string }
+      ref: { type: string, pattern: "^[a-z0-9][a-z0-9-]*$", description: "A skill name." }
       args: { type: object }
       queue: { type: string, pattern: "^[a-z0-9][a-z0-9._:-]{0,199}$" }
       replay: { type: boolean }
@@ -230,7 +230,7 @@ metadata:
     type: object
     properties:
       topic: { type: string, pattern: "^[a-z0-9][a-z0-9._:-]{0,199}$", description: "1 to 200 lowercase letters, digits, -, _, . or :, starting with a letter or digit." }
-      ref: { type: string }
+      ref: { type: string, pattern: "^[a-z0-9][a-z0-9-]*$", description: "A skill name." }
       queue: { type: string, pattern: "^[a-z0-9][a-z0-9._:-]{0,199}$" }
     required: [topic]
 "#,
@@ -266,7 +266,7 @@ metadata:
     properties:
       topic: { type: string, pattern: "^[a-z0-9][a-z0-9._:-]{0,199}$", description: "1 to 200 lowercase letters, digits, -, _, . or :, starting with a letter or digit." }
       queue: { type: string, pattern: "^[a-z0-9][a-z0-9._:-]{0,199}$" }
-      timeout: { type: number }
+      timeout: { type: number, minimum: 0, description: "Milliseconds to wait when the queue is empty (default 30000)." }
       max: { type: integer, minimum: 1 }
       ack: { type: boolean }
     required: [topic]
@@ -296,7 +296,7 @@ metadata:
             let wait = bus.wait(
                 topic,
                 queue,
-                Duration::from_millis(timeout as u64),
+                ctx.bounded_wait(Duration::from_millis(timeout as u64)),
                 max,
                 ack,
             );
@@ -324,7 +324,7 @@ fn ack() -> Tool {
     native(
         r#"
 name: event-ack
-description: "Acknowledge events taken with `ack: false` (removes them), or `nack: true` to return them to the front of the queue. Name them by `receipts` (from event-wait: exact) or by event `ids`."
+description: "Acknowledge events taken with `ack: false` (removes them), or `nack: true` to return them to the front of the queue. Name them by `receipts` (from event-wait: exact) or by event `ids`. Returns how many were settled and the `unknown` ones the queue no longer holds (settled already)."
 metadata:
   tags: [events]
   params:
@@ -332,12 +332,17 @@ metadata:
     properties:
       topic: { type: string, pattern: "^[a-z0-9][a-z0-9._:-]{0,199}$", description: "1 to 200 lowercase letters, digits, -, _, . or :, starting with a letter or digit." }
       queue: { type: string, pattern: "^[a-z0-9][a-z0-9._:-]{0,199}$" }
-      receipts: { type: array, items: { type: integer, minimum: 0 } }
+      receipts: { type: array, minItems: 1, items: { type: integer, minimum: 0 } }
       receipt: { type: integer, minimum: 0 }
-      ids: { type: array, items: { type: string } }
+      ids: { type: array, minItems: 1, items: { type: string } }
       id: { type: string }
       nack: { type: boolean }
     required: [topic]
+    anyOf:
+      - { required: [receipts] }
+      - { required: [receipt] }
+      - { required: [ids] }
+      - { required: [id] }
 "#,
         |ctx, args| async move {
             let topic = string(&args, "topic").ok_or_else(|| bad("event-ack needs a `topic`"))?;
@@ -372,17 +377,34 @@ metadata:
             }
             let nack = args.get("nack").and_then(Value::as_bool).unwrap_or(false);
             let bus = bus(&ctx)?;
+            // Settling is idempotent, as in SQS or Pub/Sub: a receipt or id the queue no longer
+            // holds (acked already, by a retry of this very call, say) is reported, not an error.
+            let mut unknown = Vec::new();
             if !receipts.is_empty() {
-                bus.ack(topic, queue, &receipts, nack).await?;
+                unknown.extend(not_held(bus.ack(topic, queue, &receipts, nack).await)?);
             }
             if !ids.is_empty() {
-                bus.ack_ids(topic, queue, &ids, nack).await?;
+                unknown.extend(not_held(bus.ack_ids(topic, queue, &ids, nack).await)?);
             }
-            Ok(Some(
-                json!({ if nack { "nacked" } else { "acked" }: ids.len() + receipts.len() }),
-            ))
+            let settled = ids.len() + receipts.len() - unknown.len();
+            Ok(Some(json!({
+                if nack { "nacked" } else { "acked" }: settled,
+                "unknown": unknown,
+            })))
         },
     )
+}
+
+/// The receipts or ids an ack found no entry for (`data.unknown` of its error), or the error
+/// when it failed for another reason.
+fn not_held(outcome: Result<()>) -> Result<Vec<Value>> {
+    match outcome {
+        Ok(()) => Ok(Vec::new()),
+        Err(err) => match err.data().and_then(|d| d.get("unknown")) {
+            Some(Value::Array(unknown)) => Ok(unknown.clone()),
+            _ => Err(err),
+        },
+    }
 }
 
 fn middleware() -> Tool {

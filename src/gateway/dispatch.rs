@@ -9,6 +9,7 @@ use serde_json::{Map, Value, json};
 use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
+use crate::context::deadline::{DEADLINE_PATH, Deadline};
 use crate::context::id;
 use crate::error::{ErrorKind, Result, SkillError};
 use crate::events::Event;
@@ -269,6 +270,11 @@ impl Run {
         seed.nonlocals.insert("gateway".into(), gateway);
         seed.extensions
             .push((RESPONSE_PATH.to_string(), self.reply.clone()));
+        if let Some(limit) = timeout {
+            let deadline = Deadline(tokio::time::Instant::now() + limit);
+            seed.extensions
+                .push((DEADLINE_PATH.to_string(), Arc::new(deadline)));
+        }
         let run = kernel.invoke(skill, args, options);
         let deadline = async {
             match timeout {

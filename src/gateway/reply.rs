@@ -14,7 +14,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TrySendError;
 
-use crate::error::{Result, SkillError};
+use crate::error::{ErrorKind, Result, SkillError};
 use crate::kernel::invoke::Output;
 
 /// A result or message as markdown for a chat or a mail: text as is, nothing for null, anything
@@ -122,10 +122,15 @@ impl Reply {
     /// Fails on a transport that carries no messages to a run (a plain HTTP request).
     pub async fn receive(&self, timeout: std::time::Duration) -> Result<Option<Value>> {
         let Some(inbox) = &self.inbox else {
-            return Err(SkillError::failed(format!(
-                "`gateway-receive` needs a transport the client can keep talking on (WebSocket); this run came over {}",
-                self.transport
-            )));
+            // The caller's mistake when it named `gateway-receive` itself (a skill that calls
+            // it over such a door is the server's).
+            return Err(SkillError::new(
+                ErrorKind::InvalidArgs,
+                format!(
+                    "`gateway-receive` needs a transport the client can keep talking on (WebSocket); this run came over {}",
+                    self.transport
+                ),
+            ));
         };
         let mut inbox = inbox.lock().await;
         match tokio::time::timeout(timeout, inbox.recv()).await {

@@ -82,7 +82,7 @@ metadata:
                 .and_then(Value::as_u64)
                 .unwrap_or(RECEIVE_DEFAULT_MS);
             let received = tokio::select! {
-                got = reply.receive(std::time::Duration::from_millis(wait)) => got?,
+                got = reply.receive(ctx.bounded_wait(std::time::Duration::from_millis(wait))) => got?,
                 () = ctx.cancelled() => return Err(ctx.abort_error().unwrap_or_else(|| SkillError::new(ErrorKind::Aborted, "aborted"))),
             };
             Ok(Some(match received {

@@ -72,7 +72,7 @@ metadata:
     type: object
     properties:
       name: { type: string }
-      ref: { type: string, description: The skill to run. }
+      ref: { type: string, pattern: "^[a-z0-9][a-z0-9-]*$", description: The skill to run. }
       cron: { type: string }
       every: { description: "An interval: milliseconds or a string such as 10s." }
       tz: { type: string }

@@ -108,6 +108,9 @@ fn first_line_of(message: &str) -> String {
 }
 
 /// True for a valid tool name: lowercase letters, digits and `-`, starting with a letter or digit.
+/// [`is_tool_name`] as a JSON Schema pattern, for params that take a skill name.
+pub const TOOL_NAME_PATTERN: &str = "^[a-z0-9][a-z0-9-]*$";
+
 pub fn is_tool_name(name: &str) -> bool {
     !name.is_empty()
         && !name.starts_with('-')
@@ -223,6 +226,23 @@ fn kind(value: &Value) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_tool_name_pattern_takes_exactly_the_names_is_tool_name_takes() {
+        let pattern = jsonschema::validator_for(
+            &serde_json::json!({ "type": "string", "pattern": TOOL_NAME_PATTERN }),
+        )
+        .unwrap();
+        for name in [
+            "", "a", "hello", "my-skill", "a1", "1a", "-a", "a-", "A", "a_b", "a b", "a.b", "é",
+        ] {
+            assert_eq!(
+                pattern.is_valid(&serde_json::json!(name)),
+                is_tool_name(name),
+                "{name:?}"
+            );
+        }
+    }
 
     #[test]
     fn frontmatter_and_body_are_split_at_the_fences() {

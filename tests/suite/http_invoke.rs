@@ -448,3 +448,19 @@ async fn gateway_send_outside_a_gateway_run_fails_clearly() {
         "{err}"
     );
 }
+
+#[tokio::test]
+async fn a_long_poll_ends_before_the_request_timeout_with_its_empty_answer() {
+    // event-wait waits 30 s by default; the request may take 1 s: the caller gets `[]`, not a
+    // timeout.
+    let mut settings = config();
+    settings.timeout = Duration::from_secs(1);
+    let mut server = TestServer::start(Project::new(), settings).await;
+    let response = server
+        .post_json("/invoke/event-wait", &json!({ "topic": "idle" }))
+        .await;
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["result"], json!([]), "{body}");
+    server.finish().await;
+}

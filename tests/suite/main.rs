@@ -26,8 +26,10 @@
 //! - `security`: one test per finding of the security probe, and bounded fuzzing.
 //! - `layers`: the bottom layers (context, cascade, skills, kernel) name nothing above them.
 //! - `transport`: the contract every transport passes (HTTP now), one harness per transport.
+//! - `api_description`: schemathesis against both served API documents.
 
 mod agent;
+mod api_description;
 mod cli;
 mod common;
 mod config_middleware;

@@ -48,6 +48,8 @@ pub struct Request {
 #[derive(Default)]
 struct Inner {
     script: Mutex<VecDeque<Reply>>,
+    /// What every request gets once the script is done, if anything.
+    always: Option<Reply>,
     requests: Mutex<Vec<Request>>,
 }
 
@@ -58,10 +60,24 @@ pub struct ModelFake {
 
 impl ModelFake {
     pub async fn start(script: Vec<Reply>) -> ModelFake {
-        let inner = Arc::new(Inner {
+        Self::serve(Inner {
             script: Mutex::new(script.into()),
-            requests: Mutex::default(),
-        });
+            ..Inner::default()
+        })
+        .await
+    }
+
+    /// A fake that answers every request with `reply`.
+    pub async fn always(reply: Reply) -> ModelFake {
+        Self::serve(Inner {
+            always: Some(reply),
+            ..Inner::default()
+        })
+        .await
+    }
+
+    async fn serve(inner: Inner) -> ModelFake {
+        let inner = Arc::new(inner);
         let app = Router::new().fallback(answer).with_state(inner.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -91,7 +107,11 @@ async fn answer(
         body: serde_json::from_slice(&body).unwrap_or(Value::Null),
         raw: body.to_vec(),
     });
-    let reply = inner.script.lock().pop_front();
+    let reply = inner
+        .script
+        .lock()
+        .pop_front()
+        .or_else(|| inner.always.clone());
     let Some(reply) = reply else {
         return status(500, &[], "the fake has no more scripted replies".into());
     };

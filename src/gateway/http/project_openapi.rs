@@ -17,7 +17,7 @@ pub fn document<'a>(tools: impl Iterator<Item = &'a Tool>) -> Value {
     let base = super::openapi::parsed();
     let template = &base["paths"]["/invoke/{skill}"]["post"];
     let mut paths = Map::new();
-    for tool in tools {
+    for tool in tools.filter(|t| !needs_a_conversation(t)) {
         paths.insert(
             format!("/invoke/{}", tool.name),
             json!({ "post": operation(template, tool) }),
@@ -30,7 +30,7 @@ pub fn document<'a>(tools: impl Iterator<Item = &'a Tool>) -> Value {
         json!({
             "title": "skillgate project",
             "version": env!("CARGO_PKG_VERSION"),
-            "description": "The skills this caller may invoke, one operation each. The gateway's own routes are in /openapi.yaml.",
+            "description": "The skills this caller may invoke, one operation each. The gateway's own routes, and the `Idempotency-Key` and `Last-Event-ID` headers every invoke also takes, are in /openapi.yaml.",
         }),
     );
     if let Some(security) = base.get("security") {
@@ -39,6 +39,18 @@ pub fn document<'a>(tools: impl Iterator<Item = &'a Tool>) -> Value {
     doc.insert("paths".into(), Value::Object(paths));
     doc.insert("components".into(), base["components"].clone());
     Value::Object(doc)
+}
+
+/// The built-ins a skill calls from inside a door's conversation, which have no operation of
+/// their own: `gateway-receive` waits for the WebSocket client's next message and
+/// `session-clear` forgets the caller's session (a plain `POST /invoke` has neither, so they
+/// could only answer 422 saying so); `web-send` writes the raw HTTP response of a web route
+/// (any status, headers and body: no shape a document could promise).
+const IN_CONVERSATION_ONLY: [&str; 3] = ["gateway-receive", "session-clear", "web-send"];
+
+fn needs_a_conversation(tool: &Tool) -> bool {
+    matches!(tool.source, crate::skills::tool::Source::Native)
+        && IN_CONVERSATION_ONLY.contains(&tool.name.as_str())
 }
 
 /// `/invoke/{skill}`'s operation for `tool`: its name as the operation id, its params as the
@@ -52,20 +64,30 @@ fn operation(template: &Value, tool: &Tool) -> Value {
         tool.description.clone()
     });
     if let Some(Value::Array(parameters)) = op.get_mut("parameters") {
-        // The skill is in the path itself; resuming a stream (`Last-Event-ID`, valid only with
-        // the `Idempotency-Key` of an earlier streamed request) is for clients that follow
-        // `/openapi.yaml`, not for generated ones.
+        // The skill is in the path itself. `Idempotency-Key` (and resuming a stream with
+        // `Last-Event-ID`, valid only with the key of an earlier streamed request) are for
+        // clients that follow `/openapi.yaml`: a key's answer depends on the requests sent
+        // before it (the same key with another body is refused), which a document of each
+        // skill's args cannot say, so generated clients and schema-driven tests leave it out.
         parameters.retain(|p| {
             p.get("$ref") != Some(&json!("#/components/parameters/skill"))
-                && p.get("name") != Some(&json!("Last-Event-ID"))
+                && !matches!(
+                    p.get("name").and_then(Value::as_str),
+                    Some("Last-Event-ID" | "Idempotency-Key")
+                )
         });
     }
     let params = tool
         .params()
         .cloned()
         .unwrap_or_else(|| json!({ "type": "object" }));
+    // A skill with required params cannot be invoked without a body.
+    let needs_body = params
+        .get("required")
+        .and_then(Value::as_array)
+        .is_some_and(|r| !r.is_empty());
     op["requestBody"] = json!({
-        "required": false,
+        "required": needs_body,
         "content": { "application/json": { "schema": params } },
     });
     let returns = tool
