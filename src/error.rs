@@ -8,9 +8,6 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 
-/// The `data.rule` of an error that says a service the run depends on is unavailable.
-const UPSTREAM_RULE: &str = "upstream-unavailable";
-
 /// Result of every kernel operation.
 pub type Result<T, E = SkillError> = std::result::Result<T, E>;
 
@@ -125,18 +122,19 @@ impl SkillError {
         Self::failed(message).with_data(serde_json::json!({ "limit": "busy", "retryAfter": 1 }))
     }
 
-    /// A service the run depends on (an MCP server) could not be reached or did not answer in
-    /// time. Marked `{"rule": "upstream-unavailable"}`, which the gateway answers as 502 without
-    /// the message (it names the service: the operator's business, so it goes to the log).
+    /// A service the run depends on (an MCP server, a model vendor) could not be reached or did
+    /// not answer in time. Marked `{"upstream": true}` (beside what else the data says), which
+    /// the gateway answers as 502 without the message (it names the service: the operator's
+    /// business, so it goes to the log).
     pub fn upstream(message: impl Into<String>) -> Self {
-        Self::failed(message).with_data(serde_json::json!({ "rule": UPSTREAM_RULE }))
+        Self::failed(message).with_data(serde_json::json!({ "upstream": true }))
     }
 
-    /// True for an error made by [`SkillError::upstream`].
+    /// True for an error marked as [`SkillError::upstream`] makes it.
     pub fn is_upstream(&self) -> bool {
         self.data()
-            .and_then(|d| d.get("rule"))
-            .is_some_and(|r| r == UPSTREAM_RULE)
+            .and_then(|d| d.get("upstream"))
+            .is_some_and(|u| u == true)
     }
 
     /// The same error with this message instead (data, tool and stack kept).

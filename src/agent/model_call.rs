@@ -151,8 +151,17 @@ pub(crate) fn model_error(err: &ProviderError) -> SkillError {
         ProviderError::Malformed { .. } => "malformed",
         ProviderError::Network { .. } => "network",
     };
+    // The vendor down, overloaded or silent is a service the run depends on being unavailable;
+    // a refused key or request is the server's own failure.
+    let upstream = matches!(
+        err,
+        ProviderError::Server { .. }
+            | ProviderError::RateLimited { .. }
+            | ProviderError::Timeout { .. }
+            | ProviderError::Network { .. }
+    );
     SkillError::new(ErrorKind::Failed, err.to_string())
-        .with_data(json!({ "rule": "model-error", "error": kind }))
+        .with_data(json!({ "rule": "model-error", "error": kind, "upstream": upstream }))
 }
 
 /// The `model-call` skill: the innermost step of the model hook, the call itself.

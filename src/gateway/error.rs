@@ -128,7 +128,7 @@ pub enum GatewayError {
     /// The server cannot take this now (too many connections, shutting down); try later.
     #[error("{0}")]
     Unavailable(String),
-    /// A service the run depends on (an MCP server) could not be reached or did not answer.
+    /// A service the run depends on (an MCP server, a model vendor) could not be reached or did not answer.
     /// `cause` names it and is for the log: callers get [`UPSTREAM_DETAIL`].
     #[error("{cause}")]
     Upstream { cause: String, run: RunRef },

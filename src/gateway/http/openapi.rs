@@ -102,7 +102,7 @@ pub const PROBLEMS: [(&str, u16, &str); 23] = [
     (
         "upstream-unavailable",
         502,
-        "A service the skill depends on (an MCP server it mounts) could not be reached or did not answer in time. Which one is in the server log under the request id; try again later.",
+        "A service the skill depends on (an MCP server it mounts, its model vendor) could not be reached, was overloaded or did not answer in time. Which one is in the server log under the request id; try again later.",
     ),
     (
         "aborted",

@@ -30,7 +30,7 @@ pub enum Failure {
     OverBudget,
     /// The server is too busy to take the run now (the sandbox queue is full); try again.
     Busy,
-    /// A service the run depends on (an MCP server) could not be reached or did not answer in
+    /// A service the run depends on (an MCP server, a model vendor) could not be reached or did not answer in
     /// time. Which one is for the log: the caller is told only that, and may try again.
     Upstream,
     /// Anything else. The cause goes to the log, never to the caller.

@@ -275,3 +275,31 @@ async fn provider_errors_end_the_run_with_their_meaning_and_retries_are_counted(
     assert_eq!(retries.len(), 2, "{:?}", probe.trace());
     assert!(retries[0]["error"].as_str().unwrap().contains("429"));
 }
+
+#[tokio::test]
+async fn a_model_vendor_down_is_upstream_unavailable_and_a_refused_key_is_not() {
+    for (reply, upstream, status) in [
+        (Reply::Status(503, vec![], "overloaded".into()), true, 502),
+        (
+            Reply::Status(401, vec![], r#"{"error":{"message":"bad key"}}"#.into()),
+            false,
+            500,
+        ),
+    ] {
+        let fake = ModelFake::start(vec![reply.clone(), reply]).await;
+        let err = run_agent(&fake, json!({}), json!({})).await.unwrap_err();
+        assert_eq!(err.is_upstream(), upstream, "{err}");
+
+        let project = Project::new();
+        project.skill("chat.skill.md", &agent_skill("chat", &fake, "", ""));
+        let mut server = crate::server::TestServer::start(project, crate::server::config()).await;
+        let response = server.post_json("/invoke/chat", &json!({})).await;
+        assert_eq!(response.status(), status, "{err}");
+        let body: Value = response.json().await.unwrap();
+        assert!(
+            !body["detail"].as_str().unwrap().contains("127.0.0.1"),
+            "the vendor's address stays in the log: {body}"
+        );
+        server.finish().await;
+    }
+}
