@@ -1,8 +1,10 @@
 //! What a socket sends: a queue of frames bounded in frames and bytes (its own, and every
 //! socket's together) written by one writer task, and the close that ends the socket with a
-//! code saying why. A client that reads too slowly for the queue, or takes nothing for the
-//! write timeout, is let go (1013) and what waited for it is freed, instead of growing memory
-//! without bound.
+//! code saying why. A frame counts until it has reached the socket (flushed), not only while
+//! it waits in the queue: one taken by the writer but stuck in the WebSocket's buffer behind a
+//! client that does not read still holds its memory. A client that reads too slowly for the
+//! queue, or takes nothing for the write timeout, is let go (1013) and what waited for it is
+//! freed, instead of growing memory without bound.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
@@ -11,8 +13,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use std::time::Duration;
 
 use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket};
-use futures::stream::SplitSink;
-use futures::{SinkExt, StreamExt};
+use futures::{Sink, SinkExt, StreamExt};
 use parking_lot::Mutex;
 use serde_json::Value;
 use tokio::sync::mpsc;
@@ -56,10 +57,10 @@ pub struct Outbox {
 
 impl Outbox {
     /// The outbox of `sink`, and the writer task's future (run it until it ends).
-    pub fn new(
-        sink: SplitSink<WebSocket, Message>,
-        limits: Limits,
-    ) -> (Arc<Outbox>, impl Future<Output = ()>) {
+    pub fn new<S>(sink: S, limits: Limits) -> (Arc<Outbox>, impl Future<Output = ()>)
+    where
+        S: Sink<Message> + Unpin,
+    {
         let (tx, rx) = mpsc::channel(limits.frames);
         let outbox = Arc::new(Outbox {
             tx,
@@ -172,14 +173,14 @@ impl Outbox {
 
 /// The writer: frames in batches (one flush per batch), then the close frame. A client that
 /// does not read is let go without waiting for it, and what was queued for it is freed.
-async fn write(
-    mut sink: SplitSink<WebSocket, Message>,
-    rx: mpsc::Receiver<(Message, usize)>,
-    outbox: Arc<Outbox>,
-) {
+async fn write<S>(mut sink: S, rx: mpsc::Receiver<(Message, usize)>, outbox: Arc<Outbox>)
+where
+    S: Sink<Message> + Unpin,
+{
     let mut queue = Queue {
         rx,
         outbox: outbox.clone(),
+        unflushed: 0,
     };
     send_all(&mut sink, &mut queue).await;
     drop(queue);
@@ -207,24 +208,32 @@ async fn write(
     let _ = tokio::time::timeout(wait, sink.close()).await;
 }
 
-/// The receiving end of a socket's queue. However the writer ends (finished, let go, or
-/// stopped), what is still queued is dropped and its bytes counted free again.
+/// The receiving end of a socket's queue. A frame taken from it still counts until a flush
+/// has written it to the socket. However the writer ends (finished, let go, or stopped), what
+/// is still queued or unflushed is dropped and its bytes counted free again.
 struct Queue {
     rx: mpsc::Receiver<(Message, usize)>,
     outbox: Arc<Outbox>,
+    /// Bytes of the frames taken since the last flush.
+    unflushed: usize,
 }
 
 impl Queue {
     async fn recv(&mut self) -> Option<Message> {
         let (message, size) = self.rx.recv().await?;
-        self.outbox.sent(size);
+        self.unflushed += size;
         Some(message)
     }
 
     fn try_recv(&mut self) -> Option<Message> {
         let (message, size) = self.rx.try_recv().ok()?;
-        self.outbox.sent(size);
+        self.unflushed += size;
         Some(message)
+    }
+
+    /// The frames taken so far have reached the socket.
+    fn flushed(&mut self) {
+        self.outbox.sent(std::mem::take(&mut self.unflushed));
     }
 }
 
@@ -234,12 +243,16 @@ impl Drop for Queue {
         while let Ok((_, size)) = self.rx.try_recv() {
             self.outbox.sent(size);
         }
+        self.flushed();
     }
 }
 
 /// Sends frames until the close is decided (then the ones already queued, unless the client
 /// fell behind), or until the client is gone or let go.
-async fn send_all(sink: &mut SplitSink<WebSocket, Message>, queue: &mut Queue) {
+async fn send_all<S>(sink: &mut S, queue: &mut Queue)
+where
+    S: Sink<Message> + Unpin,
+{
     let outbox = queue.outbox.clone();
     loop {
         tokio::select! {
@@ -257,6 +270,7 @@ async fn send_all(sink: &mut SplitSink<WebSocket, Message>, queue: &mut Queue) {
                 if !outbox.within(sink.flush()).await {
                     return;
                 }
+                queue.flushed();
             }
             () = outbox.closed.cancelled() => break,
         }
@@ -282,4 +296,74 @@ pub fn split(
     let (sink, stream) = socket.split();
     let (outbox, writer) = Outbox::new(sink, limits);
     (stream, outbox, writer)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+
+    use super::*;
+
+    /// A socket whose client never reads: it takes frames into its buffer but never flushes.
+    struct Stuck(Arc<Mutex<Vec<Message>>>);
+
+    impl Sink<Message> for Stuck {
+        type Error = std::io::Error;
+
+        fn poll_ready(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn start_send(self: Pin<&mut Self>, item: Message) -> Result<(), Self::Error> {
+            self.0.lock().push(item);
+            Ok(())
+        }
+
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+            Poll::Pending
+        }
+
+        fn poll_close(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+            Poll::Pending
+        }
+    }
+
+    fn limits(total: &Gauge<i64, AtomicI64>) -> Limits {
+        Limits {
+            frames: 16,
+            bytes: 1 << 20,
+            total_bytes: 1 << 20,
+            total: total.clone(),
+            write_timeout: Duration::from_secs(60),
+        }
+    }
+
+    #[tokio::test]
+    async fn frames_the_writer_took_count_until_they_reach_the_client() {
+        let total = Gauge::<i64, AtomicI64>::default();
+        let buffered = Arc::new(Mutex::new(Vec::new()));
+        let (outbox, writer) = Outbox::new(Stuck(buffered.clone()), limits(&total));
+        let writer = tokio::spawn(writer);
+        for n in 0..3 {
+            outbox.push_text(format!("frame {n} {}", "x".repeat(1000)));
+        }
+        // The writer takes every frame into the socket's buffer, where it waits for a flush
+        // the client never lets happen.
+        while buffered.lock().len() < 3 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(
+            total.get(),
+            3 * 1008,
+            "the frames in the socket's buffer still count"
+        );
+        assert_eq!(outbox.queued.load(Ordering::Acquire), 3 * 1008);
+
+        // Let go: what it held is free again.
+        outbox.close(code::TRY_AGAIN_LATER, "fell behind");
+        writer.abort();
+        let _ = writer.await;
+        assert_eq!(total.get(), 0);
+    }
 }
