@@ -17,6 +17,7 @@ pub fn tools() -> Vec<crate::skills::tool::Tool> {
     tools.extend(crate::events::skills::tools());
     tools.extend(crate::gateway::send::tools());
     tools.extend(crate::agent::tools());
+    tools.push(crate::mcp::middleware::tool());
     tools.extend(crate::schedule::tools::tools());
     tools.push(crate::session::middleware::tool());
     tools.push(crate::session::clear::tool());

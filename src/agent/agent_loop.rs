@@ -19,7 +19,7 @@ use crate::agent::provider::{Delta, Message, ModelRequest, ModelResponse, ToolDe
 use crate::context::Context;
 use crate::error::{ErrorKind, Result, SkillError};
 use crate::kernel::InvokeOptions;
-use crate::middleware::native;
+use crate::skills::native::native;
 use crate::skills::tool::Tool;
 
 /// The provider skill's name (the default of `model.agent`).

@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 
 use crate::context::Context;
 use crate::error::{ErrorKind, SkillError};
-use crate::middleware::native;
+use crate::skills::native::native;
 use crate::skills::patterns::ToolInfo;
 use crate::skills::tool::Tool;
 

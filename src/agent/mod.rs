@@ -8,6 +8,8 @@
 //!   long conversations inside the window.
 //! - [`provider`]: model vendors' wire protocols behind one [`provider::Provider`] trait.
 //! - [`explore`]: `skill-list` and `skill-describe`, for agents in discovery mode.
+//! - [`execute_middleware`], [`model_middleware`]: `agent-execute` and `model`, the default
+//!   pipeline's middleware that hand a skill with a model to the `agent` skill.
 //! - [`metrics`]: calls and tokens per provider and model.
 
 pub mod agent_loop;
@@ -15,10 +17,12 @@ pub mod code;
 pub mod config;
 pub mod context_edit;
 pub mod discover;
+pub mod execute_middleware;
 pub mod explore;
 pub mod hook;
 pub mod metrics;
 pub mod model_call;
+pub mod model_middleware;
 pub mod policy;
 pub mod provider;
 mod run;
@@ -33,5 +37,7 @@ pub fn tools() -> Vec<Tool> {
         model_call::tool(),
         explore::list(),
         explore::describe(),
+        execute_middleware::tool(),
+        model_middleware::tool(),
     ]
 }

@@ -27,7 +27,7 @@ use crate::agent::provider::{
 use crate::context::Context;
 use crate::error::{ErrorKind, Result, SkillError};
 use crate::kernel::InvokeOptions;
-use crate::middleware::native;
+use crate::skills::native::native;
 use crate::skills::tool::Tool;
 
 /// The skill model hooks wrap.

@@ -19,8 +19,8 @@ use crate::error::{ErrorKind, Result, SkillError};
 use crate::gateway::reply::{RESPONSE_PATH, Reply};
 use crate::kernel::InvokeOptions;
 use crate::kernel::callbacks::CallbackRef;
-use crate::middleware::{native, native_fn};
 use crate::sandbox::Session;
+use crate::skills::native::{native, native_fn};
 use crate::skills::tool::{NativeFn, Tool};
 
 /// The policy skill's name (what `agent-execute` invokes).

@@ -66,7 +66,7 @@ impl StoreSettings {
         self.url
             .clone()
             .or_else(|| std::env::var("DATABASE_URL").ok().filter(|u| !u.is_empty()))
-            .unwrap_or_else(|| crate::events::open::DEFAULT_STORE.to_string())
+            .unwrap_or_else(|| crate::events::store_url::DEFAULT_STORE.to_string())
     }
 
     pub fn limits(&self) -> Limits {

@@ -10,8 +10,8 @@ use std::path::Path;
 use sqlx::Connection;
 use sqlx::migrate::Migrator;
 
-use crate::events::open::{StoreUrl, parse};
 use crate::events::store::StoreResult;
+use crate::events::store_url::{StoreUrl, parse};
 
 /// The Postgres migrations, embedded in the binary.
 pub static POSTGRES: Migrator = sqlx::migrate!("./migrations/postgres");

@@ -17,6 +17,7 @@ pub mod routes;
 pub mod skills;
 pub mod sqlite;
 pub mod store;
+pub mod store_url;
 pub mod tail;
 
 use std::collections::HashMap;

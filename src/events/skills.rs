@@ -12,7 +12,7 @@ use crate::events::{
     Bus, DEFAULT_QUEUE, SYSTEM_EMIT_PATH, SystemEmit, event_from_args, is_reserved_topic,
 };
 use crate::kernel::authority::{Authority, Level, ToolClass, check_stored};
-use crate::middleware::{native, pass};
+use crate::skills::native::{native, pass};
 use crate::skills::tool::Tool;
 
 pub fn tools() -> Vec<Tool> {

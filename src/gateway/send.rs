@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 use crate::context::Context;
 use crate::error::{ErrorKind, Result, SkillError};
 use crate::gateway::reply::{RESPONSE_PATH, Reply, ReplyPart, chunk_bytes};
-use crate::middleware::native;
+use crate::skills::native::native;
 use crate::skills::tool::Tool;
 
 pub fn tools() -> Vec<Tool> {

@@ -8,9 +8,11 @@
 //!   schemas; a call runs through the gateway core like any transport, and the run's events
 //!   (an agent's included) reach the client as logging notifications while it runs.
 //! - `http`: the Streamable HTTP service mounted at `/mcp`.
+//! - `middleware`: `mcp`, the middleware that mounts a skill's servers.
 
 pub mod client;
 pub mod http;
+pub mod middleware;
 pub mod server;
 
 pub use server::SkillServer;

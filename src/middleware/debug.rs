@@ -5,7 +5,7 @@
 use serde_json::{Value, json};
 
 use crate::context::Context;
-use crate::middleware::native;
+use crate::skills::native::native;
 use crate::skills::tool::Tool;
 
 pub fn tool() -> Tool {

@@ -11,8 +11,8 @@ use crate::context::Context;
 use crate::error::Result;
 use crate::middleware::directive_files::read;
 use crate::middleware::directive_tools::{directive, frontmatter};
-use crate::middleware::native;
 use crate::sandbox::{Untrusted, run_untrusted_with};
+use crate::skills::native::native;
 use crate::skills::tool::Tool;
 
 pub fn tools() -> Vec<Tool> {

@@ -11,7 +11,7 @@ use serde_json::Value;
 use crate::context::Context;
 use crate::error::{Result, SkillError};
 use crate::middleware::directive_tools::{attr, directive, frontmatter};
-use crate::middleware::native;
+use crate::skills::native::native;
 use crate::skills::tool::Tool;
 
 /// The largest file `:inline` and `:script` read (a prompt is not a place for more).

@@ -11,7 +11,7 @@ use crate::context::Context;
 use crate::error::{Result, SkillError};
 use crate::kernel::InvokeOptions;
 use crate::middleware::directives::{location, placeholder};
-use crate::middleware::{native, pass};
+use crate::skills::native::{native, pass};
 use crate::skills::tool::Tool;
 
 pub fn tools() -> Vec<Tool> {

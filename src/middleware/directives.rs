@@ -12,8 +12,8 @@ use serde_json::{Value, json};
 
 use crate::cascade::Entry;
 use crate::error::SkillError;
-use crate::middleware::{native, pass};
 use crate::skills::directive_syntax::{find_directives, splice};
+use crate::skills::native::{native, pass};
 use crate::skills::tool::Tool;
 
 /// Directives expanded in one body at most: each runs as one more layer of the pipeline.

@@ -1,7 +1,7 @@
 //! `execute`: runs the served tool's body (native code, or the template's expanded prompt).
 
 use crate::kernel::chain::run_body;
-use crate::middleware::native;
+use crate::skills::native::native;
 use crate::skills::tool::Tool;
 
 pub fn tool() -> Tool {

@@ -1,6 +1,6 @@
 //! `log`: the metadata key that sets log level, tag scope and reporters for the served run.
 
-use crate::middleware::{metadata_middleware, pass};
+use crate::skills::native::{metadata_middleware, pass};
 use crate::skills::tool::Tool;
 
 pub fn tool() -> Tool {

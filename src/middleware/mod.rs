@@ -1,6 +1,5 @@
 //! Built-in middleware and native tools, one module each, registered by name with frontmatter.
 
-pub mod agent_execute;
 pub mod cwd;
 pub mod debug;
 pub mod directive_code;
@@ -9,8 +8,6 @@ pub mod directive_tools;
 pub mod directives;
 pub mod execute;
 pub mod log;
-pub mod mcp;
-pub mod model;
 pub mod observe;
 pub mod params;
 pub mod paths;
@@ -20,53 +17,11 @@ pub mod validate_args;
 pub mod validate_returns;
 pub mod workspace;
 
-use std::future::Future;
-use std::sync::Arc;
+use crate::skills::tool::Tool;
 
-use futures::FutureExt;
-use serde_json::{Map, Value};
-
-use crate::context::Context;
-use crate::error::Result;
-use crate::skills::frontmatter;
-use crate::skills::tool::{Body, NativeFn, Source, Tool};
-
-/// Builds a native tool from its YAML frontmatter and an async body.
-///
-/// The frontmatter is checked like a skill file's; an invalid one is a bug in the caller, so
-/// this panics with the message (it never depends on user input).
-pub fn native<F, Fut>(yaml: &str, body: F) -> Tool
-where
-    F: Fn(Context, Arc<Value>) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Result<Option<Value>>> + Send + 'static,
-{
-    let f: NativeFn = Arc::new(move |ctx, args| body(ctx, args).boxed());
-    native_fn(yaml, f)
-}
-
-/// A metadata middleware: the one that acts on the metadata key of its name (`cwd`, `mcp`,
-/// `session`, ...), hidden from listings and tagged as pipeline machinery.
-pub fn metadata_middleware<F, Fut>(name: &str, description: &str, body: F) -> Tool
-where
-    F: Fn(Context, Arc<Value>) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Result<Option<Value>>> + Send + 'static,
-{
-    let yaml = format!(
-        "name: {name}\ndescription: {}\nmetadata:\n  role: middleware\n  visibility: hidden\n  tags: [meta-internal, meta-metadata]\n",
-        Value::String(description.to_string())
-    );
-    native(&yaml, body)
-}
-
-/// Builds a native tool from frontmatter and an already boxed body.
-pub fn native_fn(yaml: &str, body: NativeFn) -> Tool {
-    let mut fm = frontmatter::parse_yaml("native tool", yaml, 1)
-        .and_then(|mut fm| frontmatter::check("native tool", &mut fm).map(|()| fm))
-        .unwrap_or_else(|e| panic!("invalid native frontmatter: {e}\n{yaml}"));
-    fm.entry("description")
-        .or_insert_with(|| Value::String(String::new()));
-    Tool::new(fm, Source::Native, None, Body::Native(body))
-}
+/// The native tool builders live with the skills; named here too for code that builds
+/// middleware.
+pub use crate::skills::native::{metadata_middleware, native, native_fn, pass};
 
 /// Every built-in native tool.
 pub fn builtins() -> Vec<Tool> {
@@ -76,13 +31,10 @@ pub fn builtins() -> Vec<Tool> {
         validate_returns::tool(),
         validate_allowed_tools::tool(),
         directives::tool(),
-        agent_execute::tool(),
         params::tool(),
         paths::tool(),
         cwd::tool(),
         workspace::tool(),
-        model::tool(),
-        mcp::tool(),
         log::tool(),
         debug::tool(),
         profile::tool(),
@@ -92,31 +44,4 @@ pub fn builtins() -> Vec<Tool> {
     tools.extend(directive_files::tools());
     tools.extend(directive_code::tools());
     tools
-}
-
-/// Continues the served chain and returns undefined, so the served result stays as it is.
-/// An [`IdleWhen`](crate::skills::tool::IdleWhen) for a middleware that only acts when the
-/// served tool's cascade has `key` (not `null`).
-pub(crate) fn idle_without(key: &str, metadata: &Map<String, Value>) -> bool {
-    metadata.get(key).is_none_or(Value::is_null)
-}
-
-/// `` `name` (file): ``: the served skill and where it is declared, put before a mistake in
-/// its settings.
-pub(crate) fn served_at(target: &Context) -> String {
-    format!("`{}` ({}): ", target.tool_name(), target.tool().location())
-}
-
-/// The served context's working folder (`locals.config.cwd`), `.` when it has none; relative
-/// settings of config middleware are taken from it.
-pub(crate) fn working_dir(target: &Context) -> Result<std::path::PathBuf> {
-    Ok(target
-        .get("locals.config.cwd")?
-        .and_then(|v| v.as_str().map(std::path::PathBuf::from))
-        .unwrap_or_else(|| std::path::PathBuf::from(".")))
-}
-
-pub async fn pass(target: &Context) -> Result<Option<Value>> {
-    target.next().await?;
-    Ok(None)
 }

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use crate::context::Context;
 use crate::error::Result;
 use crate::kernel::InvokeOptions;
-use crate::middleware::native;
+use crate::skills::native::native;
 use crate::skills::tool::Tool;
 
 pub fn tool() -> Tool {

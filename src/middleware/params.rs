@@ -4,7 +4,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::middleware::{metadata_middleware, pass};
+use crate::skills::native::{metadata_middleware, pass};
 use crate::skills::tool::Tool;
 
 pub fn tool() -> Tool {

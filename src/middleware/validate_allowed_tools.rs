@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use crate::error::SkillError;
-use crate::middleware::{native, pass};
+use crate::skills::native::{native, pass};
 use crate::skills::patterns::AllowedTools;
 use crate::skills::tool::Tool;
 
@@ -30,5 +30,5 @@ metadata:
             pass(&target).await
         },
     )
-    .idle_when(|metadata, _| crate::middleware::idle_without("allowed-tools", metadata))
+    .idle_when(|metadata, _| crate::skills::native::idle_without("allowed-tools", metadata))
 }

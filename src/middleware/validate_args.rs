@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use crate::error::ErrorKind;
 use crate::kernel::schema;
-use crate::middleware::{native, pass};
+use crate::skills::native::{native, pass};
 use crate::skills::tool::Tool;
 
 pub fn tool() -> Tool {
@@ -29,5 +29,5 @@ metadata:
             pass(&target).await
         },
     )
-    .idle_when(|metadata, _| crate::middleware::idle_without("params", metadata))
+    .idle_when(|metadata, _| crate::skills::native::idle_without("params", metadata))
 }

@@ -2,7 +2,7 @@
 
 use crate::error::ErrorKind;
 use crate::kernel::schema;
-use crate::middleware::native;
+use crate::skills::native::native;
 use crate::skills::tool::Tool;
 
 pub fn tool() -> Tool {
@@ -29,5 +29,5 @@ metadata:
             Ok(None)
         },
     )
-    .idle_when(|metadata, _| crate::middleware::idle_without("returns", metadata))
+    .idle_when(|metadata, _| crate::skills::native::idle_without("returns", metadata))
 }

@@ -8,9 +8,9 @@ use crate::context::id::{iso, now_ms};
 use crate::error::{ErrorKind, Result, SkillError};
 use crate::events::{EventStore, KernelBus};
 use crate::kernel::authority::{Authority, Keys, Principal, ToolClass, check_stored};
-use crate::middleware::native;
 use crate::schedule::health::Held;
 use crate::schedule::spec::Spec;
+use crate::skills::native::native;
 use crate::skills::tool::Tool;
 
 /// Schedules administer the server: control-plane tools (see `kernel::authority`).

@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 
 use crate::error::{ErrorKind, SkillError};
 use crate::events::KernelBus;
-use crate::middleware::native;
+use crate::skills::native::native;
 use crate::skills::tool::Tool;
 
 pub fn tool() -> Tool {

@@ -13,8 +13,8 @@ use crate::context::Context;
 use crate::context::id::{iso, now_ms};
 use crate::error::{Result, SkillError};
 use crate::events::KernelBus;
-use crate::middleware::{idle_without, metadata_middleware, pass, served_at};
 use crate::session::settings::{Capture, Settings};
+use crate::skills::native::{idle_without, metadata_middleware, pass, served_at};
 use crate::skills::tool::Tool;
 
 pub fn tool() -> Tool {

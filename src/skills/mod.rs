@@ -6,6 +6,7 @@ pub mod directive_syntax;
 pub mod frontmatter;
 pub mod index;
 pub mod loader;
+pub mod native;
 pub mod patterns;
 pub mod registry;
 pub mod tool;

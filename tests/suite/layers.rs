@@ -1,5 +1,6 @@
 //! The layers of the crate, checked: the bottom (`context`, `cascade`, `skills`, `kernel`)
-//! names nothing above it (`events`, `sandbox`, `middleware`, `gateway`, and the composition
+//! names nothing above it, and each floor above names nothing of the floors over it
+//! ([`NOT_NAMED`]) (`events`, `sandbox`, `middleware`, `gateway`, and the composition
 //! root `builtins` and the `cli` that use them). What the upper layers add to the kernel comes in
 //! through `crate::builtins`: tools, the bus as a kernel extension, the script engine behind
 //! `ScriptBody` and `ScriptParser`.
@@ -29,6 +30,11 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
 
 /// The upper modules a line of code names through `crate::`, plain or in a `use crate::{..}`.
 fn names_above(line: &str) -> Vec<&'static str> {
+    names_of(line, &ABOVE)
+}
+
+/// The modules of `modules` a line of code names through `crate::`.
+fn names_of(line: &str, modules: &[&'static str]) -> Vec<&'static str> {
     let code = line.split("//").next().unwrap_or_default();
     let mut found = Vec::new();
     for (at, _) in code.match_indices("crate::") {
@@ -48,7 +54,7 @@ fn names_above(line: &str) -> Vec<&'static str> {
             ],
         };
         for name in named {
-            if let Some(above) = ABOVE.iter().find(|a| **a == name) {
+            if let Some(above) = modules.iter().find(|a| **a == name) {
                 found.push(*above);
             }
         }
@@ -70,6 +76,87 @@ fn the_bottom_layers_name_nothing_above_them() {
                 for above in names_above(line) {
                     offences.push(format!(
                         "{}:{}: `{layer}` names `crate::{above}`",
+                        file.strip_prefix(&src).unwrap_or(&file).display(),
+                        n + 1
+                    ));
+                }
+            }
+        }
+    }
+    assert!(
+        offences.is_empty(),
+        "layering broken:\n{}",
+        offences.join("\n")
+    );
+}
+
+/// The floors above the bottom, each with the modules it must not name: built-in tools and
+/// middleware are made with `skills::native`, never with a higher floor's helpers, so the
+/// middleware knows no agent, MCP or door, and the bus, the sandbox, sessions and schedules
+/// know no middleware.
+const NOT_NAMED: [(&str, &[&str]); 7] = [
+    (
+        "middleware",
+        &[
+            "events", "agent", "mcp", "gateway", "session", "schedule", "builtins", "cli",
+        ],
+    ),
+    (
+        "events",
+        &[
+            "middleware",
+            "sandbox",
+            "agent",
+            "mcp",
+            "gateway",
+            "session",
+            "schedule",
+            "cli",
+        ],
+    ),
+    (
+        "sandbox",
+        &[
+            "middleware",
+            "events",
+            "agent",
+            "mcp",
+            "gateway",
+            "session",
+            "schedule",
+            "builtins",
+            "cli",
+        ],
+    ),
+    (
+        "session",
+        &["middleware", "agent", "mcp", "gateway", "schedule", "cli"],
+    ),
+    (
+        "schedule",
+        &["middleware", "agent", "mcp", "gateway", "session", "cli"],
+    ),
+    ("agent", &["middleware", "mcp", "schedule", "cli"]),
+    (
+        "mcp",
+        &["middleware", "agent", "schedule", "session", "cli"],
+    ),
+];
+
+#[test]
+fn each_floor_names_nothing_of_the_floors_above_it() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut offences = Vec::new();
+    for (floor, forbidden) in NOT_NAMED {
+        let mut files = Vec::new();
+        rust_files(&src.join(floor), &mut files);
+        assert!(!files.is_empty(), "src/{floor} has Rust files");
+        for file in files {
+            let text = std::fs::read_to_string(&file).expect("read");
+            for (n, line) in text.lines().enumerate() {
+                for named in names_of(line, forbidden) {
+                    offences.push(format!(
+                        "{}:{}: `{floor}` names `crate::{named}`",
                         file.strip_prefix(&src).unwrap_or(&file).display(),
                         n + 1
                     ));

@@ -13,10 +13,15 @@ use crate::common::{Project, plain};
 
 const SKILL: &str = "---\nname: summarize\nmetadata:\n  model: { model: openai/fake-1, temperature: 0 }\n  allowed-tools: [file-read, \"web-*\"]\n  returns:\n    type: object\n    properties:\n      summary: { type: string }\n    required: [summary]\n---\nSummarize :arg[topic].\n";
 
-/// A kernel with the built-in middleware and event skills but no agent provider.
+/// A kernel with the built-in middleware (the agent's two among them) and event skills but no
+/// agent provider.
 fn without_agent(project: &Project) -> skillgate::kernel::KernelBuilder {
     Kernel::builder(project.path())
         .builtins(skillgate::middleware::builtins())
+        .builtins(vec![
+            skillgate::agent::execute_middleware::tool(),
+            skillgate::agent::model_middleware::tool(),
+        ])
         .builtins(skillgate::events::skills::tools())
 }
 

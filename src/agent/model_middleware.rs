@@ -7,9 +7,9 @@
 use serde_json::{Map, Value, json};
 
 use crate::agent::config::AgentConfig;
-use crate::agent::policy::BUILT_IN_TAG;
-use crate::middleware::agent_execute::AGENT;
-use crate::middleware::{metadata_middleware, pass, served_at};
+use crate::agent::policy::{AGENT, BUILT_IN_TAG};
+use crate::skills::native::served_at;
+use crate::skills::native::{metadata_middleware, pass};
 use crate::skills::tool::Tool;
 
 pub fn tool() -> Tool {

@@ -4,7 +4,7 @@
 
 use crate::error::{ErrorKind, SkillError};
 use crate::mcp::client::{Pool, mount};
-use crate::middleware::{idle_without, metadata_middleware, pass, served_at, working_dir};
+use crate::skills::native::{idle_without, metadata_middleware, pass, served_at, working_dir};
 use crate::skills::tool::Tool;
 
 pub fn tool() -> Tool {

@@ -4,13 +4,11 @@
 
 use serde_json::{Value, json};
 
+use crate::agent::policy::AGENT;
 use crate::error::{ErrorKind, SkillError};
 use crate::kernel::InvokeOptions;
-use crate::middleware::{native, pass};
+use crate::skills::native::{native, pass};
 use crate::skills::tool::Tool;
-
-/// The policy skill agent-execute hands the prompt to.
-pub const AGENT: &str = "agent";
 
 pub fn tool() -> Tool {
     native(
