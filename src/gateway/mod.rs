@@ -10,6 +10,7 @@
 //! - [`reply`]: the reply channel, the raw response handle at `nonlocals.request.res`.
 //! - [`send`]: the `gateway-send` and `web-send` tools.
 //! - [`metrics`]: Prometheus metrics of requests and invocations, shared by all transports.
+//! - [`host`]: what every door runs on (gateway, policy, timeout, stopping, background work).
 //! - [`transport`]: the lifecycle every transport shares (start, readiness, run, drain,
 //!   report), and running them together.
 //! - [`http`]: the HTTP transport (`skillgate serve`).
@@ -20,6 +21,7 @@ pub mod dispatch;
 pub mod edge;
 pub mod email;
 pub mod error;
+pub mod host;
 pub mod http;
 pub mod metrics;
 pub mod policy;
@@ -34,4 +36,5 @@ pub mod ws;
 
 pub use dispatch::{Dispatch, Gateway, Inbound};
 pub use error::GatewayError;
+pub use host::Host;
 pub use reply::{Reply, ReplyPart};

@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::sync::Semaphore;
 
 use crate::events::{Bus, Delivery, Event, KernelBus, KeyClaim};
-use crate::gateway::http::state::AppState;
+use crate::gateway::Host;
 
 /// How long one claim waits before it looks again.
 const CLAIM_WAIT: Duration = Duration::from_secs(5);
@@ -67,18 +67,13 @@ pub async fn prepare(bus: &Bus, topic: &str, queue: &str) -> Result<(), String> 
 
 /// Runs `run` for each delivery claimed from `queue` of `topic`, `concurrency` at once, on the
 /// server's background tracker until the server stops. `run` acks (or leaves the delivery to come back).
-pub fn spawn<F, Fut>(
-    state: &AppState,
-    topic: String,
-    queue: &'static str,
-    concurrency: usize,
-    run: F,
-) where
+pub fn spawn<F, Fut>(host: &Host, topic: String, queue: &'static str, concurrency: usize, run: F)
+where
     F: Fn(Delivery) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = ()> + Send + 'static,
 {
-    let bus = state.gateway.kernel.bus().clone();
-    let (stop, tracker) = (state.stopping.clone(), &state.background);
+    let bus = host.gateway.kernel.bus().clone();
+    let (stop, tracker) = (host.stopping.clone(), &host.background);
     let runs = tracker.clone();
     tracker.spawn(async move {
         let slots = Arc::new(Semaphore::new(concurrency.max(1)));

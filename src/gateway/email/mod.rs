@@ -29,9 +29,9 @@ use tokio::net::TcpListener;
 pub use config::{EmailConfig, EmailSettings};
 
 use crate::events::KernelBus;
+use crate::gateway::Host;
 use crate::gateway::email::intake::Intake;
 use crate::gateway::email::reply::Mailer;
-use crate::gateway::http::state::AppState;
 use crate::gateway::transport::State;
 
 /// The transport's name (`nonlocals.gateway.transport`, `/readyz`).
@@ -53,21 +53,21 @@ pub struct Email {
 impl Email {
     /// Serves SMTP, polls the IMAP folder and runs the worker on the server's background
     /// tracker until it stops.
-    pub fn start(self: &Arc<Self>, state: &AppState) {
+    pub fn start(self: &Arc<Self>, host: &Host) {
         if let Some(listener) = self.listener.lock().take() {
-            state.gateway.readiness.set(NAME, State::Ready);
-            state.background.spawn(smtp::serve(
+            host.gateway.readiness.set(NAME, State::Ready);
+            host.background.spawn(smtp::serve(
                 listener,
                 self.intake.clone(),
                 self.config.clone(),
                 self.tls.clone(),
-                state.stopping.clone(),
-                state.background.clone(),
+                host.stopping.clone(),
+                host.background.clone(),
             ));
         }
         if let Some(imap) = &self.config.imap {
             let cursor = cursor::Cursor::new(
-                state.gateway.kernel.bus().clone(),
+                host.gateway.kernel.bus().clone(),
                 &imap.host,
                 &imap.user,
                 &imap.folder,
@@ -77,10 +77,10 @@ impl Email {
                 intake: self.intake.clone(),
                 cursor,
                 max_size: self.config.max_size,
-                readiness: state.gateway.readiness.clone(),
+                readiness: host.gateway.readiness.clone(),
             };
-            state.background.spawn(poller.run(state.stopping.clone()));
+            host.background.spawn(poller.run(host.stopping.clone()));
         }
-        worker::spawn(state, self.clone());
+        worker::spawn(host, self.clone());
     }
 }

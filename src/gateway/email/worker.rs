@@ -12,12 +12,12 @@ use std::time::Duration;
 use serde_json::{Map, Value, json};
 
 use crate::events::{Delivery, KernelBus, KeyClaim};
+use crate::gateway::Host;
 use crate::gateway::email::Email;
 use crate::gateway::email::intake::{QUEUE, TOPIC};
 use crate::gateway::email::parse::Mail;
 use crate::gateway::email::thread;
 use crate::gateway::http::problem::Problem;
-use crate::gateway::http::state::AppState;
 use crate::gateway::policy::Policy;
 use crate::gateway::reply::as_markdown;
 use crate::gateway::{Gateway, GatewayError, Inbound, ReplyPart};
@@ -34,13 +34,9 @@ pub async fn prepare(gateway: &Gateway) -> Result<(), String> {
 
 /// Starts the worker on the server's background tracker until the server stops; its runs are
 /// tracked there too.
-pub fn spawn(state: &AppState, email: Arc<Email>) {
-    let (gateway, policy, timeout) = (
-        state.gateway.clone(),
-        state.policy.clone(),
-        state.config.timeout,
-    );
-    crate::gateway::queue::spawn(state, TOPIC.into(), QUEUE, CONCURRENCY, move |delivery| {
+pub fn spawn(host: &Host, email: Arc<Email>) {
+    let (gateway, policy, timeout) = (host.gateway.clone(), host.policy.clone(), host.timeout);
+    crate::gateway::queue::spawn(host, TOPIC.into(), QUEUE, CONCURRENCY, move |delivery| {
         let (gateway, policy, email) = (gateway.clone(), policy.clone(), email.clone());
         async move { run(&gateway, &policy, &email, delivery, timeout).await }
     });

@@ -142,14 +142,15 @@ impl Server {
             state,
             webhooks,
         } = self;
+        let host = state.host();
         if let Some(email) = &state.email {
-            email.start(&state);
+            email.start(&host);
         }
         if let Some(slack) = &state.slack {
-            slack.start(&state);
+            slack.start(&host);
         }
         for route in webhooks {
-            webhook::worker::spawn(&state, route);
+            webhook::worker::spawn(&host, route);
         }
         let stop = CancellationToken::new();
         let config = &state.config;

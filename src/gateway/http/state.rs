@@ -49,6 +49,17 @@ impl std::ops::Deref for AppState {
 }
 
 impl AppState {
+    /// What the doors this server starts run on.
+    pub fn host(&self) -> crate::gateway::Host {
+        crate::gateway::Host {
+            gateway: self.gateway.clone(),
+            policy: self.policy.clone(),
+            timeout: self.config.timeout,
+            stopping: self.stopping.clone(),
+            background: self.background.clone(),
+        }
+    }
+
     pub fn new(
         gateway: Gateway,
         config: HttpConfig,

@@ -27,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 pub use config::{SlackConfig, SlackSettings};
 
 use crate::gateway::Gateway;
-use crate::gateway::http::state::AppState;
+use crate::gateway::Host;
 use crate::gateway::slack::api::WebApi;
 use crate::gateway::slack::intake::Intake;
 use crate::gateway::transport::State;
@@ -54,8 +54,8 @@ impl Slack {
 
     /// Starts the identity check, Socket Mode (with an app token) and the worker on the
     /// server's background tracker, until the server stops.
-    pub fn start(self: &Arc<Self>, state: &AppState) {
-        let (gateway, stop, tracker) = (&state.gateway, &state.stopping, &state.background);
+    pub fn start(self: &Arc<Self>, host: &Host) {
+        let (gateway, stop, tracker) = (&host.gateway, &host.stopping, &host.background);
         gateway.readiness.set(NAME, State::Starting);
         let slack = self.clone();
         let (who, stopping) = (gateway.clone(), stop.clone());
@@ -68,7 +68,7 @@ impl Slack {
                 stop.clone(),
             ));
         }
-        worker::spawn(state, self.clone());
+        worker::spawn(host, self.clone());
     }
 
     /// `auth.test` until it answers: the bot's user id (to ignore its own messages and remove

@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde_json::{Map, Value, json};
 
 use crate::events::{Delivery, KernelBus};
-use crate::gateway::http::state::AppState;
+use crate::gateway::Host;
 use crate::gateway::policy::{Policy, Refusal};
 use crate::gateway::slack::Slack;
 use crate::gateway::slack::intake::{QUEUE, TOPIC};
@@ -31,13 +31,9 @@ pub async fn prepare(gateway: &Gateway) -> Result<(), String> {
 
 /// Starts the worker on the server's background tracker until the server stops; its runs are
 /// tracked there too.
-pub fn spawn(state: &AppState, slack: Arc<Slack>) {
-    let (gateway, policy, timeout) = (
-        state.gateway.clone(),
-        state.policy.clone(),
-        state.config.timeout,
-    );
-    crate::gateway::queue::spawn(state, TOPIC.into(), QUEUE, CONCURRENCY, move |delivery| {
+pub fn spawn(host: &Host, slack: Arc<Slack>) {
+    let (gateway, policy, timeout) = (host.gateway.clone(), host.policy.clone(), host.timeout);
+    crate::gateway::queue::spawn(host, TOPIC.into(), QUEUE, CONCURRENCY, move |delivery| {
         let (gateway, policy, slack) = (gateway.clone(), policy.clone(), slack.clone());
         async move { run(&gateway, &policy, &slack, delivery, timeout).await }
     });

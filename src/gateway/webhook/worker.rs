@@ -11,7 +11,7 @@ use serde_json::{Map, Value, json};
 
 use crate::context::id;
 use crate::events::{Delivery, KernelBus};
-use crate::gateway::http::state::AppState;
+use crate::gateway::Host;
 use crate::gateway::webhook::routes::WebhookRoute;
 use crate::gateway::{Gateway, Inbound, ReplyPart};
 use crate::kernel::ToolRef;
@@ -30,10 +30,10 @@ pub async fn prepare(gateway: &Gateway, route: &WebhookRoute) -> Result<(), Stri
 
 /// Starts the route's worker on the server's background tracker until the server stops; its
 /// runs are tracked there too.
-pub fn spawn(state: &AppState, route: Arc<WebhookRoute>) {
-    let (gateway, timeout) = (state.gateway.clone(), state.config.timeout);
+pub fn spawn(host: &Host, route: Arc<WebhookRoute>) {
+    let (gateway, timeout) = (host.gateway.clone(), host.timeout);
     crate::gateway::queue::spawn(
-        state,
+        host,
         route.topic.clone(),
         QUEUE,
         CONCURRENCY,
