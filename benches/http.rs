@@ -23,7 +23,7 @@ use axum::Router;
 use axum::routing::post;
 use serde_json::{Value, json};
 use skillgate::gateway::Gateway;
-use skillgate::gateway::http::{HttpConfig, Server};
+use skillgate::gateway::http::HttpConfig;
 use skillgate::gateway::metrics::Metrics;
 use skillgate::middleware::native;
 
@@ -56,7 +56,9 @@ fn start_servers(project: &std::path::Path) -> (SocketAddr, SocketAddr) {
                 ..HttpConfig::default()
             };
             let gateway = Gateway::new(kernel, Arc::new(Metrics::new()));
-            let server = Server::bind(gateway, config, &project).await.expect("bind");
+            let server = skillgate::gateway::bind_http(gateway, config, &project)
+                .await
+                .expect("bind");
             let gateway_addr = server.local_addr();
             tokio::spawn(server.run(std::future::pending()));
             let bare = Router::new().route(

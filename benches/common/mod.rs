@@ -86,7 +86,9 @@ pub async fn server(
         ))
         .build();
     let gateway = Gateway::new(kernel, Arc::new(Metrics::new()));
-    Server::bind(gateway, config, project).await.expect("bind")
+    skillgate::gateway::bind_http(gateway, config, project)
+        .await
+        .expect("bind")
 }
 
 /// Runs `bench` on SQLite, then on Postgres when `DATABASE_URL` is set (schema `<prefix>_<pid>`,

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use clap::Args;
 
 use crate::cli::{FAILED, USAGE};
+use crate::config::websocket::{WsConfig, WsSettings};
 use crate::config::{ConfigErrors, ConfigFile};
 use crate::context::log::LogConfig;
 use crate::events::KernelBus;
@@ -14,10 +15,9 @@ use crate::events::WithBus;
 use crate::events::{Bus, BusConfig, EventStore};
 use crate::gateway::Gateway;
 use crate::gateway::http::routes;
-use crate::gateway::http::{HttpConfig, HttpSettings, Server};
+use crate::gateway::http::{HttpConfig, HttpSettings};
 use crate::gateway::metrics::Metrics;
 use crate::gateway::transport::{self, Transport};
-use crate::gateway::ws::{WsConfig, WsSettings};
 use tokio_util::sync::CancellationToken;
 
 /// The HTTP flags; each is also a key of the config file's `http:` section, and flags (and
@@ -91,7 +91,7 @@ pub async fn serve(
     let gateway = Gateway::new(kernel.clone(), Arc::new(Metrics::new()))
         .with_max_runs(config.max_runs)
         .with_max_arg_bytes(config.max_args_in_flight);
-    let server = match Server::bind(gateway, config, project).await {
+    let server = match crate::gateway::bind_http(gateway, config, project).await {
         Ok(server) => server,
         Err(err) => {
             let err = err.for_transport();

@@ -18,6 +18,7 @@ pub mod errors;
 mod locate;
 pub mod store;
 pub mod values;
+pub mod websocket;
 
 use std::path::{Path, PathBuf};
 
@@ -27,10 +28,10 @@ use serde_json::{Map, Value};
 pub use errors::{ConfigError, ConfigErrors};
 pub use store::StoreSettings;
 
+use crate::config::websocket::WsSettings;
 use crate::gateway::email::EmailSettings;
 use crate::gateway::http::config::HttpSettings;
 use crate::gateway::slack::SlackSettings;
-use crate::gateway::ws::WsSettings;
 
 /// The config file used when `--config` is not given, if it exists.
 pub const DEFAULT_FILE: &str = "skillgate.yaml";

@@ -38,3 +38,20 @@ pub use dispatch::{Dispatch, Gateway, Inbound};
 pub use error::GatewayError;
 pub use host::Host;
 pub use reply::{Reply, ReplyPart};
+
+/// The HTTP server with the doors served on its listener that `config` asks for (the WebSocket
+/// endpoint unless `websocket.enabled` is off): what `skillgate serve` binds.
+pub async fn bind_http(
+    gateway: Gateway,
+    config: http::HttpConfig,
+    project: &std::path::Path,
+) -> Result<http::Server, http::startup::StartError> {
+    let mut doors: Vec<std::sync::Arc<dyn http::door::HttpDoor>> = Vec::new();
+    if config.websocket.enabled {
+        doors.push(std::sync::Arc::new(ws::Hub::new(
+            config.websocket.clone(),
+            gateway.metrics.ws_queued(),
+        )));
+    }
+    http::Server::bind(gateway, config, project, doors).await
+}

@@ -321,7 +321,7 @@ async fn web_routes_run_their_skill_with_route_query_body_headers_method_and_pat
     server.finish().await;
 }
 
-/// The error `Server::bind` gives for a project whose main skill declares `routes` (YAML list).
+/// The error `bind_http` gives for a project whose main skill declares `routes` (YAML list).
 async fn refused_routes(routes: &str) -> String {
     let project = Project::new();
     project.write(
@@ -332,7 +332,7 @@ async fn refused_routes(routes: &str) -> String {
         project.kernel(),
         Arc::new(skillgate::gateway::metrics::Metrics::new()),
     );
-    skillgate::gateway::http::Server::bind(gateway, config(), project.path())
+    skillgate::gateway::bind_http(gateway, config(), project.path())
         .await
         .err()
         .expect("refused")

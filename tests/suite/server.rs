@@ -9,7 +9,7 @@ use serde_json::Value;
 use skillgate::Kernel;
 use skillgate::gateway::Gateway;
 use skillgate::gateway::http::auth::{ApiKey, KeyRing, hash_key};
-use skillgate::gateway::http::{HttpConfig, Server, ShutdownReport};
+use skillgate::gateway::http::{HttpConfig, ShutdownReport};
 use skillgate::gateway::metrics::Metrics;
 use skillgate::kernel::KernelBuilder;
 use tokio::sync::oneshot;
@@ -86,7 +86,7 @@ impl TestServer {
         let gateway = Gateway::new(kernel.clone(), Arc::new(Metrics::new()))
             .with_max_runs(config.max_runs)
             .with_max_arg_bytes(config.max_args_in_flight);
-        let server = Server::bind(gateway.clone(), config, project.path())
+        let server = skillgate::gateway::bind_http(gateway.clone(), config, project.path())
             .await
             .expect("server binds");
         let addr = server.local_addr();

@@ -257,7 +257,8 @@ pub async fn authenticate(State(state): State<AppState>, mut req: Request, next:
         let Some(presented) = presented else {
             // A browser cannot put a header on a WebSocket: the socket authenticates with its
             // first frame instead (see `gateway::ws`).
-            if state.ws.is_some() && req.uri().path() == crate::gateway::ws::PATH {
+            let path = req.uri().path();
+            if state.doors.iter().any(|d| d.authenticates_in_band(path)) {
                 return next.run(req).await;
             }
             return GatewayError::Unauthorized { presented: false }.into_response();

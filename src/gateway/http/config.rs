@@ -11,8 +11,8 @@ use serde::Deserialize;
 
 use crate::config::errors::ConfigErrors;
 use crate::config::values::{KeyList, List, Seconds};
+use crate::config::websocket::WsConfig;
 use crate::gateway::http::auth::{ApiKey, KeyRing};
-use crate::gateway::ws::WsConfig;
 
 /// The resolved settings `skillgate serve` runs with.
 #[derive(Debug, Clone)]

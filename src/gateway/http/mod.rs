@@ -7,7 +7,7 @@
 //! in flight), [`body`] (the body deadline), [`descriptors`] (the cap's file descriptor
 //! budget), [`invoke`], [`resume`] (resumable streamed runs), [`topics`], [`routes`], [`skills`], [`ops`], [`public`] (`public/` files),
 //! [`auth`], [`hosts`] (the `Host` allow-list), [`origin`] (cross-site browsers), [`request_id`],
-//! [`problem`] (how a `GatewayError` is answered: RFC 9457 problem documents), [`startup`] (why
+//! [`door`] (what a door served on this listener, such as the WebSocket endpoint, offers it), [`problem`] (how a `GatewayError` is answered: RFC 9457 problem documents), [`startup`] (why
 //! the server could not start), [`openapi`] (the document and the docs page). Which skills a
 //! caller may reach is the gateway's [`policy`](crate::gateway::policy).
 
@@ -16,6 +16,7 @@ pub mod auth;
 pub mod body;
 pub mod config;
 mod descriptors;
+pub mod door;
 pub mod hosts;
 pub mod idempotency;
 pub mod invoke;

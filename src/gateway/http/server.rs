@@ -23,6 +23,7 @@ use tower_http::cors::{AllowOrigin, CorsLayer};
 use crate::events::KernelBus;
 use crate::gateway::http::auth::{self, CallerKey};
 use crate::gateway::http::config::HttpConfig;
+use crate::gateway::http::door::HttpDoor;
 use crate::gateway::http::public::PublicDir;
 use crate::gateway::http::startup::StartError;
 use crate::gateway::http::state::AppState;
@@ -52,11 +53,14 @@ pub struct ShutdownReport {
 }
 
 impl Server {
-    /// Builds the router (custom routes checked) and binds the listener.
+    /// Builds the router (custom routes checked, and the routes of `doors`, the other doors
+    /// served on this listener) and binds the listener. [`crate::gateway::bind_http`] is this
+    /// with the doors the settings ask for.
     pub async fn bind(
         gateway: Gateway,
         config: HttpConfig,
         project: &Path,
+        doors: Vec<Arc<dyn HttpDoor>>,
     ) -> Result<Server, StartError> {
         let index = gateway.kernel.registry().current();
         let web_routes = routes::collect(&index, project)?;
@@ -96,7 +100,7 @@ impl Server {
             .await
             .map_err(StartError::Email)?;
         let bind = config.bind;
-        let state = AppState::new(gateway, config, slack, email)?;
+        let state = AppState::new(gateway, config, slack, email, doors)?;
         let router = build_router(&state, &web_routes, &webhooks)?;
         let listener = TcpListener::bind(bind)
             .await
@@ -187,15 +191,12 @@ impl Server {
         stop.cancel();
         state.stopping.cancel();
         // Sockets stop taking work and close once their invocations answered.
-        let ws = state.ws.clone();
-        if let Some(hub) = &ws {
-            hub.begin_close();
+        for door in &state.doors {
+            door.begin_close();
         }
         state.background.close();
         let sockets = async {
-            if let Some(hub) = &ws {
-                hub.drained().await;
-            }
+            futures::future::join_all(state.doors.iter().map(|d| d.drained())).await;
             state.background.wait().await;
         };
         let kernel = &state.gateway.kernel;
@@ -218,7 +219,7 @@ impl Server {
             },
             Err(_) => {
                 let abandoned = state.gateway.metrics.in_flight_now()
-                    + ws.as_ref().map_or(0, |hub| hub.in_flight());
+                    + state.doors.iter().map(|d| d.in_flight()).sum::<i64>();
                 tracing::warn!(
                     grace_ms = grace.as_millis() as u64,
                     abandoned,
@@ -293,8 +294,8 @@ fn build_router(
         .route("/asyncapi.yaml", get(ops::asyncapi_yaml))
         .route("/events/{topic}", get(topics::follow))
         .route("/docs", get(ops::docs));
-    if state.ws.is_some() {
-        router = router.route(crate::gateway::ws::PATH, get(crate::gateway::ws::upgrade));
+    for door in &state.doors {
+        router = door.clone().routes(router);
     }
     let mcp = crate::mcp::http::service(
         state.gateway.clone(),

@@ -6,11 +6,11 @@ use crate::gateway::Gateway;
 use crate::gateway::email::Email;
 use crate::gateway::http::auth::PublicPaths;
 use crate::gateway::http::config::HttpConfig;
+use crate::gateway::http::door::HttpDoor;
 use crate::gateway::http::hosts::AllowedHosts;
 use crate::gateway::http::startup::StartError;
 use crate::gateway::policy::Policy;
 use crate::gateway::slack::Slack;
-use crate::gateway::ws::Hub;
 
 /// Cheap to clone (one reference count): axum clones the state for every layer and extractor
 /// of every request.
@@ -26,8 +26,8 @@ pub struct Shared {
     pub trusted: Arc<crate::gateway::http::peers::TrustedProxies>,
     /// Which skills callers may reach (`expose-hidden`; keys carry their own scope).
     pub policy: Policy,
-    /// The sockets of `/ws`, when it is served.
-    pub ws: Option<Arc<Hub>>,
+    /// The doors served on this listener beside HTTP's own routes (`/ws`).
+    pub doors: Vec<Arc<dyn HttpDoor>>,
     /// Cancelled when the server stops: streams that never end by themselves (topics) end.
     pub stopping: tokio_util::sync::CancellationToken,
     /// Webhook workers and their runs, drained at shutdown.
@@ -65,6 +65,7 @@ impl AppState {
         config: HttpConfig,
         slack: Option<Arc<Slack>>,
         email: Option<Arc<Email>>,
+        doors: Vec<Arc<dyn HttpDoor>>,
     ) -> Result<AppState, StartError> {
         let public = PublicPaths::new(&config.public)?;
         // On loopback with no names given, only loopback names: a rebinding page is not served.
@@ -84,12 +85,6 @@ impl AppState {
         if let Some(keys) = gateway.kernel.extension::<crate::kernel::authority::Keys>() {
             keys.install(Arc::new(config.keys.clone()));
         }
-        let ws = config.websocket.enabled.then(|| {
-            Arc::new(Hub::new(
-                config.websocket.clone(),
-                gateway.metrics.ws_queued(),
-            ))
-        });
         Ok(AppState(Arc::new(Shared {
             gateway,
             config,
@@ -97,7 +92,7 @@ impl AppState {
             hosts,
             trusted,
             policy,
-            ws,
+            doors,
             stopping: Default::default(),
             background: Default::default(),
             slack,

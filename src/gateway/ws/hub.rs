@@ -11,7 +11,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::gateway::ws::config::WsConfig;
+use crate::config::websocket::WsConfig;
 
 pub struct Hub {
     pub config: WsConfig,

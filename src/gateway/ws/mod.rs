@@ -3,14 +3,13 @@
 //! events streamed, cancel them, talk to them (`gateway-receive`), and subscribe to topics with
 //! resume from the durable buffer or as a consumer group with ack and nack.
 //!
-//! - [`config`]: the `websocket:` settings.
+//! - `crate::config::websocket`: the `websocket:` settings.
 //! - [`protocol`]: the frames.
 //! - [`connection`]: one socket's life.
 //! - [`subscription`]: topic subscriptions of a socket.
 //! - [`outbox`]: the bounded send queue and the close codes.
 //! - [`hub`]: every socket of the server, the cap, and the shutdown.
 
-pub mod config;
 pub mod connection;
 pub mod hub;
 pub mod outbox;
@@ -19,19 +18,24 @@ pub mod subscription;
 
 use std::net::SocketAddr;
 
-use axum::Extension;
+use std::sync::Arc;
+
 use axum::extract::ws::WebSocketUpgrade;
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Extension, Router};
+use futures::future::BoxFuture;
 
 use crate::gateway::GatewayError;
 use crate::gateway::http::auth::Caller;
+use crate::gateway::http::door::HttpDoor;
 use crate::gateway::http::invoke::headers_json;
 use crate::gateway::http::state::AppState;
 
-pub use config::{WsConfig, WsSettings};
+pub use crate::config::websocket::{WsConfig, WsSettings};
 pub use hub::Hub;
 
 /// The path of the endpoint.
@@ -41,20 +45,42 @@ const READ_BUFFER: usize = 4 * 1024;
 /// Bytes of frames gathered before they are written (a batch is flushed anyway).
 const WRITE_BUFFER: usize = 16 * 1024;
 
+/// `/ws` on the HTTP listener.
+impl HttpDoor for Hub {
+    fn routes(self: Arc<Self>, router: Router<AppState>) -> Router<AppState> {
+        router.route(PATH, get(upgrade).layer(Extension(self)))
+    }
+
+    /// A browser cannot put a header on a WebSocket: the socket authenticates with its first
+    /// frame instead.
+    fn authenticates_in_band(&self, path: &str) -> bool {
+        path == PATH
+    }
+
+    fn begin_close(&self) {
+        Hub::begin_close(self);
+    }
+
+    fn in_flight(&self) -> i64 {
+        Hub::in_flight(self)
+    }
+
+    fn drained(&self) -> BoxFuture<'_, ()> {
+        Box::pin(Hub::drained(self))
+    }
+}
+
 /// `GET /ws`: checks the origin and the connection cap, then upgrades.
 pub async fn upgrade(
     State(state): State<AppState>,
+    Extension(hub): Extension<Arc<Hub>>,
     caller: Option<Extension<Caller>>,
     ConnectInfo(remote): ConnectInfo<SocketAddr>,
     client: Option<Extension<crate::gateway::http::peers::ClientAddr>>,
     headers: HeaderMap,
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Response {
-    let Some(hub) = state.ws.clone() else {
-        return GatewayError::NotFound(crate::gateway::error::Missing::Path(PATH.into()))
-            .into_response();
-    };
-    if let Some(why) = refused_origin(&headers, &state) {
+    if let Some(why) = refused_origin(&headers, &state, &hub) {
         return GatewayError::CrossSite(why).into_response();
     }
     let upgrade = match upgrade {
@@ -113,18 +139,13 @@ pub async fn upgrade(
 /// a CORS origin, or one of `websocket.allowed-origins` (a socket is not subject to CORS, so
 /// without this any site could use a visitor's network position). Clients that are not
 /// browsers send no `Origin`.
-fn refused_origin(headers: &HeaderMap, state: &AppState) -> Option<String> {
+fn refused_origin(headers: &HeaderMap, state: &AppState, hub: &Hub) -> Option<String> {
     let origin = headers.get(header::ORIGIN)?.to_str().unwrap_or_default();
     let allowed = |list: &[String]| {
         list.iter()
             .any(|o| o == "*" || o.eq_ignore_ascii_case(origin))
     };
-    let ws = state
-        .ws
-        .as_ref()
-        .map(|h| h.config.allowed_origins.as_slice())
-        .unwrap_or_default();
-    if allowed(ws) || allowed(&state.config.cors_origins) {
+    if allowed(&hub.config.allowed_origins) || allowed(&state.config.cors_origins) {
         return None;
     }
     let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
