@@ -62,27 +62,34 @@ fn names_of(line: &str, modules: &[&'static str]) -> Vec<&'static str> {
     found
 }
 
-#[test]
-fn the_bottom_layers_name_nothing_above_them() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+/// Each line of `src/<floor>` that names one of `modules`, as `file:line: ...`.
+fn naming(src: &Path, floor: &str, modules: &[&'static str]) -> Vec<String> {
+    let mut files = Vec::new();
+    rust_files(&src.join(floor), &mut files);
+    assert!(!files.is_empty(), "src/{floor} has Rust files");
     let mut offences = Vec::new();
-    for layer in BOTTOM {
-        let mut files = Vec::new();
-        rust_files(&src.join(layer), &mut files);
-        assert!(!files.is_empty(), "src/{layer} has Rust files");
-        for file in files {
-            let text = std::fs::read_to_string(&file).expect("read");
-            for (n, line) in text.lines().enumerate() {
-                for above in names_above(line) {
-                    offences.push(format!(
-                        "{}:{}: `{layer}` names `crate::{above}`",
-                        file.strip_prefix(&src).unwrap_or(&file).display(),
-                        n + 1
-                    ));
-                }
+    for file in files {
+        let text = std::fs::read_to_string(&file).expect("read");
+        for (n, line) in text.lines().enumerate() {
+            for named in names_of(line, modules) {
+                offences.push(format!(
+                    "{}:{}: `{floor}` names `crate::{named}`",
+                    file.strip_prefix(src).unwrap_or(&file).display(),
+                    n + 1
+                ));
             }
         }
     }
+    offences
+}
+
+#[test]
+fn the_bottom_layers_name_nothing_above_them() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let offences: Vec<String> = BOTTOM
+        .iter()
+        .flat_map(|layer| naming(&src, layer, &ABOVE))
+        .collect();
     assert!(
         offences.is_empty(),
         "layering broken:\n{}",
@@ -146,24 +153,10 @@ const NOT_NAMED: [(&str, &[&str]); 7] = [
 #[test]
 fn each_floor_names_nothing_of_the_floors_above_it() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut offences = Vec::new();
-    for (floor, forbidden) in NOT_NAMED {
-        let mut files = Vec::new();
-        rust_files(&src.join(floor), &mut files);
-        assert!(!files.is_empty(), "src/{floor} has Rust files");
-        for file in files {
-            let text = std::fs::read_to_string(&file).expect("read");
-            for (n, line) in text.lines().enumerate() {
-                for named in names_of(line, forbidden) {
-                    offences.push(format!(
-                        "{}:{}: `{floor}` names `crate::{named}`",
-                        file.strip_prefix(&src).unwrap_or(&file).display(),
-                        n + 1
-                    ));
-                }
-            }
-        }
-    }
+    let offences: Vec<String> = NOT_NAMED
+        .iter()
+        .flat_map(|(floor, forbidden)| naming(&src, floor, forbidden))
+        .collect();
     assert!(
         offences.is_empty(),
         "layering broken:\n{}",
