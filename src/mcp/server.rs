@@ -23,8 +23,8 @@ use crate::kernel::ToolRef;
 use crate::skills::tool::Tool;
 
 /// The project's skills as MCP tools.
-/// How often a session looks for a new generation of the skills.
-const LIST_CHANGED_POLL: Duration = Duration::from_millis(500);
+/// How often a session with no news checks whether its client went away.
+const CLOSED_CHECK: Duration = Duration::from_secs(5);
 
 #[derive(Clone)]
 pub struct SkillServer {
@@ -99,16 +99,17 @@ impl ServerHandler for SkillServer {
         }
         let kernel = self.gateway.kernel.clone();
         let peer = context.peer;
+        let mut changes = kernel.registry().changes();
+        changes.mark_unchanged();
         tokio::spawn(async move {
-            let mut seen = kernel.registry().current().generation;
             while !peer.is_transport_closed() {
-                tokio::time::sleep(LIST_CHANGED_POLL).await;
-                let now = kernel.registry().current().generation;
-                if now != seen {
-                    seen = now;
-                    if peer.notify_tool_list_changed().await.is_err() {
-                        return;
+                tokio::select! {
+                    changed = changes.changed() => {
+                        if changed.is_err() || peer.notify_tool_list_changed().await.is_err() {
+                            return;
+                        }
                     }
+                    () = tokio::time::sleep(CLOSED_CHECK) => {}
                 }
             }
         });

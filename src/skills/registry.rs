@@ -50,6 +50,8 @@ pub struct Registry {
     /// Indexes for search paths set by the `paths` middleware and tools layered by the `mcp`
     /// middleware, per generation.
     custom: Mutex<HashMap<CustomKey, Arc<SearchIndex>>>,
+    /// The generation installed last, for those who wait for the next one.
+    installed: tokio::sync::watch::Sender<u64>,
 }
 
 /// How many indexes other than the current one are kept per generation.
@@ -68,7 +70,13 @@ impl Registry {
             generation: AtomicU64::new(0),
             current: RwLock::new(Arc::new(index)),
             custom: Mutex::new(HashMap::new()),
+            installed: tokio::sync::watch::Sender::new(0),
         }
+    }
+
+    /// Sees each new generation as it is installed (a reload), without polling.
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.installed.subscribe()
     }
 
     /// The index of the current generation over the default search paths.
@@ -178,8 +186,10 @@ impl Registry {
 
     /// Makes `index` the current one; the custom-path indexes of the old generation go away.
     fn install(&self, index: Arc<SearchIndex>) {
+        let generation = index.generation;
         *self.current.write() = index;
         self.custom.lock().clear();
+        self.installed.send_replace(generation);
     }
 
     /// Re-reads every skill folder like [`Registry::reload`], but keeps the current set when the
@@ -264,4 +274,21 @@ fn build(
 
 fn no_layer() -> Layered {
     Arc::from([])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reload_is_seen_by_those_waiting_for_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let registry = Registry::new(RegistryConfig::for_project(dir.path()), Vec::new());
+        let mut changes = registry.changes();
+        assert!(!changes.has_changed().unwrap(), "nothing installed yet");
+        let index = registry.reload();
+        assert!(changes.has_changed().unwrap());
+        assert_eq!(*changes.borrow_and_update(), index.generation);
+        assert_eq!(index.generation, 1);
+    }
 }
