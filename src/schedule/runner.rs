@@ -60,11 +60,10 @@ pub const RELEASE_VAR: &str = "SKILLGATE_RELEASE";
 /// else the newest modification time (ms) of the skill files `index` was read from (a newer
 /// image or checkout has newer files).
 pub fn release(index: &SearchIndex) -> i64 {
-    if let Some(stamp) = std::env::var(RELEASE_VAR)
-        .ok()
-        .and_then(|v| v.trim().parse::<i64>().ok())
-    {
-        return stamp;
+    match stamp(std::env::var(RELEASE_VAR).ok().as_deref()) {
+        Ok(Some(stamp)) => return stamp,
+        Ok(None) => {}
+        Err(why) => tracing::warn!("{why}; the skill files' newest time orders declared schedules"),
     }
     index
         .tools()
@@ -77,6 +76,18 @@ pub fn release(index: &SearchIndex) -> i64 {
         .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
         .max()
         .unwrap_or(0)
+}
+
+/// The release [`RELEASE_VAR`] gives, if set: a whole number, or the mistake.
+fn stamp(value: Option<&str>) -> Result<Option<i64>, String> {
+    let Some(value) = value.map(str::trim).filter(|v| !v.is_empty()) else {
+        return Ok(None);
+    };
+    value.parse::<i64>().map(Some).map_err(|_| {
+        format!(
+            "{RELEASE_VAR}=`{value}` is not a whole number (a build time in ms, a CI run number)"
+        )
+    })
 }
 
 /// Writes the declared schedules to the store and removes declared ones no skill declares any
@@ -291,4 +302,18 @@ pub async fn run_firing(
         spec.args.clone()
     };
     kernel.invoke(spec.reference.as_str(), args, options).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_release_stamp_is_a_whole_number_and_anything_else_is_named() {
+        assert_eq!(stamp(None), Ok(None));
+        assert_eq!(stamp(Some("  ")), Ok(None));
+        assert_eq!(stamp(Some(" 1795680000000 ")), Ok(Some(1_795_680_000_000)));
+        let err = stamp(Some("v1.2")).unwrap_err();
+        assert!(err.contains("SKILLGATE_RELEASE=`v1.2`"), "{err}");
+    }
 }
