@@ -39,14 +39,22 @@ pub use error::GatewayError;
 pub use host::Host;
 pub use reply::{Reply, ReplyPart};
 
-/// The HTTP server with the doors served on its listener that `config` asks for (the WebSocket
-/// endpoint unless `websocket.enabled` is off): what `skillgate serve` binds.
+/// The HTTP server with the doors served on its listener that `config` asks for (Slack when the
+/// project has Slack routes, the WebSocket endpoint unless `websocket.enabled` is off): what
+/// `skillgate serve` binds.
 pub async fn bind_http(
     gateway: Gateway,
     config: http::HttpConfig,
     project: &std::path::Path,
 ) -> Result<http::Server, http::startup::StartError> {
     let mut doors: Vec<std::sync::Arc<dyn http::door::HttpDoor>> = Vec::new();
+    let index = gateway.kernel.registry().current();
+    if let Some(slack) = slack::setup::configure(&gateway, &index, project, config.slack.clone())
+        .await
+        .map_err(http::startup::StartError::Slack)?
+    {
+        doors.push(slack);
+    }
     if config.websocket.enabled {
         doors.push(std::sync::Arc::new(ws::Hub::new(
             config.websocket.clone(),

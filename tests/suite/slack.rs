@@ -411,3 +411,25 @@ async fn slack_check_signs_in_and_prints_the_bot_and_its_routes() {
         "the secret is not echoed: {stderr}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_events_path_a_web_route_already_serves_is_refused_at_start() {
+    let fake = FakeSlack::start().await;
+    let project = Project::new();
+    project.write(
+        "main.skill.md",
+        "---\nname: site\ndescription: The project.\nmetadata:\n  role: main\n  web:\n    routes:\n      - { method: POST, path: /slack/events, ref: site }\n---\nsite\n",
+    );
+    let mut http = config();
+    http.slack = settings(&fake);
+    let gateway = skillgate::gateway::Gateway::new(
+        project.kernel(),
+        std::sync::Arc::new(skillgate::gateway::metrics::Metrics::new()),
+    );
+    let err = skillgate::gateway::bind_http(gateway, http, project.path())
+        .await
+        .err()
+        .expect("refused")
+        .to_string();
+    assert_eq!(err, "slack.events-path: `/slack/events` is already served");
+}

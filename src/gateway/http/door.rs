@@ -7,11 +7,23 @@ use std::sync::Arc;
 use axum::Router;
 use futures::future::BoxFuture;
 
+use crate::gateway::Host;
 use crate::gateway::http::state::AppState;
 
 pub trait HttpDoor: Send + Sync + 'static {
     /// Adds the door's routes to the server's.
     fn routes(self: Arc<Self>, router: Router<AppState>) -> Router<AppState>;
+
+    /// The paths the door serves, each with the setting that names it: the server refuses to
+    /// start when one is already served (a custom route, a webhook, its own routes).
+    fn paths(&self) -> Vec<(String, String)> {
+        Vec::new()
+    }
+
+    /// The server runs: start the door's background work (workers, its own connections).
+    fn start(self: Arc<Self>, host: &Host) {
+        let _ = host;
+    }
 
     /// True for a request to `path` that authenticates inside the door's own protocol (a
     /// WebSocket's first frame) rather than with a header: it passes the key check without one.

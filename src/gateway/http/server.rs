@@ -81,26 +81,20 @@ impl Server {
         config
             .public
             .extend(webhooks.iter().map(|r| r.path.clone()));
-        let slack = crate::gateway::slack::setup::configure(
-            &gateway,
-            &index,
-            project,
-            config.slack.clone(),
-            &|path: &str| taken(path) || webhooks.iter().any(|w| w.path == path),
-        )
-        .await
-        .map_err(StartError::Slack)?;
-        if let Some(slack) = &slack
-            && slack.config.signing_secret.is_some()
-        {
-            // Slack signs its requests instead.
-            config.public.push(slack.config.events_path.clone());
+        let clashes: Vec<String> = doors
+            .iter()
+            .flat_map(|door| door.paths())
+            .filter(|(_, path)| taken(path) || webhooks.iter().any(|w| &w.path == path))
+            .map(|(setting, path)| format!("{setting}: `{path}` is already served"))
+            .collect();
+        if !clashes.is_empty() {
+            return Err(StartError::DoorPath(clashes));
         }
         let email = crate::gateway::email::setup::configure(&gateway, &index, config.email.clone())
             .await
             .map_err(StartError::Email)?;
         let bind = config.bind;
-        let state = AppState::new(gateway, config, slack, email, doors)?;
+        let state = AppState::new(gateway, config, email, doors)?;
         let router = build_router(&state, &web_routes, &webhooks)?;
         let listener = TcpListener::bind(bind)
             .await
@@ -150,8 +144,8 @@ impl Server {
         if let Some(email) = &state.email {
             email.start(&host);
         }
-        if let Some(slack) = &state.slack {
-            slack.start(&host);
+        for door in &state.doors {
+            door.clone().start(&host);
         }
         for route in webhooks {
             webhook::worker::spawn(&host, route);
@@ -313,14 +307,6 @@ fn build_router(
     );
     router = routes::mount(router, web_routes);
     router = webhook::intake::mount(router, webhooks);
-    if let Some(slack) = &state.slack
-        && slack.config.signing_secret.is_some()
-    {
-        router = router.route(
-            &slack.config.events_path,
-            post(crate::gateway::slack::events::events),
-        );
-    }
     router = match &config.public_dir {
         Some(dir) => {
             let public = PublicDir::new(dir)?;

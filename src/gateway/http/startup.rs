@@ -37,6 +37,9 @@ pub enum StartError {
     /// Slack settings the server refuses (every mistake, one a line).
     #[error("{}", .0.join("\n"))]
     Slack(Vec<String>),
+    /// Paths of doors served on the listener that are already served (one a line).
+    #[error("{}", .0.join("\n"))]
+    DoorPath(Vec<String>),
     /// Email settings the server refuses, or its SMTP port (every mistake, one a line).
     #[error("{}", .0.join("\n"))]
     Email(Vec<String>),
@@ -57,6 +60,7 @@ impl StartError {
             | StartError::PublicDir { .. }
             | StartError::WebhookQueue(_) => Transport::runtime("http", self.to_string()),
             StartError::Slack(_) => Transport::config("slack", self.to_string()),
+            StartError::DoorPath(_) => Transport::config("http", self.to_string()),
             StartError::Email(_) => Transport::config("email", self.to_string()),
             _ => Transport::config("http", self.to_string()),
         }

@@ -10,7 +10,6 @@ use crate::gateway::http::door::HttpDoor;
 use crate::gateway::http::hosts::AllowedHosts;
 use crate::gateway::http::startup::StartError;
 use crate::gateway::policy::Policy;
-use crate::gateway::slack::Slack;
 
 /// Cheap to clone (one reference count): axum clones the state for every layer and extractor
 /// of every request.
@@ -32,8 +31,6 @@ pub struct Shared {
     pub stopping: tokio_util::sync::CancellationToken,
     /// Webhook workers and their runs, drained at shutdown.
     pub background: tokio_util::task::TaskTracker,
-    /// The Slack transport, when it is configured.
-    pub slack: Option<Arc<Slack>>,
     /// The email transport, when it is configured.
     pub email: Option<Arc<Email>>,
     /// What signs web session cookies (secrets shared by the replicas through the store).
@@ -63,7 +60,6 @@ impl AppState {
     pub fn new(
         gateway: Gateway,
         config: HttpConfig,
-        slack: Option<Arc<Slack>>,
         email: Option<Arc<Email>>,
         doors: Vec<Arc<dyn HttpDoor>>,
     ) -> Result<AppState, StartError> {
@@ -95,7 +91,6 @@ impl AppState {
             doors,
             stopping: Default::default(),
             background: Default::default(),
-            slack,
             email,
             sessions: crate::gateway::http::session_cookie::SessionSecrets::new(gateway_store),
         })))

@@ -3,6 +3,9 @@
 //! taken by the intake, and 200 once it is durably queued (or known), well within Slack's 3 s.
 //! Whatever `X-Slack-Retry-Num` says, an `event_id` runs once.
 
+use std::sync::Arc;
+
+use axum::Extension;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
@@ -14,6 +17,7 @@ use crate::context::id::now_ms;
 use crate::gateway::GatewayError;
 use crate::gateway::http::body;
 use crate::gateway::http::state::AppState;
+use crate::gateway::slack::Slack;
 use crate::gateway::webhook::verify::{Scheme, verify};
 
 /// Seconds a request's timestamp may be away from now.
@@ -21,12 +25,10 @@ const TOLERANCE: u64 = 300;
 
 pub async fn events(
     State(state): State<AppState>,
+    Extension(slack): Extension<Arc<Slack>>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, GatewayError> {
-    let Some(slack) = state.slack.clone() else {
-        return Err(GatewayError::Unavailable("Slack is not configured".into()));
-    };
     let body = body.map_err(|rejection| body::rejected(&rejection, state.config.body_limit))?;
     let Some(secret) = slack.config.signing_secret.as_deref() else {
         return Err(GatewayError::Unavailable(

@@ -26,8 +26,13 @@ use tokio_util::sync::CancellationToken;
 
 pub use config::{SlackConfig, SlackSettings};
 
+use axum::Router;
+use axum::routing::post;
+
 use crate::gateway::Gateway;
 use crate::gateway::Host;
+use crate::gateway::http::door::HttpDoor;
+use crate::gateway::http::state::AppState;
 use crate::gateway::slack::api::WebApi;
 use crate::gateway::slack::intake::Intake;
 use crate::gateway::transport::State;
@@ -109,5 +114,32 @@ impl Slack {
     /// Slack refused the token: `/readyz` says so.
     pub fn auth_failed(&self, gateway: &Gateway) {
         gateway.readiness.set(NAME, State::Unauthorized);
+    }
+}
+
+/// Served on the HTTP listener: the Events API endpoint (with a signing secret), which
+/// authenticates by Slack's signature rather than an API key.
+impl HttpDoor for Slack {
+    fn routes(self: Arc<Self>, router: Router<AppState>) -> Router<AppState> {
+        if self.config.signing_secret.is_none() {
+            return router;
+        }
+        let path = self.config.events_path.clone();
+        router.route(&path, post(events::events).layer(axum::Extension(self)))
+    }
+
+    fn paths(&self) -> Vec<(String, String)> {
+        match self.config.signing_secret {
+            Some(_) => vec![("slack.events-path".into(), self.config.events_path.clone())],
+            None => Vec::new(),
+        }
+    }
+
+    fn authenticates_in_band(&self, path: &str) -> bool {
+        self.config.signing_secret.is_some() && path == self.config.events_path
+    }
+
+    fn start(self: Arc<Self>, host: &Host) {
+        Slack::start(&self, host);
     }
 }

@@ -22,7 +22,6 @@ pub async fn configure(
     index: &SearchIndex,
     project: &Path,
     file: SlackSettings,
-    taken: &(dyn Fn(&str) -> bool + Sync),
 ) -> Result<Option<Arc<Slack>>, Vec<String>> {
     let Some(config) = settings(index, project, file)? else {
         return Ok(None);
@@ -32,12 +31,6 @@ pub async fn configure(
         if index.get(&skill).is_none() {
             errors.push(format!("{at}: no skill is named `{skill}`"));
         }
-    }
-    if config.signing_secret.is_some() && taken(&config.events_path) {
-        errors.push(format!(
-            "slack.events-path: `{}` is already served",
-            config.events_path
-        ));
     }
     if !errors.is_empty() {
         return Err(errors);
