@@ -62,9 +62,9 @@ pub struct HttpConfig {
     pub websocket: WsConfig,
     /// The `slack:` section of the config file; the server adds `metadata.slack` of the main
     /// skill and Slack's variables.
-    pub slack: crate::gateway::slack::SlackSettings,
+    pub slack: crate::gateway::slack::config::SlackSettings,
     /// The `email:` section of the config file.
-    pub email: crate::gateway::email::EmailSettings,
+    pub email: crate::gateway::email::config::EmailSettings,
 }
 
 pub const DEFAULT_BIND: &str = "127.0.0.1:8080";
