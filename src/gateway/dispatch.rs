@@ -270,15 +270,16 @@ impl Run {
         seed.nonlocals.insert("gateway".into(), gateway);
         seed.extensions
             .push((RESPONSE_PATH.to_string(), self.reply.clone()));
-        if let Some(limit) = timeout {
-            let deadline = Deadline(tokio::time::Instant::now() + limit);
+        // One instant: the one the run's long waits end before is the one enforced here.
+        let ends = timeout.map(|limit| tokio::time::Instant::now() + limit);
+        if let Some(ends) = ends {
             seed.extensions
-                .push((DEADLINE_PATH.to_string(), Arc::new(deadline)));
+                .push((DEADLINE_PATH.to_string(), Arc::new(Deadline(ends))));
         }
         let run = kernel.invoke(skill, args, options);
         let deadline = async {
-            match timeout {
-                Some(limit) => tokio::time::sleep(limit).await,
+            match ends {
+                Some(ends) => tokio::time::sleep_until(ends).await,
                 None => std::future::pending().await,
             }
         };
