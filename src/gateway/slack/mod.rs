@@ -117,26 +117,35 @@ impl Slack {
     }
 }
 
+impl Slack {
+    /// Where the Events API is served: only with a signing secret to check its requests by.
+    fn events_path(&self) -> Option<&str> {
+        self.config
+            .signing_secret
+            .as_ref()
+            .map(|_| self.config.events_path.as_str())
+    }
+}
+
 /// Served on the HTTP listener: the Events API endpoint (with a signing secret), which
 /// authenticates by Slack's signature rather than an API key.
 impl HttpDoor for Slack {
     fn routes(self: Arc<Self>, router: Router<AppState>) -> Router<AppState> {
-        if self.config.signing_secret.is_none() {
+        let Some(path) = self.events_path().map(str::to_string) else {
             return router;
-        }
-        let path = self.config.events_path.clone();
+        };
         router.route(&path, post(events::events).layer(axum::Extension(self)))
     }
 
     fn paths(&self) -> Vec<(String, String)> {
-        match self.config.signing_secret {
-            Some(_) => vec![("slack.events-path".into(), self.config.events_path.clone())],
-            None => Vec::new(),
-        }
+        self.events_path()
+            .map(|path| ("slack.events-path".to_string(), path.to_string()))
+            .into_iter()
+            .collect()
     }
 
     fn authenticates_in_band(&self, path: &str) -> bool {
-        self.config.signing_secret.is_some() && path == self.config.events_path
+        self.events_path() == Some(path)
     }
 
     fn start(self: Arc<Self>, host: &Host) {
