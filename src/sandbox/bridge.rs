@@ -7,10 +7,10 @@
 //! later call throws instead of acting on a finished context.
 //!
 //! The script runs on a sandbox thread; the kernel work it starts does not. The futures of
-//! `invoke` and `next` are spawned onto the runtime the call came from and awaited through their
-//! task (aborted if the script's sandbox drops the promise's future, so cancellation still
-//! reaches them), and the synchronous operations run inside that runtime's context, so whatever
-//! they spawn lands there too.
+//! `invoke` and `next` are spawned onto the threads of scripts' work (see `started`) and awaited
+//! through their task (aborted if the script's sandbox drops the promise's future, so
+//! cancellation still reaches them), and the synchronous operations run inside that runtime's
+//! context, so whatever they spawn lands there too.
 //!
 //! Every argument crosses by `convert`'s rules (no cycle, at most 100 levels), and
 //! `set(path, value)` also refuses a value that would sit deeper than that below the context, so
@@ -48,16 +48,16 @@ pub(crate) struct Bridge {
     untrusted: bool,
     closed: AtomicBool,
     /// The runtime that runs the kernel work the script starts.
-    main: Handle,
+    work: Handle,
 }
 
 impl Bridge {
-    pub(crate) fn new(served: Context, untrusted: bool, main: Handle) -> Bridge {
+    pub(crate) fn new(served: Context, untrusted: bool, work: Handle) -> Bridge {
         Bridge {
             handles: Mutex::new(vec![served]),
             untrusted,
             closed: AtomicBool::new(false),
-            main,
+            work,
         }
     }
 
@@ -202,7 +202,7 @@ pub(crate) fn console<'js>(cx: &Ctx<'js>, bridge: &Arc<Bridge>) -> rquickjs::Res
                     "level": level,
                     "text": text.join(" "),
                 });
-                let _main = bridge.main.enter();
+                let _work = bridge.work.enter();
                 if let Ok(served) = bridge.context(0)
                     && let Some(observer) = super::observer::of(&served)
                 {
@@ -242,7 +242,7 @@ fn sync_fn<'js>(
               -> rquickjs::Result<JsValue<'js>> {
             let a = a.0.map(|v| convert(&cx, v)).transpose()?.flatten();
             let b = b.0.map(|v| convert(&cx, v)).transpose()?.flatten();
-            let _main = bridge.main.enter();
+            let _work = bridge.work.enter();
             match bridge.context(h).and_then(|c| op(&bridge, &c, a, b)) {
                 Ok(v) => to_js_opt(&cx, v.as_ref()),
                 Err(e) => Err(throw(&cx, &e)),
@@ -412,13 +412,13 @@ impl<'js> IntoJs<'js> for Settled {
 }
 
 /// Runs a prepared kernel future (or the error that stopped its preparation) as a promise: the
-/// future runs on `main`, and is aborted if the promise's future is dropped.
-fn settle<F>(main: &Handle, prepared: Result<F>) -> impl Future<Output = Settled> + use<F>
+/// future runs on `work`, and is aborted if the promise's future is dropped.
+fn settle<F>(work: &Handle, prepared: Result<F>) -> impl Future<Output = Settled> + use<F>
 where
     F: Future<Output = Result<Option<Arc<Value>>>> + Send + 'static,
 {
     // The kernel work continues the trace of the sandbox call.
-    let task = prepared.map(|fut| OnMain(main.spawn(tracing::Instrument::in_current_span(fut))));
+    let task = prepared.map(|fut| OnWork(work.spawn(tracing::Instrument::in_current_span(fut))));
     async move {
         Settled(match task {
             Ok(task) => task.await.map(|out| out.map(|v| (*v).clone())),
@@ -427,10 +427,10 @@ where
     }
 }
 
-/// A kernel future running as a task of the main runtime; dropping this aborts the task.
-struct OnMain<T>(JoinHandle<Result<T>>);
+/// A kernel future running as a task of scripts' work; dropping this aborts the task.
+struct OnWork<T>(JoinHandle<Result<T>>);
 
-impl<T> Future for OnMain<T> {
+impl<T> Future for OnWork<T> {
     type Output = Result<T>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Result<T>> {
@@ -442,7 +442,7 @@ impl<T> Future for OnMain<T> {
     }
 }
 
-impl<T> Drop for OnMain<T> {
+impl<T> Drop for OnWork<T> {
     fn drop(&mut self) {
         self.0.abort();
     }
@@ -460,7 +460,7 @@ fn invoke_fn<'js>(cx: &Ctx<'js>, bridge: &Arc<Bridge>) -> rquickjs::Result<Funct
                   args: Opt<JsValue<'js>>,
                   options: Opt<JsValue<'js>>| {
                 let prepared = prepare_invoke(&bridge, &cx, h, reference, args, options);
-                settle(&bridge.main, prepared)
+                settle(&bridge.work, prepared)
             },
         ),
     )
@@ -499,8 +499,8 @@ fn prepare_invoke<'js>(
     // Untrusted code invokes as itself whichever handle it holds (the served context's would
     // be project code, under another policy).
     let ctx = bridge.context(if bridge.untrusted { 0 } else { h })?;
-    // `invoke` resolves the ref and spawns a detached run right away: on the main runtime too.
-    let _main = bridge.main.enter();
+    // `invoke` resolves the ref and spawns a detached run right away: on scripts' work too.
+    let _work = bridge.work.enter();
     Ok(ctx.invoke(ToolRef::Name(Arc::from(reference)), args, options))
 }
 
@@ -536,7 +536,7 @@ fn next_fn<'js>(cx: &Ctx<'js>, bridge: &Arc<Bridge>) -> rquickjs::Result<Functio
         cx.clone(),
         Async(move |h: u32| {
             let prepared = bridge.context(h).map(|c| async move { c.next().await });
-            settle(&bridge.main, prepared)
+            settle(&bridge.work, prepared)
         }),
     )
 }

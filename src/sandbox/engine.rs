@@ -10,7 +10,7 @@
 //! caller going away wakes it, so code parked on a promise that never settles ends too.
 //!
 //! A call runs on a sandbox thread (see `pool`); the kernel futures its bridge calls start run on
-//! the runtime the call came from (`Call::main`).
+//! the threads of scripts' work (`Call::work`, see `started`).
 
 use std::future::poll_fn;
 use std::pin::pin;
@@ -68,8 +68,8 @@ pub(crate) struct Call {
     pub(crate) served: Context,
     pub(crate) script: Arc<Script>,
     pub(crate) limits: Limits,
-    /// Where the kernel work the script starts runs (the runtime that serves I/O).
-    pub(crate) main: Handle,
+    /// Where the kernel work the script starts runs (the threads of scripts' work).
+    pub(crate) work: Handle,
     /// Cancelled when the caller stops waiting for the call.
     pub(crate) gone: CancellationToken,
 }
@@ -124,14 +124,14 @@ impl Engine {
             served,
             script,
             limits,
-            main,
+            work,
             gone,
         } = call;
         self.rt.set_memory_limit(limits.memory).await;
         self.rt.set_max_stack_size(limits.stack).await;
         let meter = Arc::new(Meter::new(limits, served.clone(), gone));
         *self.meter.lock() = Some(meter.clone());
-        let bridge = Arc::new(Bridge::new(served.clone(), script.untrusted, main));
+        let bridge = Arc::new(Bridge::new(served.clone(), script.untrusted, work));
         let job = Job {
             bridge: bridge.clone(),
             script,

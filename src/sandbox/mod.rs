@@ -10,6 +10,7 @@
 //! - `session`: a sandbox kept across calls, with its `memory` global.
 //! - `convert`: JSON and errors across the boundary, with its depth limit and cycle rule.
 //! - `pool`: the sandbox threads every call runs on, off the runtime that serves I/O.
+//! - `started`: the threads the kernel work a script starts runs on, at the same lower priority.
 //!
 //! Nothing outside this folder names `rquickjs`; another engine would replace this folder only.
 
@@ -22,6 +23,7 @@ mod pool;
 mod refs;
 pub mod script;
 mod session;
+mod started;
 
 use std::sync::Arc;
 
@@ -53,7 +55,7 @@ pub(crate) async fn run_script(served: &Context, script: &Arc<Script>) -> Result
         served: served.clone(),
         script: script.clone(),
         limits,
-        main: tokio::runtime::Handle::current(),
+        work: started::handle(),
         // Replaced by the token `pool::run` cancels if this future is dropped.
         gone: Default::default(),
     };

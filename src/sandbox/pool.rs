@@ -11,8 +11,8 @@
 //! as threads come free (idle workers steal queued work).
 //!
 //! Size: `SKILLGATE_SANDBOX_THREADS`, read once when the first call runs; else one per core,
-//! at least 2. Kernel work a script starts (`invoke`, `next`) goes back to the runtime the call
-//! came from (see `bridge`), so only QuickJS and the synchronous bridge calls run here.
+//! at least 2. Kernel work a script starts (`invoke`, `next`) runs on threads of its own (see
+//! `started`), so only QuickJS and the synchronous bridge calls run here.
 //!
 //! Calls waiting or running at once are bounded (`SKILLGATE_SANDBOX_QUEUE`, default 128 a
 //! sandbox thread, at least 256: a call alive holds its own QuickJS runtime, a few hundred KiB):
@@ -55,7 +55,7 @@ const MIN_QUEUE: usize = 256;
 pub const NICE_VAR: &str = "SKILLGATE_SANDBOX_NICE";
 
 /// The sandbox threads' `nice` increment unless configured.
-const DEFAULT_NICE: i32 = 10;
+pub(super) const DEFAULT_NICE: i32 = 10;
 
 /// Calls waiting or running at once unless configured: [`QUEUE_PER_THREAD`] a thread, at
 /// least [`MIN_QUEUE`].
@@ -142,14 +142,14 @@ where
 }
 
 /// The sandbox threads' `nice` increment: [`NICE_VAR`], else [`DEFAULT_NICE`].
-fn nice_increment() -> i32 {
+pub(super) fn nice_increment() -> i32 {
     from_env(NICE_VAR, "a number", 0..=19, DEFAULT_NICE)
 }
 
 /// Lowers the calling thread's scheduling priority by `increment` (on Linux a thread's nice
 /// value is its own: the I/O threads keep theirs). Best effort: elsewhere, or refused, the
 /// thread keeps the process's priority.
-fn lower_priority(increment: i32) {
+pub(super) fn lower_priority(increment: i32) {
     #[cfg(target_os = "linux")]
     if increment > 0
         && let Err(err) = rustix::process::nice(increment)
