@@ -20,9 +20,9 @@ use std::time::{Duration, Instant};
 use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
 use skillgate::config::values::Seconds;
 use skillgate::events::EventStore;
+use skillgate::gateway::DoorSettings;
 use skillgate::gateway::email::EmailSettings;
 use skillgate::gateway::email::config::SmtpSettings;
-use skillgate::gateway::http::HttpConfig;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
@@ -40,7 +40,7 @@ enum Client {
 
 async fn run(name: &str, store: Arc<dyn EventStore>, secs: u64, conns: u64) {
     let project = tempfile::tempdir().unwrap();
-    let config = HttpConfig {
+    let config = DoorSettings {
         email: EmailSettings {
             from: Some("bot@bench.test".into()),
             smtp: Some(SmtpSettings {
@@ -55,7 +55,7 @@ async fn run(name: &str, store: Arc<dyn EventStore>, secs: u64, conns: u64) {
     };
     let server = common::server(project.path(), store, config).await;
     let smtp = server.email_addr().expect("smtp");
-    tokio::spawn(server.run(std::future::pending()));
+    common::serve_forever(server);
     let next = Arc::new(AtomicU64::new(0));
     phase(name, Client::Lettre, conns, secs, smtp, &next).await;
     let few = phase(name, Client::Pipelined, conns, secs, smtp, &next).await;

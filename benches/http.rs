@@ -56,11 +56,15 @@ fn start_servers(project: &std::path::Path) -> (SocketAddr, SocketAddr) {
                 ..HttpConfig::default()
             };
             let gateway = Gateway::new(kernel, Arc::new(Metrics::new()));
-            let server = skillgate::gateway::bind_http(gateway, config, &project)
-                .await
-                .expect("bind");
-            let gateway_addr = server.local_addr();
-            tokio::spawn(server.run(std::future::pending()));
+            let server = skillgate::gateway::Doors::bind(
+                gateway,
+                skillgate::gateway::DoorSettings::http(config),
+                &project,
+            )
+            .await
+            .expect("bind");
+            let gateway_addr = server.http_addr().unwrap();
+            tokio::spawn(server.run_until(std::future::pending(), Duration::from_secs(1)));
             let bare = Router::new().route(
                 "/invoke/noop",
                 post(|| async { axum::Json(json!({ "result": { "ok": true } })) }),

@@ -21,7 +21,7 @@ use serde_json::json;
 use sha2::Sha256;
 use skillgate::config::values::Seconds;
 use skillgate::events::EventStore;
-use skillgate::gateway::http::HttpConfig;
+use skillgate::gateway::DoorSettings;
 use skillgate::gateway::slack::SlackSettings;
 
 use common::env_or;
@@ -82,7 +82,7 @@ async fn send(client: &reqwest::Client, url: &str, n: u64) -> Option<u64> {
 
 async fn run(name: &str, store: Arc<dyn EventStore>, secs: u64, conns: u64) {
     let project = tempfile::tempdir().unwrap();
-    let config = HttpConfig {
+    let config = DoorSettings {
         slack: SlackSettings {
             bot_token: Some("xoxb-bench".into()),
             signing_secret: Some(SECRET.into()),
@@ -94,8 +94,8 @@ async fn run(name: &str, store: Arc<dyn EventStore>, secs: u64, conns: u64) {
         ..common::config()
     };
     let server = common::server(project.path(), store, config).await;
-    let url = format!("http://{}/slack/events", server.local_addr());
-    tokio::spawn(server.run(std::future::pending()));
+    let url = format!("http://{}/slack/events", server.http_addr().unwrap());
+    common::serve_forever(server);
     skillgate::tls::install();
     let next = Arc::new(AtomicU64::new(0));
     let target = url.clone();

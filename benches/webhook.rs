@@ -45,8 +45,8 @@ async fn run(name: &str, store: Arc<dyn EventStore>, secs: u64, conns: u64) {
     )
     .unwrap();
     let server = common::server(project.path(), store, common::config()).await;
-    let url = format!("http://{}/hooks/bench", server.local_addr());
-    tokio::spawn(server.run(std::future::pending()));
+    let url = format!("http://{}/hooks/bench", server.http_addr().unwrap());
+    common::serve_forever(server);
     let secret = std::env::var(SECRET_ENV).expect("cargo sets CARGO_MANIFEST_DIR");
     skillgate::tls::install();
     let (rate, latencies) = common::saturate(

@@ -15,9 +15,9 @@ use serde_json::json;
 use skillgate::events::postgres::PostgresStore;
 use skillgate::events::sqlite::SqliteStore;
 use skillgate::events::{Bus, BusConfig, EventStore, Limits, WithBus};
-use skillgate::gateway::Gateway;
-use skillgate::gateway::http::{HttpConfig, Server};
+use skillgate::gateway::http::HttpConfig;
 use skillgate::gateway::metrics::Metrics;
+use skillgate::gateway::{DoorSettings, Doors, Gateway};
 use skillgate::middleware::native;
 
 /// Where a started `skillgate serve` listens (`host:port`), read from its piped stderr; the
@@ -67,13 +67,13 @@ pub fn percentiles(mut samples: Vec<u64>) -> (f64, f64) {
     (pct(0.5), pct(0.99))
 }
 
-/// A server bound on `config` over `store`, with a skill `noop` that answers at once, in
-/// `project` (a main skill there may declare routes).
+/// The doors `settings` asks for, bound over `store`, with a skill `noop` that answers at once,
+/// in `project` (a main skill there may declare routes).
 pub async fn server(
     project: &std::path::Path,
     store: Arc<dyn EventStore>,
-    config: HttpConfig,
-) -> Server {
+    settings: DoorSettings,
+) -> Doors {
     let bus = Arc::new(Bus::new(
         store,
         BusConfig::with_visibility(Duration::from_secs(30)),
@@ -86,9 +86,12 @@ pub async fn server(
         ))
         .build();
     let gateway = Gateway::new(kernel, Arc::new(Metrics::new()));
-    skillgate::gateway::bind_http(gateway, config, project)
-        .await
-        .expect("bind")
+    Doors::bind(gateway, settings, project).await.expect("bind")
+}
+
+/// Serves `doors` until the process ends.
+pub fn serve_forever(doors: Doors) {
+    tokio::spawn(doors.run_until(std::future::pending(), Duration::from_secs(1)));
 }
 
 /// Runs `bench` on SQLite, then on Postgres when `DATABASE_URL` is set (schema `<prefix>_<pid>`,
@@ -118,12 +121,12 @@ where
 }
 
 /// Settings for an in-process server on a free port with no rate limit.
-pub fn config() -> HttpConfig {
-    HttpConfig {
+pub fn config() -> DoorSettings {
+    DoorSettings::http(HttpConfig {
         bind: "127.0.0.1:0".parse().unwrap(),
         rate_per_second: 0,
         ..HttpConfig::default()
-    }
+    })
 }
 
 /// `conns` clients, each sending request after request for `secs` seconds: `send(client, n)`

@@ -10,14 +10,12 @@ use crate::cli::{FAILED, USAGE};
 use crate::config::websocket::{WsConfig, WsSettings};
 use crate::config::{ConfigErrors, ConfigFile};
 use crate::context::log::LogConfig;
-use crate::events::KernelBus;
 use crate::events::WithBus;
 use crate::events::{Bus, BusConfig, EventStore};
-use crate::gateway::Gateway;
 use crate::gateway::http::routes;
 use crate::gateway::http::{HttpConfig, HttpSettings};
 use crate::gateway::metrics::Metrics;
-use crate::gateway::transport::{self, Transport};
+use crate::gateway::{DoorSettings, Doors, Gateway};
 use tokio_util::sync::CancellationToken;
 
 /// The HTTP flags; each is also a key of the config file's `http:` section, and flags (and
@@ -32,6 +30,14 @@ pub struct ServeArgs {
     /// they change (SIGHUP reloads either way).
     #[arg(long, env = "SKILLGATE_WATCH", default_value_t = true, action = clap::ArgAction::Set)]
     pub watch: bool,
+    /// Serve no HTTP: email and Slack in Socket Mode only, with `/healthz`, `/readyz` and
+    /// `/metrics` on the operations listener (at `--ops-bind`, else the HTTP address).
+    #[arg(long, env = "SKILLGATE_NO_HTTP")]
+    pub no_http: bool,
+    /// Serve `/healthz`, `/readyz` and `/metrics` on this address too, without API keys (keep it
+    /// on loopback or a private network).
+    #[arg(long, env = "SKILLGATE_OPS_BIND", value_name = "ADDR")]
+    pub ops_bind: Option<std::net::SocketAddr>,
 }
 
 pub async fn serve(
@@ -72,9 +78,17 @@ pub async fn serve(
     let config = match (config, websocket) {
         (Ok(mut config), Ok(websocket)) if errors.is_empty() => {
             config.websocket = websocket;
-            config.slack = file.slack.clone();
-            config.email = file.email.clone();
-            config
+            // Without HTTP, the probes find the operations listener where HTTP would be.
+            let ops = args
+                .ops_bind
+                .or_else(|| args.no_http.then_some(config.bind));
+            DoorSettings {
+                http: config,
+                serve_http: !args.no_http,
+                slack: file.slack.clone(),
+                email: file.email.clone(),
+                ops,
+            }
         }
         _ => {
             for error in &errors.0 {
@@ -84,17 +98,16 @@ pub async fn serve(
         }
     };
     let skills = index.tools().filter(|t| !t.hidden).count();
-    let open = config.keys.is_empty();
-    let loopback = config.bind.ip().is_loopback();
-    let keys = config.keys.len();
-    let grace = config.grace;
+    let open = config.http.keys.is_empty();
+    let loopback = config.http.bind.ip().is_loopback();
+    let keys = config.http.keys.len();
+    let grace = config.http.grace;
     let gateway = Gateway::new(kernel.clone(), Arc::new(Metrics::new()))
-        .with_max_runs(config.max_runs)
-        .with_max_arg_bytes(config.max_args_in_flight);
-    let server = match crate::gateway::bind_http(gateway, config, project).await {
-        Ok(server) => server,
+        .with_max_runs(config.http.max_runs)
+        .with_max_arg_bytes(config.http.max_args_in_flight);
+    let doors = match Doors::bind(gateway, config, project).await {
+        Ok(doors) => doors,
         Err(err) => {
-            let err = err.for_transport();
             eprintln!("error: {err}");
             return ExitCode::from(if err.config { USAGE } else { FAILED });
         }
@@ -119,11 +132,16 @@ pub async fn serve(
     // firing on one of them.
     let scheduled = crate::schedule::runner::sync_declared(&kernel).await;
     let scheduler = crate::schedule::runner::spawn(kernel.clone(), stop.clone());
-    let addr = server.local_addr();
-    let smtp = server
-        .email_addr()
-        .map(|smtp| format!(" and smtp://{smtp}"))
-        .unwrap_or_default();
+    let listening: Vec<String> = [
+        doors.http_addr().map(|a| format!("http://{a}")),
+        doors.email_addr().map(|a| format!("smtp://{a}")),
+        doors
+            .ops_addr()
+            .map(|a| format!("http://{a} (operations: /healthz, /readyz, /metrics)")),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
     let declared: String = [
         (routed, "event route(s)"),
         (kept, "kept subscription(s)"),
@@ -134,23 +152,22 @@ pub async fn serve(
     .map(|(n, what)| format!(", {n} {what}"))
     .collect();
     eprintln!(
-        "skillgate: listening on http://{addr}{smtp} ({skills} skills{declared}, {store_kind} event store {store_label}, {})",
+        "skillgate: listening on {} ({skills} skills{declared}, {store_kind} event store {store_label}, {})",
+        listening.join(" and "),
         if open {
             "no API keys: one local caller, without admin".to_string()
         } else {
             format!("{keys} API key(s)")
         }
     );
-    if open && !loopback {
+    if let Some(addr) = doors.http_addr().filter(|_| open && !loopback) {
         eprintln!(
             "warning: listening on {addr} without API keys (--insecure-no-auth): anyone who reaches it is the local caller; set SKILLGATE_API_KEYS instead"
         );
     }
-    let transports: Vec<Box<dyn Transport>> = vec![Box::new(server)];
-    let watcher = {
+    let shutdown = {
         let stop = stop.clone();
-        let kernel = kernel.clone();
-        tokio::spawn(async move {
+        async move {
             let signal = signals.recv().await;
             eprintln!(
                 "skillgate: {}: stopping; in-flight work gets up to {:.1} s",
@@ -158,20 +175,12 @@ pub async fn serve(
                 grace.as_secs_f64()
             );
             stop.cancel();
-            crate::shutdown::announce_reason(&kernel, signal.name()).await;
-        })
+            signal.name().to_string()
+        }
     };
-    let reports = transport::run_all(transports, stop.clone(), grace).await;
-    if stop.is_cancelled() {
-        // Let the announcement finish.
-        let _ = watcher.await;
-    } else {
-        // Every transport ended on its own (the error is logged): no signal to wait for.
-        watcher.abort();
-    }
+    let reports = doors.run_until(shutdown, grace).await.doors;
     reloader.abort();
     scheduler.abort();
-    kernel.bus().shutdown();
     let cut_off: Vec<String> = reports
         .iter()
         .filter(|r| !r.drained)

@@ -13,11 +13,18 @@
 //! - [`host`]: what every door runs on (gateway, policy, timeout, stopping, background work).
 //! - [`transport`]: the lifecycle every transport shares (start, readiness, run, drain,
 //!   report), and running them together.
+//! - [`door`]: a door's life on a host, and a door run as a transport of its own.
+//! - [`doors`]: one server's doors bound from its settings and run together.
 //! - [`http`]: the HTTP transport (`skillgate serve`).
 //! - [`ws`]: the WebSocket transport, `/ws` on the HTTP listener.
 //! - [`webhook`]: signed webhooks, queued and run from the event store.
+//! - [`slack`]: Slack (Events API on the HTTP listener, Socket Mode on its own).
+//! - [`email`]: mail in over SMTP or IMAP, answers out through a relay.
+//! - [`queue`]: the durable queues the queued doors' workers take work from.
 
 pub mod dispatch;
+pub mod door;
+pub mod doors;
 pub mod edge;
 pub mod email;
 pub mod error;
@@ -35,31 +42,7 @@ pub mod webhook;
 pub mod ws;
 
 pub use dispatch::{Dispatch, Gateway, Inbound};
+pub use doors::{DoorSettings, Doors, ShutdownReport};
 pub use error::GatewayError;
 pub use host::Host;
 pub use reply::{Reply, ReplyPart};
-
-/// The HTTP server with the doors served on its listener that `config` asks for (Slack when the
-/// project has Slack routes, the WebSocket endpoint unless `websocket.enabled` is off): what
-/// `skillgate serve` binds.
-pub async fn bind_http(
-    gateway: Gateway,
-    config: http::HttpConfig,
-    project: &std::path::Path,
-) -> Result<http::Server, http::startup::StartError> {
-    let mut doors: Vec<std::sync::Arc<dyn http::door::HttpDoor>> = Vec::new();
-    let index = gateway.kernel.registry().current();
-    if let Some(slack) = slack::setup::configure(&gateway, &index, project, config.slack.clone())
-        .await
-        .map_err(http::startup::StartError::Slack)?
-    {
-        doors.push(slack);
-    }
-    if config.websocket.enabled {
-        doors.push(std::sync::Arc::new(ws::Hub::new(
-            config.websocket.clone(),
-            gateway.metrics.ws_queued(),
-        )));
-    }
-    http::Server::bind(gateway, config, project, doors).await
-}

@@ -27,13 +27,13 @@ pub(crate) async fn start(sink: &Sink) -> TestServer {
         "brief.skill.md",
         "---\nname: brief\ndescription: Answers.\nmetadata:\n  params:\n    type: object\n    properties:\n      subject: { type: string }\n---\n**Re** :arg[subject]\n",
     );
-    let mut http = config();
+    let mut http = skillgate::gateway::DoorSettings::http(config());
     let mut email = settings(sink);
     email.routes = None;
     email.default = Some("brief".into());
     email.max_size = Some(64 * 1024);
     http.email = email;
-    TestServer::start(project, http).await
+    TestServer::start_doors(project, http, |b| b).await
 }
 
 /// A raw SMTP session up to DATA (each command, then its answer lines): the halves of the
@@ -270,12 +270,12 @@ async fn a_mail_sent_while_the_store_is_down_gets_451_and_runs_when_sent_again()
         "brief.skill.md",
         "---\nname: brief\ndescription: Answers.\n---\nkept\n",
     );
-    let mut http = config();
+    let mut http = skillgate::gateway::DoorSettings::http(config());
     let mut email = settings(&sink);
     email.routes = None;
     email.default = Some("brief".into());
     http.email = email;
-    let server = TestServer::start_with(project, http, |b| b.bus(bus)).await;
+    let server = TestServer::start_doors(project, http, |b| b.bus(bus)).await;
     let smtp = server.email_addr().unwrap();
     let mail = "From: ada@example.org\r\nTo: bot@skillgate.test\r\nSubject: kept\r\nMessage-ID: <down.1@example.org>\r\n\r\nPlease.";
     pg.run("stop");
@@ -364,7 +364,7 @@ async fn starttls_encrypts_the_session_and_require_tls_refuses_mail_in_the_clear
         "---\nname: brief\ndescription: Answers.\n---\nsecure\n",
     );
     let (cert, tls) = certificate(&project);
-    let mut http = config();
+    let mut http = skillgate::gateway::DoorSettings::http(config());
     let mut email = settings(&sink);
     email.routes = None;
     email.default = Some("brief".into());
@@ -372,7 +372,7 @@ async fn starttls_encrypts_the_session_and_require_tls_refuses_mail_in_the_clear
     smtp.tls = Some(tls);
     smtp.require_tls = Some(true);
     http.email = email;
-    let server = TestServer::start(project, http).await;
+    let server = TestServer::start_doors(project, http, |b| b).await;
     let addr = server.email_addr().unwrap();
 
     // In the clear: STARTTLS is offered, and mail is refused until it is used.

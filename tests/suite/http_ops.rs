@@ -321,7 +321,7 @@ async fn web_routes_run_their_skill_with_route_query_body_headers_method_and_pat
     server.finish().await;
 }
 
-/// The error `bind_http` gives for a project whose main skill declares `routes` (YAML list).
+/// The error `Doors::bind` gives for a project whose main skill declares `routes` (YAML list).
 async fn refused_routes(routes: &str) -> String {
     let project = Project::new();
     project.write(
@@ -332,11 +332,15 @@ async fn refused_routes(routes: &str) -> String {
         project.kernel(),
         Arc::new(skillgate::gateway::metrics::Metrics::new()),
     );
-    skillgate::gateway::bind_http(gateway, config(), project.path())
-        .await
-        .err()
-        .expect("refused")
-        .to_string()
+    skillgate::gateway::Doors::bind(
+        gateway,
+        skillgate::gateway::DoorSettings::http(config()),
+        project.path(),
+    )
+    .await
+    .err()
+    .expect("refused")
+    .to_string()
 }
 
 #[tokio::test]

@@ -85,14 +85,14 @@ fn brief(project: &Project) {
 async fn read_by_brief(sink: &Sink, imap: ImapSettings) -> TestServer {
     let project = Project::new();
     brief(&project);
-    let mut http = config();
+    let mut http = skillgate::gateway::DoorSettings::http(config());
     let mut email = settings(sink);
     email.smtp = None;
     email.routes = None;
     email.default = Some("brief".into());
     email.imap = Some(imap);
     http.email = email;
-    TestServer::start(project, http).await
+    TestServer::start_doors(project, http, |b| b).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -58,6 +58,7 @@ mod model_anthropic;
 mod model_bedrock;
 mod model_fake;
 mod model_openai;
+mod no_http;
 mod orchestration;
 mod process;
 mod reload;

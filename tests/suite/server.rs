@@ -7,10 +7,10 @@ use std::sync::Arc;
 use futures::StreamExt;
 use serde_json::Value;
 use skillgate::Kernel;
-use skillgate::gateway::Gateway;
+use skillgate::gateway::http::HttpConfig;
 use skillgate::gateway::http::auth::{ApiKey, KeyRing, hash_key};
-use skillgate::gateway::http::{HttpConfig, ShutdownReport};
 use skillgate::gateway::metrics::Metrics;
+use skillgate::gateway::{DoorSettings, Doors, Gateway, ShutdownReport};
 use skillgate::kernel::KernelBuilder;
 use tokio::sync::oneshot;
 
@@ -75,26 +75,42 @@ impl TestServer {
     /// Starts with extra native tools or settings on the kernel builder.
     pub async fn start_with(
         project: Project,
-        mut config: HttpConfig,
+        config: HttpConfig,
+        build: impl FnOnce(KernelBuilder) -> KernelBuilder,
+    ) -> TestServer {
+        TestServer::start_doors(project, DoorSettings::http(config), build).await
+    }
+
+    /// Starts every door `settings` asks for (email, Slack), with extra native tools or settings
+    /// on the kernel builder.
+    pub async fn start_doors(
+        project: Project,
+        mut settings: DoorSettings,
         build: impl FnOnce(KernelBuilder) -> KernelBuilder,
     ) -> TestServer {
         let public = project.path().join("public");
         if public.is_dir() {
-            config.public_dir = Some(public);
+            settings.http.public_dir = Some(public);
         }
         let kernel = build(project.builder()).build();
         let gateway = Gateway::new(kernel.clone(), Arc::new(Metrics::new()))
-            .with_max_runs(config.max_runs)
-            .with_max_arg_bytes(config.max_args_in_flight);
-        let server = skillgate::gateway::bind_http(gateway.clone(), config, project.path())
+            .with_max_runs(settings.http.max_runs)
+            .with_max_arg_bytes(settings.http.max_args_in_flight);
+        let grace = settings.http.grace;
+        let doors = Doors::bind(gateway.clone(), settings, project.path())
             .await
             .expect("server binds");
-        let addr = server.local_addr();
-        let email = server.email_addr();
+        // Without HTTP, requests go to the operations listener.
+        let addr = doors
+            .http_addr()
+            .or(doors.ops_addr())
+            .expect("HTTP or the operations listener is served");
+        let email = doors.email_addr();
         let (stop, stopped) = oneshot::channel::<String>();
-        let running = tokio::spawn(
-            server.run(async move { stopped.await.unwrap_or_else(|_| "test-ended".into()) }),
-        );
+        let running = tokio::spawn(doors.run_until(
+            async move { stopped.await.unwrap_or_else(|_| "test-ended".into()) },
+            grace,
+        ));
         TestServer {
             addr,
             client: crate::common::http_client(),

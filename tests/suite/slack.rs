@@ -22,7 +22,7 @@ async fn start(fake: &FakeSlack, tune: impl FnOnce(&mut SlackSettings)) -> TestS
         "brief.skill.md",
         "---\nname: brief\ndescription: Answers in markdown.\nmetadata:\n  params:\n    type: object\n    properties:\n      text: { type: string }\n---\n**Asked**: :arg[text]\n",
     );
-    let mut http = config();
+    let mut http = skillgate::gateway::DoorSettings::http(config());
     let mut slack = SlackSettings {
         routes: None,
         default: Some("brief".into()),
@@ -30,7 +30,7 @@ async fn start(fake: &FakeSlack, tune: impl FnOnce(&mut SlackSettings)) -> TestS
     };
     tune(&mut slack);
     http.slack = slack;
-    TestServer::start(project, http).await
+    TestServer::start_doors(project, http, |b| b).await
 }
 
 async fn post_event(server: &TestServer, payload: &Value, headers: Vec<(&str, String)>) -> u16 {
@@ -178,7 +178,7 @@ async fn messages_to_one_channel_are_spaced_by_the_post_interval() {
         "chatty.skill.js",
         "export default async function (ctx) {\n  for (const n of [1, 2]) await ctx.manager.invoke('gateway-send', { message: 'part ' + n });\n  return 'done';\n}\n",
     );
-    let mut http = config();
+    let mut http = skillgate::gateway::DoorSettings::http(config());
     http.slack = SlackSettings {
         routes: None,
         default: Some("chatty".into()),
@@ -187,7 +187,7 @@ async fn messages_to_one_channel_are_spaced_by_the_post_interval() {
         ))),
         ..settings(&fake)
     };
-    let server = TestServer::start(project, http).await;
+    let server = TestServer::start_doors(project, http, |b| b).await;
     let event = mention("Ev10", "C2", "1700000010.000100", "go");
     assert_eq!(post_event(&server, &event, signed(&event)).await, 200);
     let posts = fake.answer_in("C2", "1700000010.000100").await;
@@ -314,7 +314,7 @@ async fn a_streamed_answer_is_one_message_updated_at_a_bounded_rate() {
             }
         },
     );
-    let mut http = config();
+    let mut http = skillgate::gateway::DoorSettings::http(config());
     http.slack = SlackSettings {
         routes: None,
         default: Some("writer".into()),
@@ -323,7 +323,7 @@ async fn a_streamed_answer_is_one_message_updated_at_a_bounded_rate() {
         ))),
         ..settings(&fake)
     };
-    let server = TestServer::start_with(Project::new(), http, |b| b.native(writer)).await;
+    let server = TestServer::start_doors(Project::new(), http, |b| b.native(writer)).await;
     let event = mention("Ev30", "C4", "1700000030.000900", "write");
     assert_eq!(post_event(&server, &event, signed(&event)).await, 200);
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
@@ -420,16 +420,19 @@ async fn an_events_path_a_web_route_already_serves_is_refused_at_start() {
         "main.skill.md",
         "---\nname: site\ndescription: The project.\nmetadata:\n  role: main\n  web:\n    routes:\n      - { method: POST, path: /slack/events, ref: site }\n---\nsite\n",
     );
-    let mut http = config();
+    let mut http = skillgate::gateway::DoorSettings::http(config());
     http.slack = settings(&fake);
     let gateway = skillgate::gateway::Gateway::new(
         project.kernel(),
         std::sync::Arc::new(skillgate::gateway::metrics::Metrics::new()),
     );
-    let err = skillgate::gateway::bind_http(gateway, http, project.path())
+    let err = skillgate::gateway::Doors::bind(gateway, http, project.path())
         .await
         .err()
         .expect("refused")
         .to_string();
-    assert_eq!(err, "slack.events-path: `/slack/events` is already served");
+    assert_eq!(
+        err,
+        "http: slack.events-path: `/slack/events` is already served"
+    );
 }

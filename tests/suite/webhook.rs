@@ -324,7 +324,7 @@ fn webhook_routes_with_a_literal_secret_an_unset_variable_a_missing_skill_or_a_p
             kernel,
             Arc::new(skillgate::gateway::metrics::Metrics::new()),
         );
-        let err = skillgate::gateway::bind_http(gateway, config(), project.path())
+        let err = skillgate::gateway::Doors::bind(gateway, skillgate::gateway::DoorSettings::http(config()), project.path())
             .await
             .err()
             .expect("refused")

@@ -30,6 +30,7 @@ pub use config::{EmailConfig, EmailSettings};
 
 use crate::events::KernelBus;
 use crate::gateway::Host;
+use crate::gateway::door::Door;
 use crate::gateway::email::intake::Intake;
 use crate::gateway::email::reply::Mailer;
 use crate::gateway::transport::State;
@@ -82,5 +83,16 @@ impl Email {
             host.background.spawn(poller.run(host.stopping.clone()));
         }
         worker::spawn(host, self.clone());
+    }
+}
+
+/// Email is a door of its own: `serve` runs it beside HTTP (or without it), on its own host.
+impl Door for Email {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn start(self: Arc<Self>, host: &Host) {
+        Email::start(&self, host);
     }
 }

@@ -60,11 +60,6 @@ pub struct HttpConfig {
     pub public_dir: Option<PathBuf>,
     /// The WebSocket endpoint `/ws` on this listener.
     pub websocket: WsConfig,
-    /// The `slack:` section of the config file; the server adds `metadata.slack` of the main
-    /// skill and Slack's variables.
-    pub slack: crate::gateway::slack::config::SlackSettings,
-    /// The `email:` section of the config file.
-    pub email: crate::gateway::email::config::EmailSettings,
 }
 
 pub const DEFAULT_BIND: &str = "127.0.0.1:8080";
@@ -106,8 +101,6 @@ impl Default for HttpConfig {
             announce: false,
             public_dir: None,
             websocket: WsConfig::default(),
-            slack: Default::default(),
-            email: Default::default(),
         }
     }
 }

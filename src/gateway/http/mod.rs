@@ -5,7 +5,8 @@
 //! One module a concern: [`config`] (flags, environment, file), [`server`] (router, layers,
 //! shutdown), [`listen`] (accept loop, connection cap, idle connections), [`activity`] (what is
 //! in flight), [`body`] (the body deadline), [`descriptors`] (the cap's file descriptor
-//! budget), [`invoke`], [`resume`] (resumable streamed runs), [`topics`], [`routes`], [`skills`], [`ops`], [`public`] (`public/` files),
+//! budget), [`invoke`], [`resume`] (resumable streamed runs), [`topics`], [`routes`], [`skills`], [`ops`],
+//! [`ops_listener`] (`/healthz`, `/readyz`, `/metrics` on an address of their own), [`public`] (`public/` files),
 //! [`auth`], [`hosts`] (the `Host` allow-list), [`origin`] (cross-site browsers), [`request_id`],
 //! [`door`] (what a door served on this listener, such as the WebSocket endpoint, offers it), [`problem`] (how a `GatewayError` is answered: RFC 9457 problem documents), [`startup`] (why
 //! the server could not start), [`openapi`] (the document and the docs page). Which skills a
@@ -23,6 +24,7 @@ pub mod invoke;
 mod listen;
 pub mod openapi;
 pub mod ops;
+pub mod ops_listener;
 mod origin;
 pub mod peers;
 pub mod problem;
@@ -39,5 +41,6 @@ pub mod state;
 pub mod topics;
 
 pub use config::{HttpConfig, HttpSettings};
-pub use server::{Server, ShutdownReport};
+pub use ops_listener::OpsListener;
+pub use server::{NAME, Server};
 pub use startup::StartError;

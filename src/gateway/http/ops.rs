@@ -7,10 +7,10 @@ use axum::response::{Html, IntoResponse, Response};
 use serde_json::json;
 
 use crate::events::KernelBus;
-use crate::gateway::GatewayError;
 use crate::gateway::error::Missing;
 use crate::gateway::http::openapi;
 use crate::gateway::http::state::AppState;
+use crate::gateway::{Gateway, GatewayError};
 
 /// Liveness: the process answers.
 pub async fn healthz() -> Response {
@@ -20,7 +20,16 @@ pub async fn healthz() -> Response {
 /// Readiness: the event store answers, the skills loaded without failures, and every
 /// transport is ready (each one's state is listed).
 pub async fn readyz(State(state): State<AppState>) -> Response {
-    let kernel = &state.gateway.kernel;
+    readiness(&state.gateway).await
+}
+
+/// The metrics' content type.
+pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// The readiness report of the server `gateway` serves (`/readyz` on HTTP and on the operations
+/// listener).
+pub async fn readiness(gateway: &Gateway) -> Response {
+    let kernel = &gateway.kernel;
     // The path is public: it says which check failed, never where (file paths, store
     // addresses); the causes are in the log.
     let store = match kernel.bus().store().ping().await {
@@ -41,8 +50,8 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
         "count": index.tools().count(),
         "failures": failures,
     });
-    let transports = state.gateway.readiness.to_json();
-    let ready = store["ok"] == true && skills["ok"] == true && state.gateway.readiness.ready();
+    let transports = gateway.readiness.to_json();
+    let ready = store["ok"] == true && skills["ok"] == true && gateway.readiness.ready();
     let status = if ready {
         StatusCode::OK
     } else {
@@ -85,10 +94,7 @@ pub async fn metrics(
         .into_response();
     }
     (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
+        [(header::CONTENT_TYPE, OPENMETRICS)],
         state.gateway.metrics.render(),
     )
         .into_response()

@@ -1,7 +1,6 @@
 //! The HTTP server: the router with its layers, the listener, and graceful shutdown (stop
 //! accepting, announce `shutdown`, drain for a bounded grace period).
 
-use std::future::Future;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
@@ -20,7 +19,6 @@ use tower_governor::GovernorError;
 use tower_governor::governor::GovernorConfigBuilder;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
-use crate::events::KernelBus;
 use crate::gateway::http::auth::{self, CallerKey};
 use crate::gateway::http::config::HttpConfig;
 use crate::gateway::http::door::HttpDoor;
@@ -42,19 +40,9 @@ pub struct Server {
     webhooks: Vec<Arc<WebhookRoute>>,
 }
 
-/// How a shutdown went.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ShutdownReport {
-    /// True when every in-flight request finished within the grace period.
-    pub drained: bool,
-    /// Requests still running when the grace ran out, open SSE streams and streamed responses
-    /// included (0 when drained).
-    pub abandoned: i64,
-}
-
 impl Server {
     /// Builds the router (custom routes checked, and the routes of `doors`, the other doors
-    /// served on this listener) and binds the listener. [`crate::gateway::bind_http`] is this
+    /// served on this listener) and binds the listener. [`crate::gateway::Doors::bind`] does this
     /// with the doors the settings ask for.
     pub async fn bind(
         gateway: Gateway,
@@ -90,11 +78,8 @@ impl Server {
         if !clashes.is_empty() {
             return Err(StartError::DoorPath(clashes));
         }
-        let email = crate::gateway::email::setup::configure(&gateway, &index, config.email.clone())
-            .await
-            .map_err(StartError::Email)?;
         let bind = config.bind;
-        let state = AppState::new(gateway, config, email, doors)?;
+        let state = AppState::new(gateway, config, doors)?;
         let router = build_router(&state, &web_routes, &webhooks)?;
         let listener = TcpListener::bind(bind)
             .await
@@ -108,32 +93,15 @@ impl Server {
         })
     }
 
-    /// Where the email transport's SMTP listener listens, when it is configured.
-    pub fn email_addr(&self) -> Option<SocketAddr> {
-        self.state.email.as_ref().and_then(|e| e.addr)
-    }
-
     pub fn local_addr(&self) -> SocketAddr {
         self.listener
             .local_addr()
             .unwrap_or_else(|_| self.state.config.bind)
     }
 
-    /// Serves until `shutdown` resolves (with the reason, e.g. `SIGTERM`), then stops accepting,
-    /// emits `shutdown`, and waits up to the grace period for in-flight requests and streams.
-    /// (As the only transport; `skillgate serve` runs it as a [`Transport`] among others.)
-    pub async fn run(self, shutdown: impl Future<Output = String> + Send) -> ShutdownReport {
-        let grace = self.state.config.grace;
-        self.serve(async { Some(shutdown.await) }, grace).await
-    }
-
-    /// Serves until `stopped` resolves, then stops accepting, emits `shutdown` if `stopped`
-    /// gave a reason (the server runs alone), and drains for up to `grace`.
-    async fn serve(
-        self,
-        stopped: impl Future<Output = Option<String>> + Send,
-        grace: Duration,
-    ) -> ShutdownReport {
+    /// Serves until `stop` is cancelled, then stops accepting and drains for up to `grace`
+    /// (whoever runs the doors announces the shutdown, once for all of them).
+    async fn serve(self, stop_serving: CancellationToken, grace: Duration) -> Report {
         let Server {
             listener,
             router,
@@ -141,9 +109,6 @@ impl Server {
             webhooks,
         } = self;
         let host = state.host();
-        if let Some(email) = &state.email {
-            email.start(&host);
-        }
         for door in &state.doors {
             door.clone().start(&host);
         }
@@ -173,14 +138,14 @@ impl Server {
         let serve = listen::serve(listener, router, limits, metrics, stop.clone());
         let mut serving = tokio::spawn(serve);
         readiness.set(NAME, State::Ready);
-        let reason = tokio::select! {
-            reason = stopped => reason,
+        tokio::select! {
+            () = stop_serving.cancelled() => {}
             ended = &mut serving => {
                 readiness.set(NAME, State::Down);
                 tracing::error!(?ended, "the HTTP server stopped on its own");
-                return ShutdownReport { drained: true, abandoned: 0 };
+                return Report { transport: NAME, drained: true, abandoned: 0 };
             }
-        };
+        }
         readiness.set(NAME, State::Stopping);
         stop.cancel();
         state.stopping.cancel();
@@ -193,21 +158,15 @@ impl Server {
             futures::future::join_all(state.doors.iter().map(|d| d.drained())).await;
             state.background.wait().await;
         };
-        let kernel = &state.gateway.kernel;
-        // Alone, the server announces the shutdown and closes the bus; among other transports,
-        // `serve` does both once.
-        let alone = reason.is_some();
-        if let Some(reason) = &reason {
-            crate::shutdown::announce_reason(kernel, reason).await;
-        }
         let mut served = false;
         let drained = async {
             let _ = (&mut serving).await;
             served = true;
             sockets.await;
         };
-        let report = match tokio::time::timeout(grace, drained).await {
-            Ok(_) => ShutdownReport {
+        match tokio::time::timeout(grace, drained).await {
+            Ok(_) => Report {
+                transport: NAME,
                 drained: true,
                 abandoned: 0,
             },
@@ -229,21 +188,18 @@ impl Server {
                 {
                     serving.abort();
                 }
-                ShutdownReport {
+                Report {
+                    transport: NAME,
                     drained: false,
                     abandoned,
                 }
             }
-        };
-        if alone {
-            kernel.bus().shutdown();
         }
-        report
     }
 }
 
 /// The transport's name.
-const NAME: &str = "http";
+pub const NAME: &str = "http";
 
 #[async_trait::async_trait]
 impl Transport for Server {
@@ -252,21 +208,7 @@ impl Transport for Server {
     }
 
     async fn run(self: Box<Self>, stop: CancellationToken, grace: Duration) -> Report {
-        // `serve` announces the shutdown once for every transport.
-        let report = self
-            .serve(
-                async move {
-                    stop.cancelled().await;
-                    None
-                },
-                grace,
-            )
-            .await;
-        Report {
-            transport: NAME,
-            drained: report.drained,
-            abandoned: report.abandoned,
-        }
+        self.serve(stop, grace).await
     }
 }
 

@@ -34,15 +34,9 @@ pub enum StartError {
     /// The queue of a webhook route could not be made.
     #[error("webhook queue: {0}")]
     WebhookQueue(String),
-    /// Slack settings the server refuses (every mistake, one a line).
-    #[error("{}", .0.join("\n"))]
-    Slack(Vec<String>),
     /// Paths of doors served on the listener that are already served (one a line).
     #[error("{}", .0.join("\n"))]
     DoorPath(Vec<String>),
-    /// Email settings the server refuses, or its SMTP port (every mistake, one a line).
-    #[error("{}", .0.join("\n"))]
-    Email(Vec<String>),
     #[error("cannot listen on {addr}: {source}")]
     Listen {
         addr: SocketAddr,
@@ -59,9 +53,7 @@ impl StartError {
             StartError::Listen { .. }
             | StartError::PublicDir { .. }
             | StartError::WebhookQueue(_) => Transport::runtime("http", self.to_string()),
-            StartError::Slack(_) => Transport::config("slack", self.to_string()),
             StartError::DoorPath(_) => Transport::config("http", self.to_string()),
-            StartError::Email(_) => Transport::config("email", self.to_string()),
             _ => Transport::config("http", self.to_string()),
         }
     }

@@ -3,7 +3,6 @@
 use std::sync::Arc;
 
 use crate::gateway::Gateway;
-use crate::gateway::email::Email;
 use crate::gateway::http::auth::PublicPaths;
 use crate::gateway::http::config::HttpConfig;
 use crate::gateway::http::door::HttpDoor;
@@ -31,8 +30,6 @@ pub struct Shared {
     pub stopping: tokio_util::sync::CancellationToken,
     /// Webhook workers and their runs, drained at shutdown.
     pub background: tokio_util::task::TaskTracker,
-    /// The email transport, when it is configured.
-    pub email: Option<Arc<Email>>,
     /// What signs web session cookies (secrets shared by the replicas through the store).
     pub sessions: crate::gateway::http::session_cookie::SessionSecrets,
 }
@@ -60,7 +57,6 @@ impl AppState {
     pub fn new(
         gateway: Gateway,
         config: HttpConfig,
-        email: Option<Arc<Email>>,
         doors: Vec<Arc<dyn HttpDoor>>,
     ) -> Result<AppState, StartError> {
         let public = PublicPaths::new(&config.public)?;
@@ -77,10 +73,6 @@ impl AppState {
             use crate::events::KernelBus;
             gateway.kernel.bus().store().clone()
         };
-        // Stored work of a key runs with the key's grants of now, and pauses while it is gone.
-        if let Some(keys) = gateway.kernel.extension::<crate::kernel::authority::Keys>() {
-            keys.install(Arc::new(config.keys.clone()));
-        }
         Ok(AppState(Arc::new(Shared {
             gateway,
             config,
@@ -91,7 +83,6 @@ impl AppState {
             doors,
             stopping: Default::default(),
             background: Default::default(),
-            email,
             sessions: crate::gateway::http::session_cookie::SessionSecrets::new(gateway_store),
         })))
     }

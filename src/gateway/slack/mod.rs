@@ -31,6 +31,7 @@ use axum::routing::post;
 
 use crate::gateway::Gateway;
 use crate::gateway::Host;
+use crate::gateway::door::Door;
 use crate::gateway::http::door::HttpDoor;
 use crate::gateway::http::state::AppState;
 use crate::gateway::slack::api::WebApi;
@@ -146,6 +147,14 @@ impl HttpDoor for Slack {
 
     fn authenticates_in_band(&self, path: &str) -> bool {
         self.events_path() == Some(path)
+    }
+}
+
+/// Slack's life: its identity check, Socket Mode and its worker, started by the HTTP server
+/// (which also serves its Events API), or on a host of its own without HTTP.
+impl Door for Slack {
+    fn name(&self) -> &'static str {
+        NAME
     }
 
     fn start(self: Arc<Self>, host: &Host) {

@@ -302,7 +302,7 @@ impl Connection {
             .policy
             .authority(&tool, Caller::principal(self.caller()));
         let inbound = Inbound {
-            transport: "websocket",
+            transport: super::NAME,
             skill: ToolRef::Name(Arc::from(tool.name.as_str())),
             authority,
             announce: Some(json!({

@@ -30,6 +30,7 @@ use axum::{Extension, Router};
 use futures::future::BoxFuture;
 
 use crate::gateway::GatewayError;
+use crate::gateway::door::Door;
 use crate::gateway::http::auth::Caller;
 use crate::gateway::http::door::HttpDoor;
 use crate::gateway::http::invoke::headers_json;
@@ -37,6 +38,9 @@ use crate::gateway::http::state::AppState;
 
 pub use crate::config::websocket::{WsConfig, WsSettings};
 pub use hub::Hub;
+
+/// The door's name (`nonlocals.gateway.transport`).
+pub const NAME: &str = "websocket";
 
 /// The path of the endpoint.
 pub const PATH: &str = "/ws";
@@ -55,6 +59,13 @@ impl HttpDoor for Hub {
     /// frame instead.
     fn authenticates_in_band(&self, path: &str) -> bool {
         path == PATH
+    }
+}
+
+/// The WebSocket door's life: the HTTP server closes and drains it with its own connections.
+impl Door for Hub {
+    fn name(&self) -> &'static str {
+        NAME
     }
 
     fn begin_close(&self) {

@@ -38,7 +38,7 @@ async fn start(
     default: &str,
     tune: impl FnOnce(&mut skillgate::gateway::email::EmailSettings),
 ) -> (TestServer, std::net::SocketAddr) {
-    let mut http = config();
+    let mut http = skillgate::gateway::DoorSettings::http(config());
     let mut email = settings(sink);
     email.routes = Some(vec![RouteSettings {
         command: Some(true),
@@ -48,7 +48,7 @@ async fn start(
     email.default = Some(default.into());
     tune(&mut email);
     http.email = email;
-    let server = TestServer::start(project(), http).await;
+    let server = TestServer::start_doors(project(), http, |b| b).await;
     let smtp = server.email_addr().expect("the SMTP listener");
     (server, smtp)
 }

@@ -204,13 +204,13 @@ fn any_signed_slack_event_body_is_answered_without_a_5xx() {
             "brief.skill.md",
             "---\nname: brief\ndescription: Answers.\n---\nok\n",
         );
-        let mut http = config();
+        let mut http = skillgate::gateway::DoorSettings::http(config());
         http.slack = skillgate::gateway::slack::SlackSettings {
             routes: None,
             default: Some("brief".into()),
             ..crate::transport::slack::settings(&fake)
         };
-        (fake, TestServer::start(project, http).await)
+        (fake, TestServer::start_doors(project, http, |b| b).await)
     });
     let mut runner = TestRunner::new(Config::with_cases(128));
     runner

@@ -48,13 +48,13 @@ async fn brief(
         "brief.skill.md",
         "---\nname: brief\ndescription: Answers.\n---\nok\n",
     );
-    let mut http = config();
+    let mut http = skillgate::gateway::DoorSettings::http(config());
     let mut email = settings(sink);
     email.routes = None;
     email.default = Some("brief".into());
     tune(&mut email);
     http.email = email;
-    TestServer::start(project, http).await
+    TestServer::start_doors(project, http, |b| b).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -27,7 +27,12 @@ impl Harness for Http {
             ])
             .unwrap();
         }
-        let server = super::start_server(project, settings, &setup).await;
+        let server = super::start_server(
+            project,
+            skillgate::gateway::DoorSettings::http(settings),
+            &setup,
+        )
+        .await;
         Http(server)
     }
 

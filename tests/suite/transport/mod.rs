@@ -58,11 +58,11 @@ pub enum Part {
 /// A test server for a harness: `project` with the natives the rules use, on `http`.
 pub async fn start_server(
     project: Project,
-    http: skillgate::gateway::http::HttpConfig,
+    doors: skillgate::gateway::DoorSettings,
     setup: &Setup,
 ) -> crate::server::TestServer {
     let tools = natives(&setup.held);
-    crate::server::TestServer::start_with(project, http, move |mut b| {
+    crate::server::TestServer::start_doors(project, doors, move |mut b| {
         for tool in tools {
             b = b.native(tool);
         }

@@ -56,7 +56,12 @@ impl Harness for WebSocket {
             ])
             .unwrap();
         }
-        let server = super::start_server(project, settings, &setup).await;
+        let server = super::start_server(
+            project,
+            skillgate::gateway::DoorSettings::http(settings),
+            &setup,
+        )
+        .await;
         WebSocket {
             server,
             credentials: setup.credentials,

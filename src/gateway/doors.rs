@@ -1,0 +1,235 @@
+//! One server's doors, bound from its settings and run together: HTTP with the doors served on
+//! its listener (the WebSocket endpoint, Slack's Events API), email on a host of its own, Slack
+//! in Socket Mode on its own when HTTP is off, and any door an embedding program adds. What
+//! `skillgate serve`, the tests and the benches start.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::events::KernelBus;
+use crate::gateway::door::{Door, Hosted};
+use crate::gateway::email::EmailSettings;
+use crate::gateway::http::HttpConfig;
+use crate::gateway::http::door::HttpDoor;
+use crate::gateway::policy::Policy;
+use crate::gateway::slack::SlackSettings;
+use crate::gateway::transport::{self, Report, StartError, Transport};
+use crate::gateway::{Gateway, Host, email, http, slack, ws};
+
+/// What the doors are asked to be.
+#[derive(Debug, Clone)]
+pub struct DoorSettings {
+    /// HTTP's settings; its request timeout and `expose-hidden` hold for every door.
+    pub http: HttpConfig,
+    /// False: no HTTP listener (`serve --no-http`); email and Slack in Socket Mode still run.
+    pub serve_http: bool,
+    /// The `slack:` section of the config file (the main skill's `metadata.slack` and Slack's
+    /// variables are added when the door is made).
+    pub slack: SlackSettings,
+    /// The `email:` section of the config file.
+    pub email: EmailSettings,
+    /// Where the operations listener listens (`/healthz`, `/readyz`, `/metrics`, no key), if
+    /// anywhere.
+    pub ops: Option<SocketAddr>,
+}
+
+impl DoorSettings {
+    /// HTTP alone with `http` (and the doors on its listener its settings ask for).
+    pub fn http(http: HttpConfig) -> DoorSettings {
+        DoorSettings {
+            http,
+            serve_http: true,
+            slack: SlackSettings::default(),
+            email: EmailSettings::default(),
+            ops: None,
+        }
+    }
+}
+
+/// The doors of one server, bound (listeners open, settings checked), not yet serving.
+pub struct Doors {
+    gateway: Gateway,
+    transports: Vec<Box<dyn Transport>>,
+    /// The door hosts' shared parts, for doors added later.
+    policy: Policy,
+    timeout: Duration,
+    http: Option<SocketAddr>,
+    smtp: Option<SocketAddr>,
+    /// Run apart from the doors: stopped once they are done, so probes see them drain.
+    ops: Option<http::OpsListener>,
+}
+
+/// How a shutdown went, every door together.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShutdownReport {
+    /// True when every door's in-flight work finished within the grace period.
+    pub drained: bool,
+    /// Work still running when the grace ran out, over every door (0 when drained).
+    pub abandoned: i64,
+    /// Each door's own report, in the order the doors were bound.
+    pub doors: Vec<Report>,
+}
+
+impl ShutdownReport {
+    fn of(doors: Vec<Report>) -> ShutdownReport {
+        ShutdownReport {
+            drained: doors.iter().all(|r| r.drained),
+            abandoned: doors.iter().map(|r| r.abandoned).sum(),
+            doors,
+        }
+    }
+}
+
+impl Doors {
+    /// Checks the settings and binds every door they ask for; the first door that refuses
+    /// names itself in the error.
+    pub async fn bind(
+        gateway: Gateway,
+        settings: DoorSettings,
+        project: &Path,
+    ) -> Result<Doors, StartError> {
+        let DoorSettings {
+            http: config,
+            serve_http,
+            slack,
+            email,
+            ops,
+        } = settings;
+        let index = gateway.kernel.registry().current();
+        // Stored work of a key runs with the key's grants of now, and pauses while it is gone:
+        // whichever doors run, the keys are the server's.
+        if let Some(keys) = gateway.kernel.extension::<crate::kernel::authority::Keys>() {
+            keys.install(Arc::new(config.keys.clone()));
+        }
+        let policy = Policy::new(&config.expose_hidden)
+            .map_err(|e| StartError::config(http::NAME, e.to_string()))?;
+        let timeout = config.timeout;
+        let slack = slack::setup::configure(&gateway, &index, project, slack)
+            .await
+            .map_err(|errors| StartError::config(slack::NAME, errors.join("\n")))?;
+        let mut doors = Doors {
+            gateway: gateway.clone(),
+            transports: Vec::new(),
+            policy,
+            timeout,
+            http: None,
+            smtp: None,
+            ops: None,
+        };
+        if let Some(addr) = ops {
+            doors.ops = Some(http::OpsListener::bind(gateway.clone(), addr).await?);
+        }
+        if serve_http {
+            let mut served: Vec<Arc<dyn HttpDoor>> = Vec::new();
+            if let Some(slack) = slack {
+                served.push(slack);
+            }
+            if config.websocket.enabled {
+                served.push(Arc::new(ws::Hub::new(
+                    config.websocket.clone(),
+                    gateway.metrics.ws_queued(),
+                )));
+            }
+            let server = http::Server::bind(gateway.clone(), config, project, served)
+                .await
+                .map_err(http::StartError::for_transport)?;
+            doors.http = Some(server.local_addr());
+            doors.transports.push(Box::new(server));
+        } else if let Some(slack) = slack {
+            if slack.config.app_token.is_none() {
+                return Err(StartError::config(
+                    slack::NAME,
+                    "without HTTP (--no-http) Slack reaches the server only by Socket Mode: set SLACK_APP_TOKEN (or slack.app-token)",
+                ));
+            }
+            doors = doors.with(slack);
+        }
+        if let Some(email) = email::setup::configure(&gateway, &index, email)
+            .await
+            .map_err(|errors| StartError::config(email::NAME, errors.join("\n")))?
+        {
+            doors.smtp = email.addr;
+            doors = doors.with(email);
+        }
+        Ok(doors)
+    }
+
+    /// Adds a door of its own (not served on the HTTP listener): it runs on a host of its own,
+    /// with the gateway, policy and run timeout every door shares.
+    pub fn with(mut self, door: Arc<dyn Door>) -> Doors {
+        let host = Host {
+            gateway: self.gateway.clone(),
+            policy: self.policy.clone(),
+            timeout: self.timeout,
+            stopping: CancellationToken::new(),
+            background: Default::default(),
+        };
+        self.transports.push(Box::new(Hosted::new(door, host)));
+        self
+    }
+
+    /// Adds a transport that runs its own life.
+    pub fn with_transport(mut self, transport: Box<dyn Transport>) -> Doors {
+        self.transports.push(transport);
+        self
+    }
+
+    /// Where HTTP listens (none with HTTP off).
+    pub fn http_addr(&self) -> Option<SocketAddr> {
+        self.http
+    }
+
+    /// Where the email door's SMTP listener listens, when it is configured.
+    pub fn email_addr(&self) -> Option<SocketAddr> {
+        self.smtp
+    }
+
+    /// Where the operations listener listens, when it is asked for.
+    pub fn ops_addr(&self) -> Option<SocketAddr> {
+        self.ops.as_ref().and_then(http::OpsListener::local_addr)
+    }
+
+    /// The doors' names, in the order they run.
+    pub fn names(&self) -> Vec<&'static str> {
+        self.transports.iter().map(|t| t.name()).collect()
+    }
+
+    /// Serves until `shutdown` resolves with its reason (`SIGTERM`), then stops every door,
+    /// announces `shutdown` once, drains within `grace` and closes the bus. Ends early, with
+    /// every door's report, if the doors all stop on their own.
+    pub async fn run_until(
+        self,
+        shutdown: impl Future<Output = String> + Send,
+        grace: Duration,
+    ) -> ShutdownReport {
+        let kernel = self.gateway.kernel.clone();
+        let ops_stop = CancellationToken::new();
+        let ops = self
+            .ops
+            .map(|ops| tokio::spawn(Box::new(ops).run(ops_stop.clone(), grace)));
+        let stop = CancellationToken::new();
+        let mut running = tokio::spawn(transport::run_all(self.transports, stop.clone(), grace));
+        let reports = tokio::select! {
+            reason = shutdown => {
+                stop.cancel();
+                crate::shutdown::announce_reason(&kernel, &reason).await;
+                running.await
+            }
+            reports = &mut running => reports,
+        };
+        kernel.bus().shutdown();
+        ops_stop.cancel();
+        if let Some(ops) = ops {
+            let _ = ops.await;
+        }
+        ShutdownReport::of(reports.unwrap_or_else(|err| {
+            tracing::error!(error = %err, "the doors' task failed");
+            Vec::new()
+        }))
+    }
+}

@@ -1,0 +1,111 @@
+//! HTTP switched off: email and Slack in Socket Mode still take work and answer, and the probes
+//! (`/healthz`, `/readyz`, `/metrics`) are on the operations listener, which serves nothing
+//! else; Slack with only its Events API cannot run without HTTP and is refused at start.
+
+use std::time::Duration;
+
+use skillgate::gateway::slack::SlackSettings;
+use skillgate::gateway::{DoorSettings, Doors, Gateway};
+
+use crate::common::Project;
+use crate::server::{TestServer, config};
+use crate::slack_fake::{self, FakeSlack, mention};
+use crate::smtp_sink::Sink;
+use crate::transport::email::send;
+
+fn project() -> Project {
+    let project = Project::new();
+    project.skill(
+        "brief.skill.md",
+        "---\nname: brief\ndescription: Answers.\nmetadata:\n  params:\n    type: object\n    properties:\n      subject: { type: string }\n      text: { type: string }\n---\nok\n",
+    );
+    project
+}
+
+/// No HTTP; email (SMTP) and Slack (Socket Mode) to `brief`; the operations listener on a port
+/// of its own.
+fn without_http(sink: &Sink, fake: &FakeSlack) -> DoorSettings {
+    let mut email = crate::transport::email::settings(sink);
+    email.routes = None;
+    email.default = Some("brief".into());
+    DoorSettings {
+        serve_http: false,
+        slack: SlackSettings {
+            routes: None,
+            default: Some("brief".into()),
+            signing_secret: None,
+            app_token: Some(slack_fake::APP_TOKEN.into()),
+            ..crate::transport::slack::settings(fake)
+        },
+        email,
+        ops: Some("127.0.0.1:0".parse().unwrap()),
+        ..DoorSettings::http(config())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_http_email_and_slack_socket_mode_answer_and_probes_are_on_the_operations_listener()
+{
+    let (sink, fake) = (Sink::start().await, FakeSlack::start().await);
+    let mut server = TestServer::start_doors(project(), without_http(&sink, &fake), |b| b).await;
+    // Mail in, answer out.
+    let smtp = server.email_addr().expect("the SMTP listener");
+    let id = send(smtp, "ada@example.org", "Numbers", "Could you send them?").await;
+    let answer = sink.answer_to(&id, Duration::from_secs(20)).await;
+    assert_eq!(answer.expect("an answer").to, ["ada@example.org"]);
+    // A Slack mention over Socket Mode, answered in its thread.
+    fake.push_envelope("env-1", mention("Ev1", "C1", "1700000001.000100", "hi"));
+    fake.answer_in("C1", "1700000001.000100").await;
+    assert!(fake.inner.acks.lock().contains(&"env-1".to_string()));
+    // The probes, on the operations listener: every door listed and ready.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let ready = loop {
+        let response = server.get("/readyz").await;
+        let ok = response.status() == 200;
+        let body: serde_json::Value = response.json().await.unwrap();
+        if ok || std::time::Instant::now() > deadline {
+            break body;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(ready["status"], "ready", "{ready}");
+    let doors = ready["transports"].as_object().unwrap();
+    assert!(
+        doors.contains_key("email") && doors.contains_key("slack-socket"),
+        "{ready}"
+    );
+    assert!(!doors.contains_key("http"), "no HTTP door runs: {ready}");
+    assert_eq!(server.get("/healthz").await.status(), 200);
+    let metrics = server.get("/metrics").await;
+    assert_eq!(metrics.status(), 200, "the operator's listener asks no key");
+    assert!(metrics.text().await.unwrap().contains("brief"));
+    // It serves nothing else: no skill is reachable through it.
+    let invoke = server
+        .post_json("/invoke/brief", &serde_json::json!({}))
+        .await;
+    assert_eq!(invoke.status(), 404);
+    let report = server.finish().await;
+    assert!(report.drained, "{report:?}");
+    let names: Vec<&str> = report.doors.iter().map(|r| r.transport).collect();
+    assert_eq!(names, ["slack", "email"]);
+}
+
+#[tokio::test]
+async fn without_http_slack_with_only_its_events_api_is_refused_at_start() {
+    let (sink, fake) = (Sink::start().await, FakeSlack::start().await);
+    let project = project();
+    let mut settings = without_http(&sink, &fake);
+    settings.slack.app_token = None;
+    settings.slack.signing_secret = Some(slack_fake::SIGNING_SECRET.into());
+    let gateway = Gateway::new(
+        project.kernel(),
+        std::sync::Arc::new(skillgate::gateway::metrics::Metrics::new()),
+    );
+    let err = Doors::bind(gateway, settings, project.path())
+        .await
+        .err()
+        .expect("refused");
+    assert!(err.config, "a mistake in the settings: {err}");
+    assert_eq!(err.transport, "slack");
+    assert!(err.message.contains("Socket Mode"), "{err}");
+}
