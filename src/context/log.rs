@@ -8,10 +8,10 @@ use std::collections::{HashMap, VecDeque};
 use std::io::Write;
 use std::sync::Arc;
 
+use crate::context::tap::{Tap, Taps};
 use parking_lot::{Mutex, RwLock};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
-use tokio::sync::broadcast;
 
 use crate::error::{Result, SkillError};
 
@@ -78,8 +78,8 @@ pub struct LogHub {
     global: RwLock<LogConfig>,
     /// Per-run settings, by the id of the run's root context; removed when that context goes.
     runs: Mutex<HashMap<u64, LogConfig>>,
-    /// Live feed of every event (gateways stream a run's events from it).
-    feed: broadcast::Sender<Arc<Value>>,
+    /// Runs whose log events are streamed as they are logged (a gateway's streaming client).
+    taps: Arc<Taps<u64, Arc<Value>>>,
 }
 
 impl LogHub {
@@ -89,7 +89,7 @@ impl LogHub {
             capacity: capacity.max(1),
             global: RwLock::new(config),
             runs: Mutex::new(HashMap::new()),
-            feed: broadcast::channel(1024).0,
+            taps: Taps::new(),
         }
     }
 
@@ -132,7 +132,7 @@ impl LogHub {
         if passes(&config, level, &event) {
             report(&config, level, &event);
         }
-        let _ = self.feed.send(event.clone());
+        self.taps.deliver(&run, &event);
         Ok(event)
     }
 
@@ -243,8 +243,14 @@ impl LogHub {
         self.runs.lock().len()
     }
 
-    pub fn subscribe(&self) -> broadcast::Receiver<Arc<Value>> {
-        self.feed.subscribe()
+    /// Calls `f` with each log event of the run whose root context is `run`, as it is logged,
+    /// until the returned tap is dropped.
+    pub fn tap_run(
+        &self,
+        run: u64,
+        f: impl Fn(&Arc<Value>) + Send + Sync + 'static,
+    ) -> Tap<u64, Arc<Value>> {
+        self.taps.tap(run, Arc::new(f))
     }
 
     pub fn set_global(&self, config: LogConfig) {

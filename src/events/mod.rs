@@ -31,6 +31,7 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::CancellationToken;
 
 use crate::context::id::{next_id, now_ms};
+use crate::context::tap::{Tap, Taps};
 use crate::error::{ErrorKind, Result, SkillError};
 use crate::kernel::{InvokeOptions, Kernel, KernelBuilder};
 pub use consumer::{Consumer, ConsumerOptions};
@@ -234,6 +235,8 @@ pub struct Bus {
     /// Every event this process emits, for in-process watchers (a gateway streaming a run's
     /// events). Not durable: a watcher that lags loses events, the store keeps them.
     emitted: tokio::sync::broadcast::Sender<Arc<Event>>,
+    /// Runs whose events are streamed as they are emitted (a gateway's streaming client).
+    taps: Arc<Taps<String, Arc<Event>>>,
     /// The topics followed in this process (`follow`).
     tails: tail::Tails,
     /// The (topic, skill) routes the project's skills declared at the last (re)load, so a
@@ -284,6 +287,7 @@ impl Bus {
             declared: Mutex::new(std::collections::BTreeSet::new()),
             stop: CancellationToken::new(),
             emitted: tokio::sync::broadcast::channel(1024).0,
+            taps: Taps::new(),
             tails: tail::Tails::default(),
         }
     }
@@ -304,9 +308,16 @@ impl Bus {
             check_name("topic", &event.topic)?;
         }
         self.store.emit_many(events).await.map_err(store_error)?;
-        if self.emitted.receiver_count() > 0 {
+        let watched = self.emitted.receiver_count() > 0;
+        if watched || self.taps.any() {
             for event in events {
-                let _ = self.emitted.send(Arc::new(event.clone()));
+                let event = Arc::new(event.clone());
+                if let Some(root) = &event.root_context_id {
+                    self.taps.deliver(root.as_str(), &event);
+                }
+                if watched {
+                    let _ = self.emitted.send(event);
+                }
             }
         }
         Ok(())
@@ -328,9 +339,20 @@ impl Bus {
         ))
     }
 
-    /// Events emitted by this process from now on (after they are stored).
+    /// Events emitted by this process from now on (after they are stored). A watcher that lags
+    /// loses events; to stream one run's events, tap it ([`Bus::tap_run`]).
     pub fn watch(&self) -> tokio::sync::broadcast::Receiver<Arc<Event>> {
         self.emitted.subscribe()
+    }
+
+    /// Calls `f` with each event this process emits in the run whose root context is `root_id`
+    /// (once it is stored), until the returned tap is dropped.
+    pub fn tap_run(
+        &self,
+        root_id: &str,
+        f: impl Fn(&Arc<Event>) + Send + Sync + 'static,
+    ) -> Tap<String, Arc<Event>> {
+        self.taps.tap(root_id.to_string(), Arc::new(f))
     }
 
     /// Creates a queue for `event-wait` (idempotent); with `replay` a new queue starts with the

@@ -6,11 +6,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value, json};
-use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::context::deadline::{DEADLINE_PATH, Deadline};
 use crate::context::id;
+use crate::context::tap::Tap;
 use crate::error::{ErrorKind, Result, SkillError};
 use crate::events::Event;
 use crate::events::KernelBus;
@@ -214,13 +214,10 @@ impl Run {
             ToolRef::Def(t) => t.name.clone(),
         };
         let transport = inbound.transport;
-        let feeds_done = CancellationToken::new();
-        let feeds = inbound.follow.then(|| self.follow(feeds_done.clone()));
+        let feeds = inbound.follow.then(|| self.follow());
         let outcome = self.invoke(inbound).await;
-        feeds_done.cancel();
-        if let Some(feeds) = feeds {
-            let _ = feeds.await;
-        }
+        // Everything the run logged or emitted was offered as it happened.
+        drop(feeds);
         self.gateway.metrics.invocation(
             &skill,
             transport,
@@ -306,45 +303,21 @@ impl Run {
         }
     }
 
-    /// Forwards this run's log events and bus events until `done`, then what is still queued.
-    fn follow(&self, done: CancellationToken) -> tokio::task::JoinHandle<()> {
-        let mut logs = self.gateway.kernel.logs().subscribe();
-        let mut events = self.gateway.kernel.bus().watch();
+    /// Offers this run's log events and bus events as reply parts as they are produced, until
+    /// the taps are dropped.
+    fn follow(&self) -> (Tap<u64, Arc<Value>>, Tap<String, Arc<Event>>) {
         let reply = self.reply.clone();
-        let root = self.root_id.clone();
-        tokio::spawn(async move {
-            let mine_log =
-                |v: &Value| v.get("rootContextId").and_then(Value::as_str) == Some(&root);
-            let mine_event = |e: &Event| e.root_context_id.as_deref() == Some(root.as_str());
-            loop {
-                tokio::select! {
-                    biased;
-                    log = logs.recv() => match log {
-                        Ok(v) if mine_log(&v) => reply.offer(ReplyPart::Log(v)),
-                        Ok(_) => {}
-                        // Some of those may have been this run's: counted as left out.
-                        Err(RecvError::Lagged(n)) => reply.left_out(n),
-                        Err(RecvError::Closed) => break,
-                    },
-                    event = events.recv() => match event {
-                        Ok(e) if mine_event(&e) => reply.offer(ReplyPart::Event(e.to_json())),
-                        Ok(_) => {}
-                        Err(RecvError::Lagged(n)) => reply.left_out(n),
-                        Err(RecvError::Closed) => break,
-                    },
-                    () = done.cancelled() => break,
-                }
-            }
-            while let Ok(v) = logs.try_recv() {
-                if mine_log(&v) {
-                    reply.offer(ReplyPart::Log(v));
-                }
-            }
-            while let Ok(e) = events.try_recv() {
-                if mine_event(&e) {
-                    reply.offer(ReplyPart::Event(e.to_json()));
-                }
-            }
-        })
+        let logs = self
+            .gateway
+            .kernel
+            .logs()
+            .tap_run(self.context_id, move |v| {
+                reply.offer(ReplyPart::Log(v.clone()))
+            });
+        let reply = self.reply.clone();
+        let events = self.gateway.kernel.bus().tap_run(&self.root_id, move |e| {
+            reply.offer(ReplyPart::Event(e.to_json()))
+        });
+        (logs, events)
     }
 }

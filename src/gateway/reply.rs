@@ -227,12 +227,6 @@ impl Reply {
         self.tx.try_send(ReplyPart::Done(outcome)).is_ok()
     }
 
-    /// Counts `n` parts left out before they reached this reply (a feed that lagged); told in
-    /// the next [`ReplyPart::Gap`].
-    pub fn left_out(&self, n: u64) {
-        self.missed.fetch_add(n, Ordering::AcqRel);
-    }
-
     /// Parts left out and not yet told to the client (see [`ReplyPart::Gap`]).
     pub fn missed(&self) -> u64 {
         self.missed.load(Ordering::Acquire)

@@ -1,7 +1,7 @@
 //! Streams and queues under a flood: a run's log and event parts the client reads too slowly
 //! for are counted and told (`gap`), never dropped silently; the sandbox queue and the runs at
 //! once are bounded, and a call past either is refused as busy (503 with `Retry-After`) instead
-//! of waiting without end.
+//! of waiting without end. A burst of other runs' events costs a stream none of its parts.
 
 use std::time::Duration;
 
@@ -156,4 +156,69 @@ async fn runs_whose_args_pass_the_bytes_in_flight_are_refused_as_busy() {
     // Small args still fit beside nothing.
     let again = server.post_json("/invoke/slow", &json!({})).await;
     assert_eq!(again.status(), 200);
+}
+
+/// A burst of events from elsewhere in the process (more than any shared feed holds) reaches no
+/// stream it is not part of, and costs a streamed run none of its own parts: its stream carries
+/// its event and its log with no gap. (Single-threaded, so the burst is emitted while the
+/// stream's run cannot read.)
+#[tokio::test]
+async fn a_burst_of_other_runs_events_costs_a_streamed_run_none_of_its_parts() {
+    use crate::common::{event, native};
+    use skillgate::events::KernelBus;
+    let started = std::sync::Arc::new(tokio::sync::Notify::new());
+    let go = std::sync::Arc::new(tokio::sync::Notify::new());
+    let mine = {
+        let (started, go) = (started.clone(), go.clone());
+        native(
+            "name: mine\ndescription: Waits, then logs and emits its own event.\n",
+            move |ctx: skillgate::Context, _| {
+                let (started, go) = (started.clone(), go.clone());
+                async move {
+                    started.notify_one();
+                    go.notified().await;
+                    ctx.log("my log")?;
+                    ctx.invoke(
+                        "event-emit",
+                        json!({ "topic": "mine", "data": { "own": true } }),
+                        Default::default(),
+                    )
+                    .await?;
+                    Ok(Some(json!("done")))
+                }
+            },
+        )
+    };
+    let server = TestServer::start_with(Project::new(), config(), |b| b.native(mine)).await;
+    let mut stream = server.stream("/invoke/mine", &json!({})).await;
+    started.notified().await;
+    let burst: Vec<_> = (0..3000).map(|n| event("elsewhere", n)).collect();
+    server.kernel.bus().emit_many(&burst).await.unwrap();
+    go.notify_one();
+    let mut seen = Vec::new();
+    while let Some(frame) = stream.next().await {
+        let done = frame.event == "result";
+        seen.push((frame.event, frame.data));
+        if done {
+            break;
+        }
+    }
+    let kinds: Vec<&str> = seen.iter().map(|(kind, _)| kind.as_str()).collect();
+    assert!(
+        !kinds.contains(&"gap"),
+        "nothing of the run was lost: {kinds:?}"
+    );
+    let events: Vec<&Value> = seen
+        .iter()
+        .filter(|(k, _)| k == "event")
+        .map(|(_, d)| d)
+        .collect();
+    assert_eq!(events.len(), 1, "only the run's own event: {events:?}");
+    assert_eq!(events[0]["topic"], "mine");
+    assert!(
+        seen.iter()
+            .any(|(k, d)| k == "log" && d["text"] == "my log"),
+        "{seen:?}"
+    );
+    assert_eq!(seen.last().unwrap().1, json!({ "result": "done" }));
 }
