@@ -9,6 +9,7 @@
 //! - [`dispatch`]: the shared steps 2–5 and the [`dispatch::Inbound`] every transport builds.
 //! - [`reply`]: the reply channel, the raw response handle at `nonlocals.request.res`.
 //! - [`send`]: the `gateway-send` and `web-send` tools.
+//! - [`pace`]: a bytes-a-second pace many readers share, each woken once for its turn.
 //! - [`metrics`]: Prometheus metrics of requests and invocations, shared by all transports.
 //! - [`host`]: what every door runs on (gateway, policy, timeout, stopping, background work).
 //! - [`transport`]: the lifecycle every transport shares (start, readiness, run, drain,
@@ -31,6 +32,7 @@ pub mod error;
 pub mod host;
 pub mod http;
 pub mod metrics;
+pub mod pace;
 pub mod policy;
 pub mod principal;
 pub mod queue;

@@ -4,7 +4,6 @@
 //! cannot take it (the sender retries), 552 above the size cap, 550 with the reason when it
 //! cannot be read.
 
-use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -19,6 +18,7 @@ use tokio_util::task::TaskTracker;
 use crate::gateway::email::config::EmailConfig;
 use crate::gateway::email::intake::{Intake, IntakeError, Taken};
 use crate::gateway::email::verify::Client;
+use crate::gateway::pace::Pace;
 
 /// A client that says nothing this long is let go (RFC 5321 4.5.3.2 suggests 5 minutes).
 const IDLE: Duration = Duration::from_secs(300);
@@ -351,42 +351,29 @@ fn answer(taken: Result<Taken, IntakeError>) -> String {
     }
 }
 
-/// The message after DATA, dot-unstuffed, up to the lone `.`; `None` as soon as it is larger
-/// than `max`. Lines are read in pieces of at most [`DATA_PIECE`] bytes and each counts against
-/// the cap as it arrives, so a client that never sends a newline holds no more memory than the
-/// cap (RFC 5321 allows 1000 octets a line; longer ones are taken, in pieces).
 /// Bytes of DATA being received by every session together, bounded by
 /// `email.smtp.max-data-in-flight`, and the pace they are read at, bounded by
 /// `email.smtp.max-data-rate`.
 pub struct InFlight {
     max: usize,
     used: AtomicUsize,
-    /// Counts KiB read; `None`: unpaced.
-    rate: Option<governor::DefaultDirectRateLimiter>,
-    /// The most KiB one wait may ask for (a second's worth).
-    burst: NonZeroU32,
+    /// The pace bytes are read at; `None`: unpaced.
+    rate: Option<Pace>,
 }
 
 impl InFlight {
     pub fn new(max: usize, rate: usize) -> Arc<InFlight> {
-        let kib = u32::try_from(rate.div_ceil(1024)).unwrap_or(u32::MAX);
-        let burst = NonZeroU32::new(kib).unwrap_or(NonZeroU32::MIN);
         Arc::new(InFlight {
             max,
             used: AtomicUsize::new(0),
-            rate: (rate > 0)
-                .then(|| governor::RateLimiter::direct(governor::Quota::per_second(burst))),
-            burst,
+            rate: Pace::new(rate),
         })
     }
 
     /// Waits until `n` more bytes may be read, at the configured pace.
     async fn pace(&self, n: usize) {
-        let Some(rate) = &self.rate else { return };
-        let kib = u32::try_from(n.div_ceil(1024)).unwrap_or(u32::MAX);
-        if let Some(cells) = NonZeroU32::new(kib.min(self.burst.get())) {
-            // Never more than the burst, so it is always satisfiable.
-            let _ = rate.until_n_ready(cells).await;
+        if let Some(rate) = &self.rate {
+            rate.take(n).await;
         }
     }
 
@@ -420,6 +407,10 @@ enum Data {
     Busy,
 }
 
+/// The message after DATA, dot-unstuffed, up to the lone `.`; [`Data::TooBig`] as soon as it is
+/// larger than `max`. Lines are read in pieces of at most [`DATA_PIECE`] bytes and each counts
+/// against the cap as it arrives, so a client that never sends a newline holds no more memory
+/// than the cap (RFC 5321 allows 1000 octets a line; longer ones are taken, in pieces).
 async fn receive<S: AsyncRead + Unpin>(
     reader: &mut BufReader<S>,
     max: usize,
@@ -507,15 +498,16 @@ mod tests {
         assert_eq!(in_flight.used.load(Ordering::Acquire), data.capacity());
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn data_is_read_at_most_the_configured_bytes_a_second() {
         let in_flight = InFlight::new(1 << 20, 8192);
-        let rate = in_flight.rate.as_ref().expect("paced");
+        let began = tokio::time::Instant::now();
         in_flight.pace(8192).await;
-        // A second's worth was read: the next KiB must wait.
-        assert!(rate.check().is_err());
+        in_flight.pace(8192).await;
+        // A second's worth goes at once, the next waits its second.
+        assert_eq!(began.elapsed(), Duration::from_secs(1));
         let unpaced = InFlight::new(1 << 20, 0);
-        assert!(unpaced.rate.is_none());
         unpaced.pace(1 << 30).await;
+        assert_eq!(began.elapsed(), Duration::from_secs(1), "unpaced: no wait");
     }
 }
