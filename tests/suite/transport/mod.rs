@@ -8,6 +8,7 @@
 
 pub mod email;
 mod http;
+mod jsonl;
 pub mod slack;
 mod websocket;
 
