@@ -41,7 +41,11 @@ pub fn serve(project: &Path, args: &[&str], env: &[(&str, &str)]) -> Served {
         let line = rx
             .recv_timeout(Duration::from_secs(30))
             .expect("serve prints where it listens");
-        if let Some(rest) = line.split("listening on http://").nth(1) {
+        // HTTP's address, or the operations listener's when HTTP is off.
+        if let Some(rest) = line
+            .split_once("listening on ")
+            .and_then(|(_, doors)| doors.split("http://").nth(1))
+        {
             break (rest.split_whitespace().next().unwrap().to_string(), line);
         }
     };

@@ -1,5 +1,6 @@
 //! `skillgate serve` as a process: the default SQLite store, config from file and environment
-//! with clear errors, SIGTERM shutdown, JSON logs, and spans exported to an OTLP collector.
+//! with clear errors, SIGTERM shutdown, JSON logs, spans exported to an OTLP collector, and
+//! `--no-http` with the probes on the operations listener.
 
 use std::sync::Arc;
 
@@ -289,4 +290,26 @@ fn a_transport_that_cannot_start_is_an_error_naming_it() {
         err.contains(&format!("error: http: cannot listen on {addr}")),
         "{err}"
     );
+}
+
+#[tokio::test]
+async fn with_no_http_only_email_runs_and_the_probes_answer_where_http_would() {
+    let project = hello_project();
+    project.write(
+        "skillgate.yaml",
+        "email:\n  from: bot@skillgate.test\n  smtp:\n    bind: 127.0.0.1:0\n  default: hello\n  dns-resolver: 127.0.0.1:9\n",
+    );
+    let served = serve(project.path(), &["--no-http", "--bind", "127.0.0.1:0"], &[]);
+    assert!(served.started.contains("smtp://"), "{}", served.started);
+    assert!(served.started.contains("operations"), "{}", served.started);
+    let ready = served.get("/readyz").await;
+    assert_eq!(ready["status"], "ready", "{ready}");
+    assert_eq!(ready["transports"]["email"], "ready", "{ready}");
+    assert!(ready["transports"].get("http").is_none(), "{ready}");
+    let (status, _) = served
+        .post("/invoke/hello", &json!({ "name": "Ada" }))
+        .await;
+    assert_eq!(status, 404, "no skill is served without HTTP");
+    let (code, rest) = served.stop();
+    assert_eq!(code, Some(0), "{rest:?}");
 }
