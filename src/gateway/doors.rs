@@ -122,7 +122,7 @@ impl Doors {
             ops: None,
         };
         if let Some(addr) = ops {
-            doors.ops = Some(http::OpsListener::bind(gateway.clone(), addr).await?);
+            doors.ops = Some(http::OpsListener::bind(gateway.clone(), addr, &config.keys).await?);
         }
         if serve_http {
             let mut served: Vec<Arc<dyn HttpDoor>> = Vec::new();

@@ -1,6 +1,7 @@
 //! HTTP switched off: email and Slack in Socket Mode still take work and answer, and the probes
 //! (`/healthz`, `/readyz`, `/metrics`) are on the operations listener, which serves nothing
-//! else; Slack with only its Events API cannot run without HTTP and is refused at start.
+//! else (its `/metrics` asks for a key off loopback); Slack with only its Events API cannot run
+//! without HTTP and is refused at start.
 
 use std::time::Duration;
 
@@ -108,4 +109,42 @@ async fn without_http_slack_with_only_its_events_api_is_refused_at_start() {
     assert!(err.config, "a mistake in the settings: {err}");
     assert_eq!(err.transport, "slack");
     assert!(err.message.contains("Socket Mode"), "{err}");
+}
+
+/// Off loopback the operations listener's `/metrics` (which names every skill) asks for a key
+/// with every skill or `admin`, as HTTP's does; the probes stay open.
+#[tokio::test]
+async fn off_loopback_the_operations_metrics_ask_for_a_key_with_every_skill() {
+    let settings = DoorSettings {
+        ops: Some("0.0.0.0:0".parse().unwrap()),
+        ..DoorSettings::http(crate::server::with_keys())
+    };
+    let project = crate::server::hello_and_admin();
+    let gateway = Gateway::new(
+        project.kernel(),
+        std::sync::Arc::new(skillgate::gateway::metrics::Metrics::new()),
+    );
+    let doors = Doors::bind(gateway, settings, project.path())
+        .await
+        .unwrap();
+    let port = doors.ops_addr().expect("the operations listener").port();
+    tokio::spawn(doors.run_until(std::future::pending(), Duration::from_secs(1)));
+    let client = crate::common::http_client();
+    let url = |path: &str| format!("http://127.0.0.1:{port}{path}");
+    let metrics = |key: Option<&'static str>| {
+        let mut request = client.get(url("/metrics"));
+        if let Some(key) = key {
+            request = request.bearer_auth(key);
+        }
+        async move { request.send().await.unwrap().status().as_u16() }
+    };
+    assert_eq!(metrics(None).await, 401);
+    assert_eq!(
+        metrics(Some("sg_narrow_key")).await,
+        401,
+        "a key limited to some skills"
+    );
+    assert_eq!(metrics(Some("sg_ci_key")).await, 200);
+    let health = client.get(url("/healthz")).send().await.unwrap();
+    assert_eq!(health.status(), 200, "the probes ask no key");
 }

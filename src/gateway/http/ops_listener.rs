@@ -1,7 +1,9 @@
 //! The operations listener: `/healthz`, `/readyz` and `/metrics` on an address of their own
 //! (`serve --ops-bind`), for probes and scrapers where the HTTP door is off (`--no-http`) or
-//! faces the public. It asks for no key, so it belongs on loopback or a private network; it
-//! serves nothing else, and a connection gets the same header deadline and caps as HTTP's.
+//! faces the public. The probes ask for no key (as on HTTP, where they are public and say which
+//! check failed, never where). `/metrics` names every skill: on a loopback address it is open;
+//! anywhere else it asks, as on HTTP, for a key with every skill or `admin`. It serves nothing
+//! else, and a connection gets a header deadline and connection caps as on HTTP.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -9,15 +11,16 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::extract::State;
-use axum::http::header;
+use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::gateway::Gateway;
+use crate::gateway::http::auth::KeyRing;
 use crate::gateway::http::{listen, ops};
 use crate::gateway::transport::{Report, StartError, Transport};
+use crate::gateway::{Gateway, GatewayError};
 
 /// The listener's name in logs and errors (it is not listed in `/readyz`: it is what answers).
 pub const NAME: &str = "ops";
@@ -31,14 +34,33 @@ const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct OpsListener {
     listener: TcpListener,
     gateway: Gateway,
+    /// Who may read `/metrics`: `None` on loopback (anyone there).
+    keys: Option<KeyRing>,
+}
+
+/// What the handlers share.
+#[derive(Clone)]
+struct Ops {
+    gateway: Gateway,
+    keys: Option<Arc<KeyRing>>,
 }
 
 impl OpsListener {
-    pub async fn bind(gateway: Gateway, addr: SocketAddr) -> Result<OpsListener, StartError> {
+    /// Binds `addr`; off loopback, `/metrics` asks for one of `keys`.
+    pub async fn bind(
+        gateway: Gateway,
+        addr: SocketAddr,
+        keys: &KeyRing,
+    ) -> Result<OpsListener, StartError> {
         let listener = TcpListener::bind(addr)
             .await
             .map_err(|e| StartError::runtime(NAME, format!("cannot listen on {addr}: {e}")))?;
-        Ok(OpsListener { listener, gateway })
+        let keys = (!addr.ip().is_loopback()).then(|| keys.clone());
+        Ok(OpsListener {
+            listener,
+            gateway,
+            keys,
+        })
     }
 
     pub fn local_addr(&self) -> Option<SocketAddr> {
@@ -53,14 +75,21 @@ impl Transport for OpsListener {
     }
 
     async fn run(self: Box<Self>, stop: CancellationToken, _grace: Duration) -> Report {
-        let OpsListener { listener, gateway } = *self;
+        let OpsListener {
+            listener,
+            gateway,
+            keys,
+        } = *self;
         let metrics = gateway.metrics.clone();
         let router = Router::new()
             .route("/healthz", get(ops::healthz))
             .route("/readyz", get(readyz))
             .route("/metrics", get(render_metrics))
             .fallback(ops::not_found)
-            .with_state(gateway);
+            .with_state(Ops {
+                gateway,
+                keys: keys.map(Arc::new),
+            });
         let limits = listen::Limits {
             header_timeout: HEADER_TIMEOUT,
             body_timeout: HEADER_TIMEOUT,
@@ -78,15 +107,30 @@ impl Transport for OpsListener {
     }
 }
 
-async fn readyz(State(gateway): State<Gateway>) -> Response {
-    ops::readiness(&gateway).await
+async fn readyz(State(ops): State<Ops>) -> Response {
+    ops::readiness(&ops.gateway).await
 }
 
-/// Every skill's metrics: the listener is the operator's, so no key is asked.
-async fn render_metrics(State(gateway): State<Gateway>) -> Response {
+/// Every skill's metrics: on loopback to anyone; elsewhere to a key with every skill or `admin`.
+async fn render_metrics(State(ops): State<Ops>, headers: HeaderMap) -> Response {
+    if let Some(keys) = &ops.keys {
+        let presented = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        let allowed = presented
+            .and_then(|k| keys.verify(k))
+            .is_some_and(|key| key.principal().all_skills() || key.principal().admin());
+        if !allowed {
+            return GatewayError::Unauthorized {
+                presented: presented.is_some(),
+            }
+            .into_response();
+        }
+    }
     (
         [(header::CONTENT_TYPE, ops::OPENMETRICS)],
-        gateway.metrics.render(),
+        ops.gateway.metrics.render(),
     )
         .into_response()
 }
