@@ -173,12 +173,6 @@ impl Doors {
         self
     }
 
-    /// Adds a transport that runs its own life.
-    pub fn with_transport(mut self, transport: Box<dyn Transport>) -> Doors {
-        self.transports.push(transport);
-        self
-    }
-
     /// Where HTTP listens (none with HTTP off).
     pub fn http_addr(&self) -> Option<SocketAddr> {
         self.http
@@ -192,11 +186,6 @@ impl Doors {
     /// Where the operations listener listens, when it is asked for.
     pub fn ops_addr(&self) -> Option<SocketAddr> {
         self.ops.as_ref().and_then(http::OpsListener::local_addr)
-    }
-
-    /// The doors' names, in the order they run.
-    pub fn names(&self) -> Vec<&'static str> {
-        self.transports.iter().map(|t| t.name()).collect()
     }
 
     /// Serves until `shutdown` resolves with its reason (`SIGTERM`), then stops every door,

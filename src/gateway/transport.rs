@@ -1,9 +1,10 @@
-//! The transport lifecycle every way in shares (HTTP now; WebSocket, webhooks, Slack and email
-//! as they come): a transport is started by its own constructor (bind a socket, connect to a
-//! service), which fails with a [`StartError`] naming it; then [`Transport::run`] serves until
-//! told to stop, drains its in-flight work within the one shutdown grace, and reports.
-//! `skillgate serve` starts every configured transport and stops them together; each says in
-//! [`Readiness`] whether it is ready, and `/readyz` shows them all.
+//! The transport lifecycle every way in shares (HTTP with the doors on its listener, and each
+//! door on a host of its own, see `door`): a transport is started by its own constructor (bind
+//! a socket, connect to a service), which fails with a [`StartError`] naming it; then
+//! [`Transport::run`] serves until told to stop, drains its in-flight work within the one
+//! shutdown grace, and reports. [`Doors`](crate::gateway::Doors) starts every configured
+//! transport and stops them together; each says in [`Readiness`] whether it is ready, and
+//! `/readyz` shows them all.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

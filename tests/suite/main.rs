@@ -25,7 +25,9 @@
 //!   `running_untrusted_code`.
 //! - `security`: one test per finding of the security probe, and bounded fuzzing.
 //! - `layers`: the bottom layers (context, cascade, skills, kernel) name nothing above them.
-//! - `transport`: the contract every transport passes (HTTP now), one harness per transport.
+//! - `transport`: the contract every transport passes, one harness per transport (the example
+//!   door of `examples/jsonl_door` included).
+//! - `no_http`: email and Slack Socket Mode without HTTP, and the operations listener.
 //! - `api_description`: schemathesis against both served API documents.
 
 mod agent;

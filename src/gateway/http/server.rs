@@ -1,5 +1,5 @@
 //! The HTTP server: the router with its layers, the listener, and graceful shutdown (stop
-//! accepting, announce `shutdown`, drain for a bounded grace period).
+//! accepting, drain for a bounded grace period; whoever runs the doors announces `shutdown`).
 
 use std::net::SocketAddr;
 use std::path::Path;

@@ -1,6 +1,7 @@
-//! The transport contract: what every transport (HTTP now; WebSocket, webhooks, Slack and email
-//! as they come) must do, written once against the [`Harness`] trait and run against each
-//! transport by the `contract!` macro, like the event store suite in `events.rs`.
+//! The transport contract: what every transport (HTTP, WebSocket, Slack, email, and the example
+//! door of `examples/jsonl_door` added from outside) must do, written once against the
+//! [`Harness`] trait and run against each transport by the `contract!` macro, like the event
+//! store suite in `events.rs`.
 //!
 //! A harness starts a real server for its transport over a test project and talks to it with a
 //! real client of that transport. The rules only see what a client sees: results, streamed
