@@ -273,7 +273,7 @@ pub async fn authenticate(State(state): State<AppState>, mut req: Request, next:
 }
 
 /// The token of `Bearer <token>`; the scheme is case-insensitive (RFC 9110, section 11.1).
-fn bearer_token(value: &str) -> Option<&str> {
+pub(crate) fn bearer_token(value: &str) -> Option<&str> {
     let (scheme, token) = value.trim_start().split_once(' ')?;
     let token = token.trim();
     (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)

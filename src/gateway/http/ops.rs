@@ -24,7 +24,7 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
 }
 
 /// The metrics' content type.
-pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// The readiness report of the server `gateway` serves (`/readyz` on HTTP and on the operations
 /// listener).
@@ -82,8 +82,7 @@ pub async fn metrics(
     caller: Option<axum::Extension<crate::gateway::http::auth::Caller>>,
 ) -> Response {
     if let Some(axum::Extension(crate::gateway::http::auth::Caller::Key(key))) = &caller
-        && !key.principal().all_skills()
-        && !key.principal().admin()
+        && !may_read_metrics(key.principal())
     {
         return crate::gateway::GatewayError::Denied {
             message:
@@ -93,9 +92,19 @@ pub async fn metrics(
         }
         .into_response();
     }
+    render_metrics(&state.gateway)
+}
+
+/// Whether a key may read the metrics, which name every skill: one with every skill, or `admin`.
+pub fn may_read_metrics(principal: &crate::kernel::authority::Principal) -> bool {
+    principal.all_skills() || principal.admin()
+}
+
+/// The metrics as OpenMetrics text (HTTP's `/metrics` and the operations listener's).
+pub fn render_metrics(gateway: &Gateway) -> Response {
     (
         [(header::CONTENT_TYPE, OPENMETRICS)],
-        state.gateway.metrics.render(),
+        gateway.metrics.render(),
     )
         .into_response()
 }

@@ -17,7 +17,7 @@ use axum::routing::get;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::gateway::http::auth::KeyRing;
+use crate::gateway::http::auth::{KeyRing, bearer_token};
 use crate::gateway::http::{listen, ops};
 use crate::gateway::transport::{Report, StartError, Transport};
 use crate::gateway::{Gateway, GatewayError};
@@ -117,10 +117,10 @@ async fn render_metrics(State(ops): State<Ops>, headers: HeaderMap) -> Response 
         let presented = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
+            .and_then(bearer_token);
         let allowed = presented
             .and_then(|k| keys.verify(k))
-            .is_some_and(|key| key.principal().all_skills() || key.principal().admin());
+            .is_some_and(|key| ops::may_read_metrics(key.principal()));
         if !allowed {
             return GatewayError::Unauthorized {
                 presented: presented.is_some(),
@@ -128,9 +128,5 @@ async fn render_metrics(State(ops): State<Ops>, headers: HeaderMap) -> Response 
             .into_response();
         }
     }
-    (
-        [(header::CONTENT_TYPE, ops::OPENMETRICS)],
-        ops.gateway.metrics.render(),
-    )
-        .into_response()
+    ops::render_metrics(&ops.gateway)
 }
