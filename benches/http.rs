@@ -56,9 +56,9 @@ fn start_servers(project: &std::path::Path) -> (SocketAddr, SocketAddr) {
                 ..HttpConfig::default()
             };
             let gateway = Gateway::new(kernel, Arc::new(Metrics::new()));
-            let server = skillgate::gateway::Doors::bind(
+            let server = skillgate::server::Doors::bind(
                 gateway,
-                skillgate::gateway::DoorSettings::http(config),
+                skillgate::server::DoorSettings::http(config),
                 &project,
             )
             .await

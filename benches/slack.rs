@@ -21,8 +21,8 @@ use serde_json::json;
 use sha2::Sha256;
 use skillgate::config::values::Seconds;
 use skillgate::events::EventStore;
-use skillgate::gateway::DoorSettings;
 use skillgate::gateway::slack::SlackSettings;
+use skillgate::server::DoorSettings;
 
 use common::env_or;
 

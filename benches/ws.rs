@@ -31,7 +31,7 @@ const KEY: &str = "sg_bench_key_0123456789";
 
 /// `skillgate serve` on a free port; returns the child and its address.
 fn start_server(project: &std::path::Path) -> (Child, String) {
-    let hash = skillgate::gateway::http::auth::hash_key(KEY);
+    let hash = skillgate::gateway::keys::hash_key(KEY);
     let mut child = Command::new(env!("CARGO_BIN_EXE_skillgate"))
         .args(["--project"])
         .arg(project)

@@ -22,6 +22,8 @@
 //! - [`gateway`]: the transports and the layer they share (verify, fill the context, announce,
 //!   invoke, reply), `gateway-send`/`web-send`, metrics; the HTTP transport behind `serve`.
 //! - [`agent`]: the LLM agent on top of the kernel: model providers' wire protocols.
+//! - [`server`]: one server's doors (HTTP with the doors on its listener, email, Slack, MCP,
+//!   webhooks, and any an embedding program adds) bound from its settings and run together.
 //! - [`builtins`]: the composition root: a kernel builder with every built-in tool, the event
 //!   bus and the sandbox wired in (the binary and the tests start here).
 //! - [`config`]: the project's configuration: `skillgate.yaml` with a section per transport
@@ -49,6 +51,7 @@ pub mod middleware;
 pub mod reload;
 pub mod sandbox;
 pub mod schedule;
+pub mod server;
 pub mod session;
 pub mod shutdown;
 pub mod skills;

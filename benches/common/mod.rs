@@ -15,10 +15,11 @@ use serde_json::json;
 use skillgate::events::postgres::PostgresStore;
 use skillgate::events::sqlite::SqliteStore;
 use skillgate::events::{Bus, BusConfig, EventStore, Limits, WithBus};
+use skillgate::gateway::Gateway;
 use skillgate::gateway::http::HttpConfig;
 use skillgate::gateway::metrics::Metrics;
-use skillgate::gateway::{DoorSettings, Doors, Gateway};
 use skillgate::middleware::native;
+use skillgate::server::{DoorSettings, Doors};
 
 /// Where a started `skillgate serve` listens (`host:port`), read from its piped stderr; the
 /// rest of its stderr is drained on a thread so the pipe never fills.

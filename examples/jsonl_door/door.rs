@@ -25,7 +25,7 @@ use std::sync::Arc;
 use serde_json::{Map, Value, json};
 use skillgate::context::id;
 use skillgate::gateway::door::Door;
-use skillgate::gateway::http::auth::KeyRing;
+use skillgate::gateway::keys::KeyRing;
 use skillgate::gateway::{GatewayError, Host, Inbound, ReplyPart};
 use skillgate::kernel::ToolRef;
 use skillgate::kernel::authority::Principal;

@@ -12,10 +12,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use skillgate::gateway::Gateway;
 use skillgate::gateway::http::HttpConfig;
-use skillgate::gateway::http::auth::KeyRing;
+use skillgate::gateway::keys::KeyRing;
 use skillgate::gateway::metrics::Metrics;
-use skillgate::gateway::{DoorSettings, Doors, Gateway};
+use skillgate::server::{DoorSettings, Doors};
 
 #[tokio::main]
 async fn main() {

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use clap::Subcommand;
 
 use crate::cli::FAILED;
-use crate::gateway::http::auth::{generate_key, hash_key};
+use crate::gateway::keys::{generate_key, hash_key};
 
 #[derive(Debug, Subcommand)]
 pub enum KeysCommand {

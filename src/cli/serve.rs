@@ -12,10 +12,11 @@ use crate::config::{ConfigErrors, ConfigFile};
 use crate::context::log::LogConfig;
 use crate::events::WithBus;
 use crate::events::{Bus, BusConfig, EventStore};
+use crate::gateway::Gateway;
 use crate::gateway::http::routes;
 use crate::gateway::http::{HttpConfig, HttpSettings};
 use crate::gateway::metrics::Metrics;
-use crate::gateway::{DoorSettings, Doors, Gateway};
+use crate::server::{DoorSettings, Doors};
 use tokio_util::sync::CancellationToken;
 
 /// The HTTP flags; each is also a key of the config file's `http:` section, and flags (and

@@ -1,6 +1,6 @@
 //! A door's life on a [`Host`], whichever way it takes work in: started when the server runs,
 //! closed when it stops, drained within the shutdown grace. A door served on the HTTP listener
-//! also implements [`HttpDoor`](crate::gateway::http::door::HttpDoor), and the HTTP server runs
+//! also implements [`HttpDoor`](crate::gateway::served::HttpDoor), and the HTTP server runs
 //! its life; a door on its own (email, Slack in Socket Mode without HTTP, a door an embedding
 //! program adds) runs as a transport of its own through [`Hosted`].
 

@@ -6,6 +6,12 @@
 //! - [`policy`]: which skills a caller may reach, and how a failed run is told to it.
 //! - [`principal`]: who a chat user, a mail sender or a webhook route is, as principals.
 //! - [`error`]: [`GatewayError`], what the gateway answers instead of a result.
+//! - [`problem`]: how a [`GatewayError`] is told to a peer (RFC 9457 problem documents).
+//! - [`keys`]: API keys, the key ring, and the [`keys::Caller`] a door checked.
+//! - [`peers`]: who a connection's client is (trusted proxies) and connections per client.
+//! - [`body`]: a request body's deadline and what a body that cannot be read answers.
+//! - [`headers`]: a request's headers as a run sees them.
+//! - [`signature`]: HMAC signatures of signed deliveries (webhooks, Slack).
 //! - [`dispatch`]: the shared steps 2–5 and the [`dispatch::Inbound`] every transport builds.
 //! - [`reply`]: the reply channel, the raw response handle at `nonlocals.request.res`.
 //! - [`send`]: the `gateway-send` and `web-send` tools.
@@ -15,7 +21,8 @@
 //! - [`transport`]: the lifecycle every transport shares (start, readiness, run, drain,
 //!   report), and running them together.
 //! - [`door`]: a door's life on a host, and a door run as a transport of its own.
-//! - [`doors`]: one server's doors bound from its settings and run together.
+//! - [`served`]: a door served on the HTTP listener, and what the listener shares with it.
+//! - [`origin`]: cross-site browser requests refused.
 //! - [`http`]: the HTTP transport (`skillgate serve`).
 //! - [`ws`]: the WebSocket transport, `/ws` on the HTTP listener.
 //! - [`webhook`]: signed webhooks, queued and run from the event store.
@@ -23,28 +30,34 @@
 //! - [`email`]: mail in over SMTP or IMAP, answers out through a relay.
 //! - [`queue`]: the durable queues the queued doors' workers take work from.
 
+pub mod body;
 pub mod dispatch;
 pub mod door;
-pub mod doors;
 pub mod edge;
 pub mod email;
 pub mod error;
+pub mod headers;
 pub mod host;
 pub mod http;
+pub mod keys;
 pub mod metrics;
+pub mod origin;
 pub mod pace;
+pub mod peers;
 pub mod policy;
 pub mod principal;
+pub mod problem;
 pub mod queue;
 pub mod reply;
 pub mod send;
+pub mod served;
+pub mod signature;
 pub mod slack;
 pub mod transport;
 pub mod webhook;
 pub mod ws;
 
 pub use dispatch::{Dispatch, Gateway, Inbound};
-pub use doors::{DoorSettings, Doors, ShutdownReport};
 pub use error::GatewayError;
 pub use host::Host;
 pub use reply::{Reply, ReplyPart};

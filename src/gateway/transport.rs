@@ -2,7 +2,7 @@
 //! door on a host of its own, see `door`): a transport is started by its own constructor (bind
 //! a socket, connect to a service), which fails with a [`StartError`] naming it; then
 //! [`Transport::run`] serves until told to stop, drains its in-flight work within the one
-//! shutdown grace, and reports. [`Doors`](crate::gateway::Doors) starts every configured
+//! shutdown grace, and reports. [`Doors`](crate::server::Doors) starts every configured
 //! transport and stops them together; each says in [`Readiness`] whether it is ready, and
 //! `/readyz` shows them all.
 

@@ -16,7 +16,7 @@ use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{Map, Value, json};
 
 use crate::context::id;
-use crate::gateway::http::auth::Caller;
+use crate::gateway::keys::Caller;
 use crate::gateway::policy::{Policy, Scope};
 use crate::gateway::{Gateway, GatewayError, Inbound, ReplyPart};
 use crate::kernel::ToolRef;

@@ -62,6 +62,15 @@ pub struct SearchIndex {
 }
 
 impl SearchIndex {
+    /// The main skill of the project in `project`: the one with `role: main` in the project
+    /// folder itself, whose cascade declares the doors' routes (web, webhook, Slack).
+    pub fn main_skill(&self, project: &Path) -> Option<&Arc<Tool>> {
+        let project = std::path::absolute(project).ok();
+        self.tools().find(|t| {
+            t.is_main && matches!(&t.source, Source::File(p) if p.parent() == project.as_deref())
+        })
+    }
+
     /// Builds an index from tools already in search order: the first tool of a name wins.
     pub fn build(
         generation: u64,

@@ -47,7 +47,7 @@ fn serve_bundled(project: &Path, fake: &ModelFake, keys: bool) -> Served {
         &Path::new(env!("CARGO_MANIFEST_DIR")).join("skills"),
         &project.join("skills"),
     );
-    let hash = skillgate::gateway::http::auth::hash_key(KEY);
+    let hash = skillgate::gateway::keys::hash_key(KEY);
     let keys_arg = format!("app={hash}");
     let mut args = vec![
         "--bind",

@@ -27,7 +27,7 @@ pub(crate) async fn start(sink: &Sink) -> TestServer {
         "brief.skill.md",
         "---\nname: brief\ndescription: Answers.\nmetadata:\n  params:\n    type: object\n    properties:\n      subject: { type: string }\n---\n**Re** :arg[subject]\n",
     );
-    let mut http = skillgate::gateway::DoorSettings::http(config());
+    let mut http = skillgate::server::DoorSettings::http(config());
     let mut email = settings(sink);
     email.routes = None;
     email.default = Some("brief".into());
@@ -270,7 +270,7 @@ async fn a_mail_sent_while_the_store_is_down_gets_451_and_runs_when_sent_again()
         "brief.skill.md",
         "---\nname: brief\ndescription: Answers.\n---\nkept\n",
     );
-    let mut http = skillgate::gateway::DoorSettings::http(config());
+    let mut http = skillgate::server::DoorSettings::http(config());
     let mut email = settings(&sink);
     email.routes = None;
     email.default = Some("brief".into());
@@ -364,7 +364,7 @@ async fn starttls_encrypts_the_session_and_require_tls_refuses_mail_in_the_clear
         "---\nname: brief\ndescription: Answers.\n---\nsecure\n",
     );
     let (cert, tls) = certificate(&project);
-    let mut http = skillgate::gateway::DoorSettings::http(config());
+    let mut http = skillgate::server::DoorSettings::http(config());
     let mut email = settings(&sink);
     email.routes = None;
     email.default = Some("brief".into());

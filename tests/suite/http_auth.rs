@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use skillgate::gateway::http::auth::{ApiKey, KeyRing, hash_key};
+use skillgate::gateway::keys::{ApiKey, KeyRing, hash_key};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;

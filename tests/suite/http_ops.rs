@@ -332,9 +332,9 @@ async fn refused_routes(routes: &str) -> String {
         project.kernel(),
         Arc::new(skillgate::gateway::metrics::Metrics::new()),
     );
-    skillgate::gateway::Doors::bind(
+    skillgate::server::Doors::bind(
         gateway,
-        skillgate::gateway::DoorSettings::http(config()),
+        skillgate::server::DoorSettings::http(config()),
         project.path(),
     )
     .await

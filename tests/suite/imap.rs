@@ -85,7 +85,7 @@ fn brief(project: &Project) {
 async fn read_by_brief(sink: &Sink, imap: ImapSettings) -> TestServer {
     let project = Project::new();
     brief(&project);
-    let mut http = skillgate::gateway::DoorSettings::http(config());
+    let mut http = skillgate::server::DoorSettings::http(config());
     let mut email = settings(sink);
     email.smtp = None;
     email.routes = None;

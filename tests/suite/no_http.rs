@@ -5,8 +5,9 @@
 
 use std::time::Duration;
 
+use skillgate::gateway::Gateway;
 use skillgate::gateway::slack::SlackSettings;
-use skillgate::gateway::{DoorSettings, Doors, Gateway};
+use skillgate::server::{DoorSettings, Doors};
 
 use crate::common::Project;
 use crate::server::{TestServer, config};

@@ -413,10 +413,7 @@ fn start(project: &Project, store: &Store) -> Served {
     if let Some(url) = &store.url {
         args.extend(["--store", url.as_str()]);
     }
-    let keys = format!(
-        "ops={};admin",
-        skillgate::gateway::http::auth::hash_key(OPS_KEY)
-    );
+    let keys = format!("ops={};admin", skillgate::gateway::keys::hash_key(OPS_KEY));
     serve(
         project.path(),
         &args,

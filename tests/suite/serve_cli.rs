@@ -47,7 +47,7 @@ fn a_config_file_with_an_unknown_key_is_refused_naming_file_line_and_key() {
 #[tokio::test]
 async fn environment_settings_override_the_config_file() {
     let project = hello_project();
-    let hash = skillgate::gateway::http::auth::hash_key("sg_file_key");
+    let hash = skillgate::gateway::keys::hash_key("sg_file_key");
     project.write(
         "skillgate.yaml",
         &format!(

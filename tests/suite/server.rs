@@ -7,11 +7,12 @@ use std::sync::Arc;
 use futures::StreamExt;
 use serde_json::Value;
 use skillgate::Kernel;
+use skillgate::gateway::Gateway;
 use skillgate::gateway::http::HttpConfig;
-use skillgate::gateway::http::auth::{ApiKey, KeyRing, hash_key};
+use skillgate::gateway::keys::{ApiKey, KeyRing, hash_key};
 use skillgate::gateway::metrics::Metrics;
-use skillgate::gateway::{DoorSettings, Doors, Gateway, ShutdownReport};
 use skillgate::kernel::KernelBuilder;
+use skillgate::server::{DoorSettings, Doors, ShutdownReport};
 use tokio::sync::oneshot;
 
 use crate::common::Project;

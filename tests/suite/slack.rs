@@ -22,7 +22,7 @@ async fn start(fake: &FakeSlack, tune: impl FnOnce(&mut SlackSettings)) -> TestS
         "brief.skill.md",
         "---\nname: brief\ndescription: Answers in markdown.\nmetadata:\n  params:\n    type: object\n    properties:\n      text: { type: string }\n---\n**Asked**: :arg[text]\n",
     );
-    let mut http = skillgate::gateway::DoorSettings::http(config());
+    let mut http = skillgate::server::DoorSettings::http(config());
     let mut slack = SlackSettings {
         routes: None,
         default: Some("brief".into()),
@@ -178,7 +178,7 @@ async fn messages_to_one_channel_are_spaced_by_the_post_interval() {
         "chatty.skill.js",
         "export default async function (ctx) {\n  for (const n of [1, 2]) await ctx.manager.invoke('gateway-send', { message: 'part ' + n });\n  return 'done';\n}\n",
     );
-    let mut http = skillgate::gateway::DoorSettings::http(config());
+    let mut http = skillgate::server::DoorSettings::http(config());
     http.slack = SlackSettings {
         routes: None,
         default: Some("chatty".into()),
@@ -314,7 +314,7 @@ async fn a_streamed_answer_is_one_message_updated_at_a_bounded_rate() {
             }
         },
     );
-    let mut http = skillgate::gateway::DoorSettings::http(config());
+    let mut http = skillgate::server::DoorSettings::http(config());
     http.slack = SlackSettings {
         routes: None,
         default: Some("writer".into()),
@@ -420,13 +420,13 @@ async fn an_events_path_a_web_route_already_serves_is_refused_at_start() {
         "main.skill.md",
         "---\nname: site\ndescription: The project.\nmetadata:\n  role: main\n  web:\n    routes:\n      - { method: POST, path: /slack/events, ref: site }\n---\nsite\n",
     );
-    let mut http = skillgate::gateway::DoorSettings::http(config());
+    let mut http = skillgate::server::DoorSettings::http(config());
     http.slack = settings(&fake);
     let gateway = skillgate::gateway::Gateway::new(
         project.kernel(),
         std::sync::Arc::new(skillgate::gateway::metrics::Metrics::new()),
     );
-    let err = skillgate::gateway::Doors::bind(gateway, http, project.path())
+    let err = skillgate::server::Doors::bind(gateway, http, project.path())
         .await
         .err()
         .expect("refused")

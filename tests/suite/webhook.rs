@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use sha2::Sha256;
 use skillgate::events::memory::MemoryStore;
 use skillgate::events::{Bus, BusConfig, KernelBus, Limits, WithBus};
-use skillgate::gateway::http::auth::{ApiKey, KeyRing, hash_key};
+use skillgate::gateway::keys::{ApiKey, KeyRing, hash_key};
 use skillgate::{Context, SkillError};
 use tokio::sync::Notify;
 
@@ -324,7 +324,7 @@ fn webhook_routes_with_a_literal_secret_an_unset_variable_a_missing_skill_or_a_p
             kernel,
             Arc::new(skillgate::gateway::metrics::Metrics::new()),
         );
-        let err = skillgate::gateway::Doors::bind(gateway, skillgate::gateway::DoorSettings::http(config()), project.path())
+        let err = skillgate::server::Doors::bind(gateway, skillgate::server::DoorSettings::http(config()), project.path())
             .await
             .err()
             .expect("refused")

@@ -12,7 +12,7 @@ use serde::Deserialize;
 use crate::config::errors::ConfigErrors;
 use crate::config::values::{KeyList, List, Seconds};
 use crate::config::websocket::WsConfig;
-use crate::gateway::http::auth::{ApiKey, KeyRing};
+use crate::gateway::keys::{ApiKey, KeyRing};
 
 /// The resolved settings `skillgate serve` runs with.
 #[derive(Debug, Clone)]
@@ -339,7 +339,7 @@ impl HttpConfig {
             config.max_args_in_flight = max;
         }
         if let Some(List(proxies)) = settings.trusted_proxies {
-            if let Err(err) = crate::gateway::http::peers::TrustedProxies::new(&proxies) {
+            if let Err(err) = crate::gateway::peers::TrustedProxies::new(&proxies) {
                 bad("http.trusted-proxies", err);
             }
             config.trusted_proxies = proxies;

@@ -14,8 +14,8 @@ use sha2::{Digest, Sha256};
 
 use crate::events::{EventStore, KernelBus, KeyClaim};
 use crate::gateway::GatewayError;
-use crate::gateway::http::auth::Caller;
 use crate::gateway::http::state::AppState;
+use crate::gateway::keys::Caller;
 
 pub const HEADER: &str = "idempotency-key";
 /// Where a reconnecting SSE client says what it saw last.

@@ -18,14 +18,15 @@ use axum::{Extension, Json};
 use futures::Stream;
 use serde_json::{Map, Value, json};
 
+use crate::gateway::body;
 use crate::gateway::error::RunRef;
-use crate::gateway::http::auth::Caller;
-use crate::gateway::http::body;
+use crate::gateway::headers::headers_json;
 use crate::gateway::http::idempotency::{self, Begin};
-use crate::gateway::http::problem::Problem;
 use crate::gateway::http::request_id::RequestId;
 use crate::gateway::http::resume;
 use crate::gateway::http::state::AppState;
+use crate::gateway::keys::Caller;
+use crate::gateway::problem::Problem;
 use crate::gateway::reply::chunk_bytes;
 use crate::gateway::{Dispatch, GatewayError, Inbound, ReplyPart};
 use crate::kernel::ToolRef;
@@ -45,7 +46,7 @@ pub async fn invoke(
     let tool = state
         .policy
         .reach(&index, &skill, Caller::scope(caller.as_ref()))?;
-    if let Some(why) = crate::gateway::http::origin::refused(&headers, &state.config.cors_origins) {
+    if let Some(why) = crate::gateway::origin::refused(&headers, &state.config.cors_origins) {
         return Err(GatewayError::CrossSite(why));
     }
     json_content_type(&headers, &body)?;
@@ -125,19 +126,6 @@ pub fn request_fields(
     fields.insert("query".into(), query.clone());
     fields.insert("headers".into(), headers_json(headers));
     fields
-}
-
-pub fn headers_json(headers: &HeaderMap) -> Value {
-    let mut map = Map::new();
-    for (name, value) in headers {
-        if name == header::AUTHORIZATION || name == header::COOKIE {
-            continue;
-        }
-        if let Ok(v) = value.to_str() {
-            map.insert(name.as_str().to_string(), Value::String(v.to_string()));
-        }
-    }
-    Value::Object(map)
 }
 
 /// Args come as JSON, and the request must say so: a form another site posts (`text/plain`,

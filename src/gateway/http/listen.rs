@@ -21,10 +21,10 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
+use crate::gateway::body::Deadline;
 use crate::gateway::http::activity::{Activity, Tracked};
-use crate::gateway::http::body::Deadline;
-use crate::gateway::http::peers::{ClientAddr, PerPeer, TrustedProxies};
 use crate::gateway::metrics::Metrics;
+use crate::gateway::peers::{ClientAddr, PerPeer, TrustedProxies};
 
 /// How connections are held to account.
 #[derive(Debug, Clone)]

@@ -14,10 +14,8 @@
 
 mod activity;
 pub mod auth;
-pub mod body;
 pub mod config;
 mod descriptors;
-pub mod door;
 pub mod hosts;
 pub mod idempotency;
 pub mod invoke;
@@ -25,9 +23,6 @@ mod listen;
 pub mod openapi;
 pub mod ops;
 pub mod ops_listener;
-mod origin;
-pub mod peers;
-pub mod problem;
 pub mod project_openapi;
 mod public;
 pub mod request_id;

@@ -79,9 +79,9 @@ pub async fn readiness(gateway: &Gateway) -> Response {
 /// public).
 pub async fn metrics(
     State(state): State<AppState>,
-    caller: Option<axum::Extension<crate::gateway::http::auth::Caller>>,
+    caller: Option<axum::Extension<crate::gateway::keys::Caller>>,
 ) -> Response {
-    if let Some(axum::Extension(crate::gateway::http::auth::Caller::Key(key))) = &caller
+    if let Some(axum::Extension(crate::gateway::keys::Caller::Key(key))) = &caller
         && !may_read_metrics(key.principal())
     {
         return crate::gateway::GatewayError::Denied {

@@ -17,8 +17,9 @@ use axum::routing::get;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::gateway::http::auth::{KeyRing, bearer_token};
+use crate::gateway::http::auth::bearer_token;
 use crate::gateway::http::{listen, ops};
+use crate::gateway::keys::KeyRing;
 use crate::gateway::transport::{Report, StartError, Transport};
 use crate::gateway::{Gateway, GatewayError};
 

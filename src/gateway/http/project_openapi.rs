@@ -8,8 +8,8 @@ use axum::Json;
 use axum::extract::{Extension, State};
 use serde_json::{Map, Value, json};
 
-use crate::gateway::http::auth::Caller;
 use crate::gateway::http::state::AppState;
+use crate::gateway::keys::Caller;
 use crate::skills::tool::Tool;
 
 /// The project document for a caller that may invoke `tools`.

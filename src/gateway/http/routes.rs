@@ -17,11 +17,12 @@ use serde_json::{Map, Value, json};
 
 use crate::cascade;
 use crate::error::SkillError;
-use crate::gateway::http::auth::Caller;
-use crate::gateway::http::body;
-use crate::gateway::http::invoke::{headers_json, request_fields, respond};
+use crate::gateway::body;
+use crate::gateway::headers::headers_json;
+use crate::gateway::http::invoke::{request_fields, respond};
 use crate::gateway::http::request_id::RequestId;
 use crate::gateway::http::state::AppState;
+use crate::gateway::keys::Caller;
 use crate::gateway::{GatewayError, Inbound};
 use crate::kernel::ToolRef;
 use crate::kernel::authority::Authority;
@@ -121,20 +122,10 @@ pub fn check(index: &SearchIndex, project: &std::path::Path) -> Vec<RouteError> 
     collect_all(index, project).1
 }
 
-/// The project's main skill: the one with `role: main` in the project folder itself, whose
-/// cascade declares the gateway's routes.
-pub fn main_skill<'a>(index: &'a SearchIndex, project: &std::path::Path) -> Option<&'a Arc<Tool>> {
-    let project = std::path::absolute(project).ok();
-    index.tools().find(|t| {
-        t.is_main
-            && matches!(&t.source, crate::skills::Source::File(p) if p.parent() == project.as_deref())
-    })
-}
-
 fn collect_all(index: &SearchIndex, project: &std::path::Path) -> (Vec<WebRoute>, Vec<RouteError>) {
     let mut routes = Vec::new();
     let mut errors = Vec::new();
-    if let Some(main) = main_skill(index, project) {
+    if let Some(main) = index.main_skill(project) {
         match cascade::merged_for(index, main) {
             Err(e) => errors.push(RouteError::Metadata(e)),
             Ok(merged) => {

@@ -21,15 +21,14 @@ use tower_http::cors::{AllowOrigin, CorsLayer};
 
 use crate::gateway::http::auth::{self, CallerKey};
 use crate::gateway::http::config::HttpConfig;
-use crate::gateway::http::door::HttpDoor;
 use crate::gateway::http::public::PublicDir;
 use crate::gateway::http::startup::StartError;
 use crate::gateway::http::state::AppState;
 use crate::gateway::http::{
     descriptors, hosts, idempotency, invoke, listen, ops, request_id, routes, skills, topics,
 };
+use crate::gateway::served::{HttpDoor, Listener};
 use crate::gateway::transport::{Report, State, Transport};
-use crate::gateway::webhook::{self, WebhookRoute};
 use crate::gateway::{Gateway, GatewayError};
 
 /// A bound HTTP server, not yet serving.
@@ -37,12 +36,11 @@ pub struct Server {
     listener: TcpListener,
     router: Router,
     state: AppState,
-    webhooks: Vec<Arc<WebhookRoute>>,
 }
 
 impl Server {
     /// Builds the router (custom routes checked, and the routes of `doors`, the other doors
-    /// served on this listener) and binds the listener. [`crate::gateway::Doors::bind`] does this
+    /// served on this listener) and binds the listener. [`crate::server::Doors::bind`] does this
     /// with the doors the settings ask for.
     pub async fn bind(
         gateway: Gateway,
@@ -54,33 +52,20 @@ impl Server {
         let web_routes = routes::collect(&index, project)?;
         let taken =
             |path: &str| routes::is_reserved(path) || web_routes.iter().any(|r| r.path == path);
-        let (webhooks, mistakes) = webhook::routes::collect(&index, project, &taken);
-        if !mistakes.is_empty() {
-            return Err(StartError::Webhook(mistakes));
+        let mut clashes = Vec::new();
+        let mut served: Vec<String> = Vec::new();
+        for (setting, path) in doors.iter().flat_map(|door| door.paths()) {
+            if taken(&path) || served.contains(&path) {
+                clashes.push(format!("{setting}: `{path}` is already served"));
+            }
+            served.push(path);
         }
-        let webhooks: Vec<Arc<WebhookRoute>> = webhooks.into_iter().map(Arc::new).collect();
-        for route in &webhooks {
-            webhook::worker::prepare(&gateway, route)
-                .await
-                .map_err(StartError::WebhookQueue)?;
-        }
-        let mut config = config;
-        // A webhook is authenticated by its signature, not by an API key.
-        config
-            .public
-            .extend(webhooks.iter().map(|r| r.path.clone()));
-        let clashes: Vec<String> = doors
-            .iter()
-            .flat_map(|door| door.paths())
-            .filter(|(_, path)| taken(path) || webhooks.iter().any(|w| &w.path == path))
-            .map(|(setting, path)| format!("{setting}: `{path}` is already served"))
-            .collect();
         if !clashes.is_empty() {
             return Err(StartError::DoorPath(clashes));
         }
         let bind = config.bind;
         let state = AppState::new(gateway, config, doors)?;
-        let router = build_router(&state, &web_routes, &webhooks)?;
+        let router = build_router(&state, &web_routes)?;
         let listener = TcpListener::bind(bind)
             .await
             .map_err(|source| StartError::Listen { addr: bind, source })?;
@@ -89,7 +74,6 @@ impl Server {
             listener,
             router,
             state,
-            webhooks,
         })
     }
 
@@ -106,14 +90,10 @@ impl Server {
             listener,
             router,
             state,
-            webhooks,
         } = self;
         let host = state.host();
         for door in &state.doors {
             door.clone().start(&host);
-        }
-        for route in webhooks {
-            webhook::worker::spawn(&host, route);
         }
         let stop = CancellationToken::new();
         let config = &state.config;
@@ -212,11 +192,7 @@ impl Transport for Server {
     }
 }
 
-fn build_router(
-    state: &AppState,
-    web_routes: &[routes::WebRoute],
-    webhooks: &[Arc<WebhookRoute>],
-) -> Result<Router, StartError> {
+fn build_router(state: &AppState, web_routes: &[routes::WebRoute]) -> Result<Router, StartError> {
     let config = &state.config;
     let mut router: Router<AppState> = Router::new()
         .route("/invoke/{skill}", post(invoke::invoke))
@@ -230,25 +206,7 @@ fn build_router(
         .route("/asyncapi.yaml", get(ops::asyncapi_yaml))
         .route("/events/{topic}", get(topics::follow))
         .route("/docs", get(ops::docs));
-    for door in &state.doors {
-        router = door.clone().routes(router);
-    }
-    let mcp = crate::mcp::http::service(
-        state.gateway.clone(),
-        state.policy.clone(),
-        config.timeout,
-        config.body_limit,
-        state.stopping.child_token(),
-    );
-    router = router.nest_service(
-        crate::mcp::http::PATH,
-        tower::Layer::layer(
-            &from_fn_with_state(state.clone(), crate::gateway::http::origin::guard),
-            mcp,
-        ),
-    );
     router = routes::mount(router, web_routes);
-    router = webhook::intake::mount(router, webhooks);
     router = match &config.public_dir {
         Some(dir) => {
             let public = PublicDir::new(dir)?;
@@ -256,6 +214,17 @@ fn build_router(
         }
         None => router.fallback(ops::not_found),
     };
+    // The doors served here bring their routes with their own state, under the same layers.
+    let mut router: Router = router.with_state(state.clone());
+    let listener = Listener {
+        host: state.host(),
+        keys: config.keys.clone(),
+        body_limit: config.body_limit,
+        cors_origins: config.cors_origins.clone().into(),
+    };
+    for door in &state.doors {
+        router = router.merge(door.clone().routes(&listener));
+    }
     router = router.method_not_allowed_fallback(ops::method_not_allowed);
     if config.rate_per_second > 0 {
         let period = Duration::from_nanos(1_000_000_000 / u64::from(config.rate_per_second));
@@ -291,7 +260,7 @@ fn build_router(
     router = router
         .layer(DefaultBodyLimit::max(config.body_limit))
         .layer(from_fn_with_state(state.clone(), request_id::track));
-    Ok(router.with_state(state.clone()))
+    Ok(router)
 }
 
 fn rate_limited(err: GovernorError) -> Response<Body> {

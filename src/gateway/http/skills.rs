@@ -8,8 +8,8 @@ use serde_json::{Value, json};
 
 use crate::gateway::GatewayError;
 use crate::gateway::error::Missing;
-use crate::gateway::http::auth::Caller;
 use crate::gateway::http::state::AppState;
+use crate::gateway::keys::Caller;
 use crate::skills::describe;
 
 /// Origins are file paths on the server: not for clients.

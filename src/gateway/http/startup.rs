@@ -28,12 +28,6 @@ pub enum StartError {
     CorsOrigin(String),
     #[error("http.trusted-proxies: {0}")]
     TrustedProxies(String),
-    /// A webhook route the server refuses (every mistake, one a line).
-    #[error("{}", .0.join("\n"))]
-    Webhook(Vec<String>),
-    /// The queue of a webhook route could not be made.
-    #[error("webhook queue: {0}")]
-    WebhookQueue(String),
     /// Paths of doors served on the listener that are already served (one a line).
     #[error("{}", .0.join("\n"))]
     DoorPath(Vec<String>),
@@ -50,10 +44,9 @@ impl StartError {
     pub fn for_transport(self) -> crate::gateway::transport::StartError {
         use crate::gateway::transport::StartError as Transport;
         match self {
-            StartError::Listen { .. }
-            | StartError::PublicDir { .. }
-            | StartError::WebhookQueue(_) => Transport::runtime("http", self.to_string()),
-            StartError::DoorPath(_) => Transport::config("http", self.to_string()),
+            StartError::Listen { .. } | StartError::PublicDir { .. } => {
+                Transport::runtime("http", self.to_string())
+            }
             _ => Transport::config("http", self.to_string()),
         }
     }

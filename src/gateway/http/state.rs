@@ -5,10 +5,10 @@ use std::sync::Arc;
 use crate::gateway::Gateway;
 use crate::gateway::http::auth::PublicPaths;
 use crate::gateway::http::config::HttpConfig;
-use crate::gateway::http::door::HttpDoor;
 use crate::gateway::http::hosts::AllowedHosts;
 use crate::gateway::http::startup::StartError;
 use crate::gateway::policy::Policy;
+use crate::gateway::served::HttpDoor;
 
 /// Cheap to clone (one reference count): axum clones the state for every layer and extractor
 /// of every request.
@@ -21,7 +21,7 @@ pub struct Shared {
     pub public: PublicPaths,
     pub hosts: AllowedHosts,
     /// Proxies whose forwarding headers name the client.
-    pub trusted: Arc<crate::gateway::http::peers::TrustedProxies>,
+    pub trusted: Arc<crate::gateway::peers::TrustedProxies>,
     /// Which skills callers may reach (`expose-hidden`; keys carry their own scope).
     pub policy: Policy,
     /// The doors served on this listener beside HTTP's own routes (`/ws`).
@@ -66,7 +66,7 @@ impl AppState {
             hosts => hosts,
         };
         let policy = Policy::new(&config.expose_hidden)?;
-        let trusted = crate::gateway::http::peers::TrustedProxies::new(&config.trusted_proxies)
+        let trusted = crate::gateway::peers::TrustedProxies::new(&config.trusted_proxies)
             .map(Arc::new)
             .map_err(StartError::TrustedProxies)?;
         let gateway_store = {

@@ -16,8 +16,8 @@ use tokio_util::sync::CancellationToken;
 use crate::events::KernelBus;
 use crate::events::tail::{Follow, FollowError, Tailed};
 use crate::gateway::GatewayError;
-use crate::gateway::http::auth::Caller;
 use crate::gateway::http::state::AppState;
+use crate::gateway::keys::Caller;
 
 #[derive(Debug, Deserialize)]
 pub struct FromQuery {

@@ -5,7 +5,6 @@
 
 use std::sync::Arc;
 
-use axum::Extension;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
@@ -15,21 +14,26 @@ use serde_json::{Value, json};
 
 use crate::context::id::now_ms;
 use crate::gateway::GatewayError;
-use crate::gateway::http::body;
-use crate::gateway::http::state::AppState;
+use crate::gateway::body;
+use crate::gateway::signature::{Scheme, verify};
 use crate::gateway::slack::Slack;
-use crate::gateway::webhook::verify::{Scheme, verify};
 
 /// Seconds a request's timestamp may be away from now.
 const TOLERANCE: u64 = 300;
 
+/// What the endpoint's handler shares: the door, and the listener's body limit.
+#[derive(Clone)]
+pub struct Endpoint {
+    pub slack: Arc<Slack>,
+    pub body_limit: usize,
+}
+
 pub async fn events(
-    State(state): State<AppState>,
-    Extension(slack): Extension<Arc<Slack>>,
+    State(Endpoint { slack, body_limit }): State<Endpoint>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, GatewayError> {
-    let body = body.map_err(|rejection| body::rejected(&rejection, state.config.body_limit))?;
+    let body = body.map_err(|rejection| body::rejected(&rejection, body_limit))?;
     let Some(secret) = slack.config.signing_secret.as_deref() else {
         return Err(GatewayError::Unavailable(
             "the Events API needs a signing secret".into(),

@@ -32,8 +32,7 @@ use axum::routing::post;
 use crate::gateway::Gateway;
 use crate::gateway::Host;
 use crate::gateway::door::Door;
-use crate::gateway::http::door::HttpDoor;
-use crate::gateway::http::state::AppState;
+use crate::gateway::served::{HttpDoor, Listener};
 use crate::gateway::slack::api::WebApi;
 use crate::gateway::slack::intake::Intake;
 use crate::gateway::transport::State;
@@ -131,11 +130,16 @@ impl Slack {
 /// Served on the HTTP listener: the Events API endpoint (with a signing secret), which
 /// authenticates by Slack's signature rather than an API key.
 impl HttpDoor for Slack {
-    fn routes(self: Arc<Self>, router: Router<AppState>) -> Router<AppState> {
+    fn routes(self: Arc<Self>, listener: &Listener) -> Router {
         let Some(path) = self.events_path().map(str::to_string) else {
-            return router;
+            return Router::new();
         };
-        router.route(&path, post(events::events).layer(axum::Extension(self)))
+        Router::new()
+            .route(&path, post(events::events))
+            .with_state(events::Endpoint {
+                slack: self,
+                body_limit: listener.body_limit,
+            })
     }
 
     fn paths(&self) -> Vec<(String, String)> {

@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use crate::gateway::http::problem::Problem;
+use crate::gateway::problem::Problem;
 use crate::gateway::reply::as_markdown;
 use crate::gateway::slack::api::{ApiError, WebApi};
 use crate::gateway::slack::mrkdwn::{PART_LIMIT, split, to_mrkdwn};

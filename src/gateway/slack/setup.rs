@@ -54,7 +54,7 @@ pub fn settings(
 
 /// `metadata.slack` of the main skill (through its cascade, so `${env.NAME}` is filled in).
 fn from_main_skill(index: &SearchIndex, project: &Path) -> Result<SlackSettings, Vec<String>> {
-    let Some(main) = crate::gateway::http::routes::main_skill(index, project) else {
+    let Some(main) = index.main_skill(project) else {
         return Ok(SlackSettings::default());
     };
     let merged = cascade::merged_for(index, main).map_err(|e| vec![e.to_string()])?;

@@ -3,69 +3,48 @@
 //! within the route's replay window), queue it durably, then answer 202 with its id. The skill
 //! runs from the queue (see `worker`), so a slow or failing skill never makes the sender retry.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Router;
 use axum::body::Bytes;
-use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Json, Response};
-use axum::routing::post;
 use serde_json::{Value, json};
 
 use crate::context::id::now_ms;
 use crate::events::{Event, KernelBus, KeyClaim};
-use crate::gateway::GatewayError;
-use crate::gateway::http::body;
-use crate::gateway::http::invoke::headers_json;
-use crate::gateway::http::state::AppState;
+use crate::gateway::body;
+use crate::gateway::headers::headers_json;
 use crate::gateway::queue::{Enqueued, enqueue_once};
+use crate::gateway::signature::verify;
 use crate::gateway::webhook::routes::WebhookRoute;
-use crate::gateway::webhook::verify::verify;
+use crate::gateway::{Gateway, GatewayError};
 
 /// How long a delivery id is remembered: longer than senders retry (Stripe: three days).
 pub const DEDUPE_WINDOW: Duration = Duration::from_secs(3 * 24 * 3600);
 
-/// Adds a `POST` route for each webhook.
-pub fn mount(mut router: Router<AppState>, routes: &[Arc<WebhookRoute>]) -> Router<AppState> {
-    for route in routes {
-        let path = route.path.clone();
-        let route = route.clone();
-        router = router.route(
-            &path,
-            post(
-                move |State(state): State<AppState>,
-                      headers: HeaderMap,
-                      body: Result<Bytes, BytesRejection>| {
-                    intake(state, route.clone(), headers, body)
-                },
-            ),
-        );
-    }
-    router
-}
-
+/// Answers one delivery to `route`.
 pub async fn intake(
-    state: AppState,
-    route: Arc<WebhookRoute>,
-    headers: HeaderMap,
+    gateway: &Gateway,
+    route: &WebhookRoute,
+    body_limit: usize,
+    headers: &HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    match receive(&state, &route, &headers, body).await {
+    match receive(gateway, route, body_limit, headers, body).await {
         Ok(response) => response,
         Err(err) => err.into_response(),
     }
 }
 
 async fn receive(
-    state: &AppState,
+    gateway: &Gateway,
     route: &WebhookRoute,
+    body_limit: usize,
     headers: &HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, GatewayError> {
-    let body = body.map_err(|rejection| body::rejected(&rejection, state.config.body_limit))?;
+    let body = body.map_err(|rejection| body::rejected(&rejection, body_limit))?;
     let now = now_ms() / 1000;
     let verified = verify(
         &route.scheme,
@@ -86,7 +65,7 @@ async fn receive(
         .map_err(|err| GatewayError::from_run(&err, &route.skill, &verified.id))?;
     let key = format!("webhook:{}:{}", route.path, verified.id);
     let fingerprint = crate::digest::sha256_hex(&body);
-    let bus = state.gateway.kernel.bus();
+    let bus = gateway.kernel.bus();
     // Without a signed timestamp a captured delivery could be sent again under a new delivery
     // id: the same body is taken once per replay window, whatever id it comes with.
     let replay_key = (!route.scheme.signs_time() && !route.replay_window.is_zero())

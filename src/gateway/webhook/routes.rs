@@ -6,7 +6,7 @@
 use serde_json::Value;
 
 use crate::cascade;
-use crate::gateway::webhook::verify::Scheme;
+use crate::gateway::signature::Scheme;
 use crate::skills::index::SearchIndex;
 
 /// One webhook route.
@@ -50,7 +50,7 @@ pub fn collect(
 ) -> (Vec<WebhookRoute>, Vec<String>) {
     let mut routes = Vec::new();
     let mut errors = Vec::new();
-    let Some(main) = crate::gateway::http::routes::main_skill(index, project) else {
+    let Some(main) = index.main_skill(project) else {
         return (routes, errors);
     };
     let merged = match cascade::merged_for(index, main) {

@@ -70,7 +70,7 @@ async fn run(gateway: &Gateway, route: &WebhookRoute, delivery: Delivery, timeou
         route.path
     )));
     let inbound = Inbound {
-        transport: "webhook",
+        transport: super::NAME,
         skill: ToolRef::Name(Arc::from(route.skill.as_str())),
         authority,
         announce: Some(json!({

@@ -17,9 +17,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::context::id;
 use crate::gateway::error::RunRef;
-use crate::gateway::http::auth::Caller;
-use crate::gateway::http::state::AppState;
+use crate::gateway::keys::Caller;
 use crate::gateway::reply::Inbox;
+use crate::gateway::served::Listener;
 use crate::gateway::ws::hub::{Hub, RunGuard};
 use crate::gateway::ws::outbox::{Limits, Outbox, code, split};
 use crate::gateway::ws::protocol::{ClientFrame, FrameError, Invoke, out};
@@ -43,7 +43,7 @@ struct Running {
 }
 
 struct Connection {
-    state: AppState,
+    on: Listener,
     hub: Arc<Hub>,
     id: String,
     /// The conversation every run on this connection shares (`ws:<128 random bits>`).
@@ -59,7 +59,7 @@ struct Connection {
 }
 
 /// Serves one upgraded socket until it closes.
-pub async fn serve(socket: WebSocket, state: AppState, hub: Arc<Hub>, peer: Peer) {
+pub async fn serve(socket: WebSocket, on: Listener, hub: Arc<Hub>, peer: Peer) {
     let config = hub.config.clone();
     let limits = Limits {
         frames: config.send_queue,
@@ -71,13 +71,13 @@ pub async fn serve(socket: WebSocket, state: AppState, hub: Arc<Hub>, peer: Peer
     let (mut incoming, outbox, writer) = split(socket, limits);
     let writer = tokio::spawn(writer);
     let (finished, mut finished_rx) = mpsc::unbounded_channel();
-    let needs_auth = !state.config.keys.is_empty() && peer.caller.is_none();
+    let needs_auth = !on.keys.is_empty() && peer.caller.is_none();
     let caller = (!needs_auth).then(|| peer.caller.clone());
     let id = id::format(id::next_id());
     outbox.push(out::welcome(&id, needs_auth));
-    let subscriptions = Subscriptions::new(&state.gateway.kernel, outbox.clone());
+    let subscriptions = Subscriptions::new(&on.host.gateway.kernel, outbox.clone());
     let mut conn = Connection {
-        state,
+        on,
         hub: hub.clone(),
         id,
         session: format!("ws:{}", id::random_hex128()),
@@ -259,7 +259,7 @@ impl Connection {
     }
 
     fn authenticate(&mut self, key: &str) {
-        match self.state.config.keys.verify(key) {
+        match self.on.keys.verify(key) {
             Some(found) => {
                 self.outbox.push(out::authenticated(Some(&found.name)));
                 self.caller = Some(Some(Caller::Key(found.clone())));
@@ -283,9 +283,10 @@ impl Connection {
             ));
             return;
         }
-        let index = self.state.gateway.kernel.registry().current();
+        let index = self.on.host.gateway.kernel.registry().current();
         let tool = match self
-            .state
+            .on
+            .host
             .policy
             .reach(&index, &skill, Caller::scope(self.caller()))
         {
@@ -298,7 +299,8 @@ impl Connection {
         let args = args.unwrap_or_else(|| Value::Object(Map::new()));
         let request_id = id::format(id::next_id());
         let authority = self
-            .state
+            .on
+            .host
             .policy
             .authority(&tool, Caller::principal(self.caller()));
         let inbound = Inbound {
@@ -317,11 +319,11 @@ impl Connection {
             request_id: request_id.clone(),
             reply_to: json!({ "connection": self.id, "id": id }),
             follow: true,
-            timeout: Some(self.state.config.timeout),
+            timeout: Some(self.on.host.timeout),
             duplex: true,
             session: Some(self.session.clone()),
         };
-        let mut dispatch = self.state.gateway.dispatch(inbound);
+        let mut dispatch = self.on.host.gateway.dispatch(inbound);
         let cancel = CancellationToken::new();
         self.runs.insert(
             id.clone(),

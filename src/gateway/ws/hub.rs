@@ -20,7 +20,7 @@ pub struct Hub {
     closing: CancellationToken,
     in_flight: AtomicI64,
     /// Sockets each client address has open.
-    pub per_peer: Arc<crate::gateway::http::peers::PerPeer>,
+    pub per_peer: Arc<crate::gateway::peers::PerPeer>,
     /// Bytes queued to every socket together (see `outbox`), exported in `/metrics`.
     pub queued: Gauge<i64, AtomicI64>,
 }
@@ -29,7 +29,7 @@ impl Hub {
     pub fn new(config: WsConfig, queued: Gauge<i64, AtomicI64>) -> Hub {
         Hub {
             slots: Arc::new(Semaphore::new(config.max_connections)),
-            per_peer: crate::gateway::http::peers::PerPeer::new(config.max_connections_per_peer),
+            per_peer: crate::gateway::peers::PerPeer::new(config.max_connections_per_peer),
             config,
             tracker: TaskTracker::new(),
             closing: CancellationToken::new(),

@@ -31,10 +31,9 @@ use futures::future::BoxFuture;
 
 use crate::gateway::GatewayError;
 use crate::gateway::door::Door;
-use crate::gateway::http::auth::Caller;
-use crate::gateway::http::door::HttpDoor;
-use crate::gateway::http::invoke::headers_json;
-use crate::gateway::http::state::AppState;
+use crate::gateway::headers::headers_json;
+use crate::gateway::keys::Caller;
+use crate::gateway::served::{HttpDoor, Listener};
 
 pub use crate::config::websocket::{WsConfig, WsSettings};
 pub use hub::Hub;
@@ -51,8 +50,11 @@ const WRITE_BUFFER: usize = 16 * 1024;
 
 /// `/ws` on the HTTP listener.
 impl HttpDoor for Hub {
-    fn routes(self: Arc<Self>, router: Router<AppState>) -> Router<AppState> {
-        router.route(PATH, get(upgrade).layer(Extension(self)))
+    fn routes(self: Arc<Self>, listener: &Listener) -> Router {
+        Router::new().route(PATH, get(upgrade)).with_state(Served {
+            hub: self,
+            on: listener.clone(),
+        })
     }
 
     /// A browser cannot put a header on a WebSocket: the socket authenticates with its first
@@ -81,17 +83,23 @@ impl Door for Hub {
     }
 }
 
+/// What the endpoint's handler shares: the hub and the listener it is served on.
+#[derive(Clone)]
+struct Served {
+    hub: Arc<Hub>,
+    on: Listener,
+}
+
 /// `GET /ws`: checks the origin and the connection cap, then upgrades.
-pub async fn upgrade(
-    State(state): State<AppState>,
-    Extension(hub): Extension<Arc<Hub>>,
+async fn upgrade(
+    State(Served { hub, on }): State<Served>,
     caller: Option<Extension<Caller>>,
     ConnectInfo(remote): ConnectInfo<SocketAddr>,
-    client: Option<Extension<crate::gateway::http::peers::ClientAddr>>,
+    client: Option<Extension<crate::gateway::peers::ClientAddr>>,
     headers: HeaderMap,
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Response {
-    if let Some(why) = refused_origin(&headers, &state, &hub) {
+    if let Some(why) = refused_origin(&headers, &on.cors_origins, &hub) {
         return GatewayError::CrossSite(why).into_response();
     }
     let upgrade = match upgrade {
@@ -137,7 +145,7 @@ pub async fn upgrade(
         .max_message_size(max)
         .max_frame_size(max)
         .on_upgrade(move |socket| {
-            let served = hub.track(connection::serve(socket, state, hub.clone(), peer));
+            let served = hub.track(connection::serve(socket, on, hub.clone(), peer));
             async move {
                 served.await;
                 drop(slot);
@@ -150,13 +158,13 @@ pub async fn upgrade(
 /// a CORS origin, or one of `websocket.allowed-origins` (a socket is not subject to CORS, so
 /// without this any site could use a visitor's network position). Clients that are not
 /// browsers send no `Origin`.
-fn refused_origin(headers: &HeaderMap, state: &AppState, hub: &Hub) -> Option<String> {
+fn refused_origin(headers: &HeaderMap, cors_origins: &[String], hub: &Hub) -> Option<String> {
     let origin = headers.get(header::ORIGIN)?.to_str().unwrap_or_default();
     let allowed = |list: &[String]| {
         list.iter()
             .any(|o| o == "*" || o.eq_ignore_ascii_case(origin))
     };
-    if allowed(&hub.config.allowed_origins) || allowed(&state.config.cors_origins) {
+    if allowed(&hub.config.allowed_origins) || allowed(cors_origins) {
         return None;
     }
     let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());

@@ -7,7 +7,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 
 use crate::gateway::GatewayError;
-use crate::gateway::http::problem::Problem;
+use crate::gateway::problem::Problem;
 
 /// The frame types a client may send.
 pub const CLIENT_TYPES: [&str; 9] = [

@@ -6,7 +6,7 @@
 use serde_json::{Value, json};
 use skillgate::Context;
 use skillgate::gateway::http::HttpConfig;
-use skillgate::gateway::http::auth::{ApiKey, KeyRing, hash_key};
+use skillgate::gateway::keys::{ApiKey, KeyRing, hash_key};
 
 use crate::common::{Project, Trace, native, untrusted_probe};
 use crate::server::{TestServer, config, problem};

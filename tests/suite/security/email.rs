@@ -38,7 +38,7 @@ async fn start(
     default: &str,
     tune: impl FnOnce(&mut skillgate::gateway::email::EmailSettings),
 ) -> (TestServer, std::net::SocketAddr) {
-    let mut http = skillgate::gateway::DoorSettings::http(config());
+    let mut http = skillgate::server::DoorSettings::http(config());
     let mut email = settings(sink);
     email.routes = Some(vec![RouteSettings {
         command: Some(true),

@@ -204,7 +204,7 @@ fn any_signed_slack_event_body_is_answered_without_a_5xx() {
             "brief.skill.md",
             "---\nname: brief\ndescription: Answers.\n---\nok\n",
         );
-        let mut http = skillgate::gateway::DoorSettings::http(config());
+        let mut http = skillgate::server::DoorSettings::http(config());
         http.slack = skillgate::gateway::slack::SlackSettings {
             routes: None,
             default: Some("brief".into()),

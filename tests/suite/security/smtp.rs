@@ -48,7 +48,7 @@ async fn brief(
         "brief.skill.md",
         "---\nname: brief\ndescription: Answers.\n---\nok\n",
     );
-    let mut http = skillgate::gateway::DoorSettings::http(config());
+    let mut http = skillgate::server::DoorSettings::http(config());
     let mut email = settings(sink);
     email.routes = None;
     email.default = Some("brief".into());

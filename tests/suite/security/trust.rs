@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 use skillgate::events::{Event, KernelBus, run_handler};
-use skillgate::gateway::http::auth::{ApiKey, KeyRing, hash_key};
+use skillgate::gateway::keys::{ApiKey, KeyRing, hash_key};
 use skillgate::kernel::authority::{Authority, Grants, Keys, Principal};
 use skillgate::schedule::runner::{Firing, run_firing};
 use skillgate::schedule::spec::Spec;

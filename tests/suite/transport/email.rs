@@ -149,7 +149,7 @@ impl Harness for Email {
 
     async fn start(project: Project, setup: Setup) -> Self {
         let sink = Sink::start().await;
-        let mut http = skillgate::gateway::DoorSettings::http(config());
+        let mut http = skillgate::server::DoorSettings::http(config());
         http.email = settings(&sink);
         if setup.credentials {
             http.email.allowed_senders = Some(vec!["*@example.org".into()]);

@@ -4,7 +4,7 @@
 
 use serde_json::{Value, json};
 use skillgate::Kernel;
-use skillgate::gateway::http::auth::{ApiKey, KeyRing, hash_key};
+use skillgate::gateway::keys::{ApiKey, KeyRing, hash_key};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
@@ -45,7 +45,7 @@ impl Harness for Jsonl {
         settings.keys = keys;
         let server = TestServer::start_extra(
             project,
-            skillgate::gateway::DoorSettings::http(settings),
+            skillgate::server::DoorSettings::http(settings),
             super::natives(&setup.held),
             jsonl,
         )

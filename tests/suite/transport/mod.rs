@@ -60,7 +60,7 @@ pub enum Part {
 /// A test server for a harness: `project` with the natives the rules use, on `http`.
 pub async fn start_server(
     project: Project,
-    doors: skillgate::gateway::DoorSettings,
+    doors: skillgate::server::DoorSettings,
     setup: &Setup,
 ) -> crate::server::TestServer {
     let tools = natives(&setup.held);

@@ -108,7 +108,7 @@ impl Harness for Slack {
 
     async fn start(project: Project, setup: Setup) -> Self {
         let fake = FakeSlack::start().await;
-        let mut http = skillgate::gateway::DoorSettings::http(config());
+        let mut http = skillgate::server::DoorSettings::http(config());
         http.slack = settings(&fake);
         let server = super::start_server(project, http, &setup).await;
         // Signed in before the first event.

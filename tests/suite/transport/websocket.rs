@@ -4,7 +4,7 @@
 
 use serde_json::{Value, json};
 use skillgate::Kernel;
-use skillgate::gateway::http::auth::{ApiKey, KeyRing, hash_key};
+use skillgate::gateway::keys::{ApiKey, KeyRing, hash_key};
 
 use super::{Credential, Harness, Outcome, Part, Refusal, Setup};
 use crate::common::Project;
@@ -58,7 +58,7 @@ impl Harness for WebSocket {
         }
         let server = super::start_server(
             project,
-            skillgate::gateway::DoorSettings::http(settings),
+            skillgate::server::DoorSettings::http(settings),
             &setup,
         )
         .await;

@@ -21,7 +21,7 @@ pub struct Problem {
     extra: Map<String, Value>,
 }
 
-/// The HTTP status of each problem type (the pairs of `openapi::PROBLEMS`).
+/// The HTTP status of each problem type (the pairs of `PROBLEMS`).
 fn status(err: &GatewayError) -> StatusCode {
     match err {
         GatewayError::BadRequest(_) | GatewayError::MalformedJson { .. } => StatusCode::BAD_REQUEST,
@@ -136,6 +136,118 @@ impl IntoResponse for GatewayError {
     }
 }
 
+/// Problem types the gateway answers with: slug, status, meaning. Each is a variant of
+/// `GatewayError`; a test in `problem` keeps the two the same.
+pub const PROBLEMS: [(&str, u16, &str); 23] = [
+    ("bad-request", 400, "The request could not be read."),
+    (
+        "malformed-json",
+        400,
+        "The body is not a JSON object (the detail says where parsing stopped).",
+    ),
+    (
+        "unauthorized",
+        401,
+        "The path needs an API key: `Authorization: Bearer <key>`, and the key presented is missing or not valid.",
+    ),
+    (
+        "cross-site",
+        403,
+        "A browser on another site sent the request (`Origin`, `Sec-Fetch-Site`) and its origin is not in `cors-origins`.",
+    ),
+    (
+        "denied",
+        403,
+        "A policy refused the call: the API key may not invoke this skill, or a policy (allowed-tools, untrusted refs, reserved topics) refused a call the skill made.",
+    ),
+    ("not-found", 404, "No visible skill or route has this name."),
+    (
+        "method-not-allowed",
+        405,
+        "The path exists but not for this method.",
+    ),
+    (
+        "body-timeout",
+        408,
+        "The request body did not arrive within the body timeout of its headers.",
+    ),
+    (
+        "too-large",
+        413,
+        "The body is larger than the configured limit.",
+    ),
+    (
+        "unsupported-media-type",
+        415,
+        "A body was sent without `Content-Type: application/json`.",
+    ),
+    (
+        "misdirected",
+        421,
+        "The request is addressed to a host the server does not answer for (`allowed-hosts`).",
+    ),
+    (
+        "invalid-args",
+        422,
+        "The args fail the skill's params schema, or use `$`-prefixed keys (invoke options are not for callers); `errors` lists each failing field path or refused key.",
+    ),
+    (
+        "over-budget",
+        422,
+        "The run went over its budget (skill invocations, bytes of args and results, or time: `--max-run-invocations`, `--max-run-bytes`, `--max-run-time`); what was asked needs more than one run may spend.",
+    ),
+    (
+        "bad-signature",
+        401,
+        "A webhook delivery without a valid signature for its route (missing or malformed headers, a timestamp more than the tolerance away, or a signature that does not match). Nothing was queued.",
+    ),
+    (
+        "in-progress",
+        409,
+        "A request with this `Idempotency-Key` has not answered yet (here or on another replica), or its answer was a response the skill wrote itself with `web-send`, which is not replayed.",
+    ),
+    (
+        "stream-expired",
+        410,
+        "The streamed run this `Idempotency-Key` started is over and its frames have left the event buffer; it cannot be resumed or replayed.",
+    ),
+    (
+        "idempotency-key-reused",
+        422,
+        "This `Idempotency-Key` was used for a request with another skill or body.",
+    ),
+    (
+        "rate-limited",
+        429,
+        "Too many requests for this key or client; `Retry-After` says when to try again.",
+    ),
+    (
+        "internal",
+        500,
+        "The skill could not run. The cause is in the server log under the request id.",
+    ),
+    (
+        "upstream-unavailable",
+        502,
+        "A service the skill depends on (an MCP server it mounts, its model vendor) could not be reached, was overloaded or did not answer in time. Which one is in the server log under the request id; try again later.",
+    ),
+    (
+        "aborted",
+        503,
+        "The run was aborted (the server is shutting down).",
+    ),
+    (
+        "unavailable",
+        503,
+        "The server cannot take this now: all WebSocket connections are in use, or it is shutting down. Try again later.",
+    ),
+    (
+        "timeout",
+        504,
+        "The skill did not finish within the configured timeout and was aborted.",
+    ),
+];
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -143,7 +255,6 @@ mod tests {
     use super::*;
     use crate::error::{ErrorKind, SkillError};
     use crate::gateway::error::RunRef;
-    use crate::gateway::http::openapi::PROBLEMS;
 
     fn run() -> RunRef {
         RunRef {
@@ -219,7 +330,7 @@ mod tests {
                 PROBLEMS
                     .iter()
                     .any(|(slug, status, _)| (*slug, *status) == *pair),
-                "{pair:?} is not in openapi::PROBLEMS"
+                "{pair:?} is not in PROBLEMS"
             );
         }
         for (slug, status, _) in PROBLEMS {

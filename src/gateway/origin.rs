@@ -3,18 +3,23 @@
 //! a request from another site is refused unless its origin is one of `--cors-origins`.
 //! Clients that are not browsers (curl, SDKs, other servers) send neither and are not affected.
 
+use std::sync::Arc;
+
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use crate::gateway::GatewayError;
-use crate::gateway::http::state::AppState;
 
-/// Middleware for services that do not check on their own (`/mcp`): a cross-site request is
-/// refused (403) before it reaches them.
-pub async fn guard(State(state): State<AppState>, req: Request, next: Next) -> Response {
-    match refused(req.headers(), &state.config.cors_origins) {
+/// Middleware for services that do not check on their own (`/mcp`), with the `cors-origins`
+/// as its state: a cross-site request is refused (403) before it reaches them.
+pub async fn guard(
+    State(cors_origins): State<Arc<[String]>>,
+    req: Request,
+    next: Next,
+) -> Response {
+    match refused(req.headers(), &cors_origins) {
         Some(why) => GatewayError::CrossSite(why).into_response(),
         None => next.run(req).await,
     }

@@ -1,5 +1,6 @@
 //! One server's doors, bound from its settings and run together: HTTP with the doors served on
-//! its listener (the WebSocket endpoint, Slack's Events API), email on a host of its own, Slack
+//! its listener (the WebSocket endpoint, Slack's Events API, webhooks, MCP), email on a host of
+//! its own, Slack
 //! in Socket Mode on its own when HTTP is off, and any door an embedding program adds. What
 //! `skillgate serve`, the tests and the benches start.
 
@@ -15,11 +16,12 @@ use crate::events::KernelBus;
 use crate::gateway::door::{Door, Hosted};
 use crate::gateway::email::EmailSettings;
 use crate::gateway::http::HttpConfig;
-use crate::gateway::http::door::HttpDoor;
 use crate::gateway::policy::Policy;
+use crate::gateway::served::HttpDoor;
 use crate::gateway::slack::SlackSettings;
 use crate::gateway::transport::{self, Report, StartError, Transport};
-use crate::gateway::{Gateway, Host, email, http, slack, ws};
+use crate::gateway::{Gateway, Host, email, http, slack, webhook, ws};
+use crate::mcp::http::McpDoor;
 
 /// What the doors are asked to be.
 #[derive(Debug, Clone)]
@@ -135,6 +137,17 @@ impl Doors {
                     gateway.metrics.ws_queued(),
                 )));
             }
+            let web_routes = http::routes::collect(&index, project)
+                .map_err(|e| http::StartError::from(e).for_transport())?;
+            let taken = |path: &str| {
+                http::routes::is_reserved(path) || web_routes.iter().any(|r| r.path == path)
+            };
+            if let Some(webhooks) =
+                webhook::Webhooks::configure(&gateway, &index, project, &taken).await?
+            {
+                served.push(webhooks);
+            }
+            served.push(Arc::new(McpDoor));
             let server = http::Server::bind(gateway.clone(), config, project, served)
                 .await
                 .map_err(http::StartError::for_transport)?;
