@@ -18,10 +18,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
+use skillgate::config::email::SmtpSettings;
 use skillgate::config::values::Seconds;
 use skillgate::events::EventStore;
 use skillgate::gateway::email::EmailSettings;
-use skillgate::gateway::email::config::SmtpSettings;
 use skillgate::server::DoorSettings;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;

@@ -29,6 +29,8 @@
 //! - [`config`]: the project's configuration: `skillgate.yaml` with a section per transport
 //!   and the store, `${env.NAME}` secrets, flags sharing each section's struct; every mistake
 //!   reported at once.
+//! - [`model_usage`]: model calls and tokens per provider and model, counted by the agent and
+//!   shown at `/metrics`.
 //! - [`telemetry`]: tracing output (text or JSON) and OpenTelemetry export from `OTEL_*`.
 //! - [`cli`]: the `skillgate` command line.
 //! - [`error`]: the one error type that unwinds through the onion.
@@ -48,6 +50,7 @@ pub mod gateway;
 pub mod kernel;
 pub mod mcp;
 pub mod middleware;
+pub mod model_usage;
 pub mod reload;
 pub mod sandbox;
 pub mod schedule;

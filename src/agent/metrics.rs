@@ -1,66 +1,8 @@
-//! Model usage as Prometheus counters (calls, errors, tokens in and out per provider and model)
-//! and as OpenTelemetry GenAI attributes on the span of each call.
-
-use std::sync::OnceLock;
-
-use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::registry::Registry;
+//! Model usage of each call: counted in the process's counters ([`crate::model_usage`]) and put
+//! on the span of the call as OpenTelemetry GenAI attributes.
 
 use crate::agent::provider::{ModelResponse, ProviderError};
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ModelLabels {
-    provider: String,
-    model: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct TokenLabels {
-    provider: String,
-    model: String,
-    /// `input` or `output`.
-    r#type: String,
-}
-
-#[derive(Default)]
-struct Counters {
-    calls: Family<ModelLabels, Counter>,
-    errors: Family<ModelLabels, Counter>,
-    retries: Family<ModelLabels, Counter>,
-    tokens: Family<TokenLabels, Counter>,
-}
-
-fn counters() -> &'static Counters {
-    static COUNTERS: OnceLock<Counters> = OnceLock::new();
-    COUNTERS.get_or_init(Counters::default)
-}
-
-/// Adds the model counters to a registry (the gateway's `/metrics`).
-pub fn register(registry: &mut Registry) {
-    let c = counters();
-    registry.register(
-        "model_calls",
-        "Model calls by provider and model",
-        c.calls.clone(),
-    );
-    registry.register(
-        "model_errors",
-        "Model calls that failed after their retries",
-        c.errors.clone(),
-    );
-    registry.register(
-        "model_retries",
-        "Model call attempts retried (429, 5xx, timeouts)",
-        c.retries.clone(),
-    );
-    registry.register(
-        "model_tokens",
-        "Tokens sent to (input) and received from (output) models",
-        c.tokens.clone(),
-    );
-}
+use crate::model_usage::{ModelLabels, TokenLabels, counters};
 
 /// Counts one call (after its retries) and puts the GenAI attributes on the current span.
 pub(crate) fn record(

@@ -8,8 +8,8 @@ use clap::Subcommand;
 
 use crate::cli::exit::{FAILED, USAGE};
 use crate::config::ConfigFile;
+use crate::config::slack::Target;
 use crate::gateway::slack::api::WebApi;
-use crate::gateway::slack::config::Target;
 
 #[derive(Debug, Subcommand)]
 pub enum SlackCommand {

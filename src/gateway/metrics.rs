@@ -164,7 +164,7 @@ impl Metrics {
             "Skill invocation time, by skill and transport",
             durations.clone(),
         );
-        crate::agent::metrics::register(&mut registry);
+        crate::model_usage::register(&mut registry);
         Metrics {
             registry,
             requests,

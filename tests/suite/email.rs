@@ -11,8 +11,8 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 use lettre::transport::smtp::client::{Certificate, Tls, TlsParameters};
 use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
+use skillgate::config::email::TlsSettings;
 use skillgate::events::WithBus;
-use skillgate::gateway::email::config::TlsSettings;
 use skillgate::gateway::email::tls::acceptor;
 
 use crate::common::Project;

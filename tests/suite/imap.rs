@@ -10,8 +10,8 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::net::TcpStream;
 
+use skillgate::config::email::ImapSettings;
 use skillgate::config::values::Seconds;
-use skillgate::gateway::email::config::ImapSettings;
 
 use crate::common::Project;
 use crate::server::{TestServer, config};

@@ -1,9 +1,11 @@
-//! The layers of the crate, checked: the bottom (`context`, `cascade`, `skills`, `kernel`)
-//! names nothing above it, and each floor above names nothing of the floors over it
-//! ([`NOT_NAMED`]) (`events`, `sandbox`, `middleware`, `gateway`, and the composition
-//! root `builtins` and the `cli` that use them). What the upper layers add to the kernel comes in
-//! through `crate::builtins`: tools, the bus as a kernel extension, the script engine behind
-//! `ScriptBody` and `ScriptParser`.
+//! The layers of the crate, checked. Every module (a folder under `src/`, or a file beside them;
+//! the gateway's core and each of its doors apart) stands on a floor ([`FLOORS`]) and names only
+//! modules below it: no two modules import each other but on the kernel's interpreter floor
+//! (skills, cascade, context, kernel). No door names another, and the gateway's core names no
+//! door. Beside the floors, some pairs are kept apart ([`NOT_NAMED`]): the bottom names nothing
+//! above it, middleware knows no agent, MCP or door, the bus and the sandbox know no middleware.
+//! What the upper layers add to the kernel comes in through `crate::builtins`: tools, the bus as
+//! a kernel extension, the script engine behind `ScriptBody` and `ScriptParser`.
 
 use std::path::{Path, PathBuf};
 
@@ -208,4 +210,293 @@ fn only_the_context_module_touches_a_contexts_state() {
         "context state touched directly:\n{}",
         offences.join("\n")
     );
+}
+
+/// The floors of the crate, bottom first: a module names only modules on floors below its own,
+/// so no two modules import each other, but on the interpreter's floor (skills, cascade,
+/// context and kernel: a tool's body takes a context, the kernel runs the cascade's chain on
+/// it). Each folder under `src/` (or file beside them) is a module; the gateway is its core
+/// (`src/gateway/*.rs` and `policy/`) and one module a door folder. `lib` and `main` only
+/// declare and start the crate.
+const FLOORS: [&[&str]; 11] = [
+    &["error", "digest", "tls", "model_usage"],
+    &["telemetry"],
+    &["skills", "cascade", "context", "kernel"],
+    &["events", "sandbox"],
+    &["session", "schedule", "shutdown", "middleware"],
+    &["gateway"],
+    &["config", "agent", "mcp"],
+    &["reload"],
+    &DOORS,
+    &["builtins", "server"],
+    &["cli", "trust_table"],
+];
+
+/// The floor whose modules may name each other: the kernel's interpreter loop.
+const LOOP_FLOOR: usize = 2;
+
+/// The doors in `src/gateway/` (MCP, the other door, is a module of its own).
+const DOORS: [&str; 5] = [
+    "gateway/http",
+    "gateway/ws",
+    "gateway/slack",
+    "gateway/webhook",
+    "gateway/email",
+];
+
+/// The module a file under `src/` belongs to (its path relative to `src/`).
+fn module_of(relative: &Path) -> Option<String> {
+    let parts: Vec<String> = relative
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    match parts.as_slice() {
+        [file] => {
+            let name = file.strip_suffix(".rs")?;
+            (name != "lib" && name != "main").then(|| name.to_string())
+        }
+        [top, child, _, ..]
+            if top == "gateway" && DOORS.contains(&format!("gateway/{child}").as_str()) =>
+        {
+            Some(format!("gateway/{child}"))
+        }
+        [top, ..] => Some(top.clone()),
+        [] => None,
+    }
+}
+
+/// A line's code: comments and the text of string literals left out.
+fn code_of(line: &str) -> String {
+    let mut code = String::new();
+    let mut in_string = false;
+    let mut escaped = false;
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        if in_string {
+            match c {
+                _ if escaped => escaped = false,
+                '\\' => escaped = true,
+                '"' => {
+                    in_string = false;
+                    code.push('"');
+                }
+                _ => {}
+            }
+            continue;
+        }
+        match c {
+            '"' => {
+                in_string = true;
+                code.push('"');
+            }
+            '/' if chars.peek() == Some(&'/') => break,
+            _ => code.push(c),
+        }
+    }
+    code
+}
+
+/// Splits `a, b::{c, d}, e` at its top-level commas.
+fn top_level_items(group: &str) -> Vec<&str> {
+    let mut items = Vec::new();
+    let (mut depth, mut start) = (0usize, 0usize);
+    for (i, c) in group.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => depth = depth.saturating_sub(1),
+            ',' if depth == 0 => {
+                items.push(group[start..i].trim());
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    items.push(group[start..].trim());
+    items.into_iter().filter(|i| !i.is_empty()).collect()
+}
+
+/// The inside of the braces that open `text` (`{a, {b}}` gives `a, {b}`).
+fn braced(text: &str) -> &str {
+    let mut depth = 0usize;
+    for (i, c) in text.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => {
+                depth -= 1;
+                if depth == 0 {
+                    return &text[1..i];
+                }
+            }
+            _ => {}
+        }
+    }
+    &text[1..]
+}
+
+/// The modules a use tree after `crate::` names (`gateway::{http::X, Gateway}` names the HTTP
+/// door and the gateway's core).
+fn modules_of_tree(tree: &str, out: &mut Vec<String>) {
+    if tree.starts_with('{') {
+        for item in top_level_items(braced(tree)) {
+            modules_of_tree(item, out);
+        }
+        return;
+    }
+    let top: String = tree
+        .chars()
+        .take_while(|c| c.is_alphanumeric() || *c == '_')
+        .collect();
+    if top.is_empty() {
+        return;
+    }
+    if top != "gateway" {
+        out.push(top);
+        return;
+    }
+    let rest = tree["gateway".len()..]
+        .strip_prefix("::")
+        .unwrap_or_default();
+    let children: Vec<String> = if rest.starts_with('{') {
+        top_level_items(braced(rest))
+            .into_iter()
+            .map(|item| item.split("::").next().unwrap_or_default().to_string())
+            .collect()
+    } else {
+        vec![
+            rest.chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect(),
+        ]
+    };
+    for child in children {
+        let door = format!("gateway/{child}");
+        out.push(if DOORS.contains(&door.as_str()) {
+            door
+        } else {
+            "gateway".to_string()
+        });
+    }
+}
+
+/// The modules a line of code names through `crate::`.
+fn modules_named(line: &str) -> Vec<String> {
+    let code = code_of(line);
+    let mut out = Vec::new();
+    for (at, _) in code.match_indices("crate::") {
+        modules_of_tree(&code[at + "crate::".len()..], &mut out);
+    }
+    out
+}
+
+/// Every `(file:line, module of the file, module named)` of `src/`.
+fn namings() -> Vec<(String, String, String)> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut found = Vec::new();
+    for file in files {
+        let relative = file.strip_prefix(&src).expect("under src");
+        let Some(module) = module_of(relative) else {
+            continue;
+        };
+        let text = std::fs::read_to_string(&file).expect("read");
+        for (n, line) in text.lines().enumerate() {
+            for named in modules_named(line) {
+                if named != module {
+                    let at = format!("{}:{}", relative.display(), n + 1);
+                    found.push((at, module.clone(), named));
+                }
+            }
+        }
+    }
+    found
+}
+
+fn floor_of(module: &str) -> Option<usize> {
+    FLOORS.iter().position(|floor| floor.contains(&module))
+}
+
+#[test]
+fn each_module_names_only_modules_on_floors_below_its_own() {
+    let mut offences = Vec::new();
+    for (at, module, named) in namings() {
+        let (Some(own), Some(other)) = (floor_of(&module), floor_of(&named)) else {
+            offences.push(format!(
+                "{at}: `{module}` names `{named}`, and one of them is on no floor: place it in FLOORS"
+            ));
+            continue;
+        };
+        if other > own || (other == own && own != LOOP_FLOOR) {
+            offences.push(format!(
+                "{at}: `{module}` (floor {own}) names `{named}` (floor {other})"
+            ));
+        }
+    }
+    assert!(
+        offences.is_empty(),
+        "a module names one that is not below it:\n{}",
+        offences.join("\n")
+    );
+}
+
+#[test]
+fn no_door_names_another_door() {
+    let doors: Vec<&str> = DOORS.iter().copied().chain(["mcp"]).collect();
+    let offences: Vec<String> = namings()
+        .into_iter()
+        .filter(|(_, module, named)| {
+            doors.contains(&module.as_str()) && doors.contains(&named.as_str())
+        })
+        .map(|(at, module, named)| format!("{at}: the door `{module}` names the door `{named}`"))
+        .collect();
+    assert!(offences.is_empty(), "{}", offences.join("\n"));
+}
+
+#[test]
+fn the_gateway_core_names_no_door_and_nothing_that_composes_doors() {
+    let above: Vec<&str> = DOORS
+        .iter()
+        .copied()
+        .chain([
+            "mcp", "server", "builtins", "cli", "config", "agent", "reload",
+        ])
+        .collect();
+    let offences: Vec<String> = namings()
+        .into_iter()
+        .filter(|(_, module, named)| module == "gateway" && above.contains(&named.as_str()))
+        .map(|(at, _, named)| format!("{at}: the gateway's core names `{named}`"))
+        .collect();
+    assert!(offences.is_empty(), "{}", offences.join("\n"));
+}
+
+#[test]
+fn the_module_check_reads_use_trees_doors_and_string_free_code() {
+    assert_eq!(
+        modules_named("use crate::gateway::http::Server;"),
+        ["gateway/http"]
+    );
+    assert_eq!(
+        modules_named("use crate::gateway::{Gateway, ws::Hub, policy::Policy};"),
+        ["gateway", "gateway/ws", "gateway"]
+    );
+    assert_eq!(
+        modules_named("use crate::{events::Bus, gateway::{slack, keys::Caller}};"),
+        ["events", "gateway/slack", "gateway"]
+    );
+    assert!(modules_named(r#"let m = "built without `crate::builtins`";"#).is_empty());
+    assert!(modules_named("// crate::cli").is_empty());
+    assert_eq!(
+        module_of(Path::new("gateway/http/server.rs")).as_deref(),
+        Some("gateway/http")
+    );
+    assert_eq!(
+        module_of(Path::new("gateway/policy/access.rs")).as_deref(),
+        Some("gateway")
+    );
+    assert_eq!(
+        module_of(Path::new("gateway/keys.rs")).as_deref(),
+        Some("gateway")
+    );
+    assert_eq!(module_of(Path::new("server.rs")).as_deref(), Some("server"));
+    assert_eq!(module_of(Path::new("lib.rs")), None);
 }

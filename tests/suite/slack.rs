@@ -7,8 +7,8 @@
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use skillgate::config::slack::RouteSettings;
 use skillgate::gateway::slack::SlackSettings;
-use skillgate::gateway::slack::config::RouteSettings;
 
 use crate::common::Project;
 use crate::server::{TestServer, config};

@@ -14,7 +14,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
-use crate::gateway::email::config::ImapConfig;
+use crate::config::email::ImapConfig;
 use crate::gateway::email::cursor::{Cursor, Position};
 use crate::gateway::email::intake::{Intake, IntakeError, Taken};
 use crate::gateway::transport::{Readiness, State};

@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 
+use crate::config::email::{EmailConfig, Target};
 use crate::events::{Event, KernelBus};
 use crate::gateway::Gateway;
-use crate::gateway::email::config::{EmailConfig, Target};
 use crate::gateway::email::parse::{Caps, Mail, MailError, read};
 use crate::gateway::email::verify::{Client, Verifier};
 use crate::gateway::queue::{Enqueued, enqueue_once};

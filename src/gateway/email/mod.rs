@@ -1,14 +1,13 @@
 //! The email transport: mail in over SMTP or from an IMAP folder, skills run, answers out over
 //! SMTP through a relay.
 //!
-//! [`config`] (settings), [`parse`] (reading a mail and whether it may be answered), [`intake`]
+//! its settings are `crate::config::email`; [`parse`] (reading a mail and whether it may be answered), [`intake`]
 //! (routes, once per Message-ID, the durable queue), [`smtp`] (the listener), [`imap`] (the
 //! folder poller) with [`cursor`] (where it read up to), [`tls`] (STARTTLS and the IMAP client's
 //! TLS), [`verify`] (whether the sender is who `From` says), [`thread`] (conversations the
 //! server can vouch for), [`worker`] (runs and answers), [`reply`] (the answer as a threaded
 //! mail), [`setup`] (put together at start).
 
-pub mod config;
 pub mod cursor;
 pub mod imap;
 pub mod intake;
@@ -26,7 +25,7 @@ use std::sync::Arc;
 
 use tokio::net::TcpListener;
 
-pub use config::{EmailConfig, EmailSettings};
+pub use crate::config::email::{EmailConfig, EmailSettings};
 
 use crate::events::KernelBus;
 use crate::gateway::Host;

@@ -4,8 +4,8 @@
 
 use std::sync::Arc;
 
+use crate::config::email::{EmailConfig, EmailSettings};
 use crate::gateway::Gateway;
-use crate::gateway::email::config::{EmailConfig, EmailSettings};
 use crate::gateway::email::intake::Intake;
 use crate::gateway::email::reply::Mailer;
 use crate::gateway::email::{Email, worker};

@@ -15,7 +15,7 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::gateway::email::config::EmailConfig;
+use crate::config::email::EmailConfig;
 use crate::gateway::email::intake::{Intake, IntakeError, Taken};
 use crate::gateway::email::verify::Client;
 use crate::gateway::pace::Pace;

@@ -7,7 +7,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
-use crate::gateway::email::config::TlsSettings;
+use crate::config::email::TlsSettings;
 
 /// The acceptor STARTTLS hands a connection to, or what is wrong with the files.
 pub fn acceptor(settings: &TlsSettings) -> Result<TlsAcceptor, String> {

@@ -2,7 +2,7 @@
 //! `web.routes`, `GET /events/{topic}` (a topic as SSE), `public/` files, `/healthz`, `/readyz`,
 //! `/metrics`, `/openapi.yaml`, `/asyncapi.yaml` and `/docs`, behind API keys, a per-key rate limit, a body limit, timeouts and CORS.
 //!
-//! One module a concern: [`config`] (flags, environment, file), [`server`] (router, layers,
+//! One module a concern: its settings are `crate::config::http`; [`server`] (router, layers,
 //! shutdown), [`listen`] (accept loop, connection cap, idle connections), [`activity`] (what is
 //! in flight), [`body`] (the body deadline), [`descriptors`] (the cap's file descriptor
 //! budget), [`invoke`], [`resume`] (resumable streamed runs), [`topics`], [`routes`], [`skills`], [`ops`],
@@ -14,7 +14,7 @@
 
 mod activity;
 pub mod auth;
-pub mod config;
+
 mod descriptors;
 pub mod hosts;
 pub mod idempotency;
@@ -35,7 +35,7 @@ pub mod startup;
 pub mod state;
 pub mod topics;
 
-pub use config::{HttpConfig, HttpSettings};
+pub use crate::config::http::{HttpConfig, HttpSettings};
 pub use ops_listener::OpsListener;
 pub use server::{NAME, Server};
 pub use startup::StartError;

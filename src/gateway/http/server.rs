@@ -19,8 +19,8 @@ use tower_governor::GovernorError;
 use tower_governor::governor::GovernorConfigBuilder;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
+use crate::config::http::HttpConfig;
 use crate::gateway::http::auth::{self, CallerKey};
-use crate::gateway::http::config::HttpConfig;
 use crate::gateway::http::public::PublicDir;
 use crate::gateway::http::startup::StartError;
 use crate::gateway::http::state::AppState;

@@ -2,9 +2,9 @@
 
 use std::sync::Arc;
 
+use crate::config::http::HttpConfig;
 use crate::gateway::Gateway;
 use crate::gateway::http::auth::PublicPaths;
-use crate::gateway::http::config::HttpConfig;
 use crate::gateway::http::hosts::AllowedHosts;
 use crate::gateway::http::startup::StartError;
 use crate::gateway::policy::Policy;

@@ -9,11 +9,11 @@ use std::time::Duration;
 use parking_lot::RwLock;
 use serde_json::{Map, Value, json};
 
+use crate::config::slack::{SlackConfig, Target};
 use crate::events::{Event, KernelBus};
 use crate::gateway::Gateway;
 use crate::gateway::queue::{Enqueued, enqueue_once};
 use crate::gateway::slack::api::Identity;
-use crate::gateway::slack::config::{SlackConfig, Target};
 
 /// Where accepted events queue (reserved: only the intake emits there).
 pub const TOPIC: &str = "gateway-slack";
@@ -310,7 +310,7 @@ fn command_args(rest: &str) -> Map<String, Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gateway::slack::config::SlackSettings;
+    use crate::config::slack::SlackSettings;
 
     fn me() -> Identity {
         Identity {

@@ -4,13 +4,13 @@
 //! `event_id` across replicas, durably queued), and a worker runs them and answers with the Web
 //! API.
 //!
-//! [`config`] (settings), [`api`] (the Web API and its manners), [`intake`] (which events, which
+//! its settings are `crate::config::slack`; [`api`] (the Web API and its manners), [`intake`] (which events, which
 //! route), [`events`] (the Events API endpoint), [`socket`] (Socket Mode), [`worker`] (runs and
 //! answers), [`reply`] (how an answer is posted), [`mrkdwn`] (markdown to Slack's format),
 //! [`setup`] (the settings put together at start).
 
 pub mod api;
-pub mod config;
+
 pub mod events;
 pub mod intake;
 pub mod mrkdwn;
@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-pub use config::{SlackConfig, SlackSettings};
+pub use crate::config::slack::{SlackConfig, SlackSettings};
 
 use axum::Router;
 use axum::routing::post;

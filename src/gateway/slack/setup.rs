@@ -9,8 +9,8 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use crate::cascade;
+use crate::config::slack::{SlackConfig, SlackSettings};
 use crate::gateway::Gateway;
-use crate::gateway::slack::config::{SlackConfig, SlackSettings};
 use crate::gateway::slack::{Slack, worker};
 use crate::skills::index::SearchIndex;
 

@@ -15,7 +15,7 @@ use crate::server::{TestServer, config};
 use crate::smtp_sink::{Received, Sink};
 use crate::transport::Outcome;
 use crate::transport::email::{outcome, send_raw, settings};
-use skillgate::gateway::email::config::RouteSettings;
+use skillgate::config::email::RouteSettings;
 
 /// `who`: the conversation it runs in and how much of it it sees; `echo`: the mail's text.
 fn project() -> Project {

@@ -10,9 +10,9 @@ use std::time::Duration;
 use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
 use serde_json::Value;
 use skillgate::Kernel;
+use skillgate::config::email::{RouteSettings, SmtpSettings};
 use skillgate::config::values::Seconds;
 use skillgate::gateway::email::EmailSettings;
-use skillgate::gateway::email::config::{RouteSettings, SmtpSettings};
 
 use super::{Credential, Harness, Outcome, Part, Refusal, Setup};
 use crate::common::Project;

@@ -8,9 +8,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde_json::{Value, json};
 use skillgate::Kernel;
+use skillgate::config::slack::RouteSettings;
 use skillgate::config::values::Seconds;
 use skillgate::gateway::slack::SlackSettings;
-use skillgate::gateway::slack::config::RouteSettings;
 
 use super::{Credential, Harness, Outcome, Part, Refusal, Setup};
 use crate::common::Project;
