@@ -24,6 +24,8 @@
 //! - [`agent`]: the LLM agent on top of the kernel: model providers' wire protocols.
 //! - [`server`]: one server's doors (HTTP with the doors on its listener, email, Slack, MCP,
 //!   webhooks, and any an embedding program adds) bound from its settings and run together.
+//! - `contract` (feature `contract`): the transport contract suite, for doors written outside
+//!   skillgate.
 //! - [`builtins`]: the composition root: a kernel builder with every built-in tool, the event
 //!   bus and the sandbox wired in (the binary and the tests start here).
 //! - [`config`]: the project's configuration: `skillgate.yaml` with a section per transport
@@ -43,6 +45,8 @@ pub mod cascade;
 pub mod cli;
 pub mod config;
 pub mod context;
+#[cfg(feature = "contract")]
+pub mod contract;
 pub mod digest;
 pub mod error;
 pub mod events;

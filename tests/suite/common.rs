@@ -11,47 +11,12 @@ use parking_lot::Mutex;
 use serde_json::{Map, Value, json};
 use skillgate::cascade::{self, EntryKind};
 use skillgate::events::Event;
-use skillgate::kernel::KernelBuilder;
 use skillgate::skills::tool::Tool;
 use skillgate::{Context, Kernel};
 
-/// A project folder that lives as long as the value.
-pub struct Project {
-    pub dir: tempfile::TempDir,
-}
-
-impl Project {
-    pub fn new() -> Project {
-        let dir = tempfile::tempdir().expect("temp dir");
-        std::fs::create_dir_all(dir.path().join("skills")).expect("skills dir");
-        Project { dir }
-    }
-
-    pub fn path(&self) -> &Path {
-        self.dir.path()
-    }
-
-    /// Writes `skills/<rel>` (folders created as needed).
-    pub fn skill(&self, rel: &str, text: &str) -> &Project {
-        self.write(&format!("skills/{rel}"), text)
-    }
-
-    /// Writes any file below the project folder.
-    pub fn write(&self, rel: &str, text: &str) -> &Project {
-        let path: PathBuf = self.path().join(rel);
-        std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
-        std::fs::write(path, text).expect("write skill");
-        self
-    }
-
-    pub fn builder(&self) -> KernelBuilder {
-        skillgate::builtins::builder(self.path())
-    }
-
-    pub fn kernel(&self) -> Kernel {
-        self.builder().build()
-    }
-}
+/// A project folder that lives as long as the value (the contract suite's, with a kernel
+/// builder over it).
+pub use skillgate::contract::Project;
 
 /// A list of strings that tools append to, to check what ran and in which order.
 #[derive(Clone, Default)]

@@ -199,4 +199,4 @@ impl Harness for Email {
     }
 }
 
-super::contract!(Email);
+skillgate::transport_contract!(Email);

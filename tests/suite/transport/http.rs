@@ -106,4 +106,4 @@ fn refusal(status: u16, text: String) -> Outcome {
     Outcome::Refused(kind, text)
 }
 
-super::contract!(Http);
+skillgate::transport_contract!(Http);

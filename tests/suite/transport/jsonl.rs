@@ -1,6 +1,7 @@
 //! The contract over the example door of `examples/jsonl_door` (a line-delimited JSON door over
 //! TCP written against the public API alone, added through `Doors::with`): a door added from
-//! outside skillgate passes the same rules as its own.
+//! outside skillgate passes the same rules as its own. This harness uses only what a door's own
+//! crate has: the public API and `skillgate::contract` (the `contract` feature).
 
 use serde_json::{Value, json};
 use skillgate::Kernel;
@@ -8,9 +9,8 @@ use skillgate::gateway::keys::{ApiKey, KeyRing, hash_key};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
-use super::{Credential, Harness, Outcome, Part, Refusal, Setup};
-use crate::common::Project;
-use crate::server::{TestServer, config};
+use skillgate::contract::{Credential, Harness, Outcome, Part, Project, Refusal, Server, Setup};
+use skillgate::server::DoorSettings;
 
 #[path = "../../../examples/jsonl_door/door.rs"]
 mod door;
@@ -18,7 +18,7 @@ mod door;
 const KEY: &str = "sg_jsonl_contract_key";
 
 pub struct Jsonl {
-    server: TestServer,
+    server: Server,
     addr: std::net::SocketAddr,
     credentials: bool,
 }
@@ -41,15 +41,11 @@ impl Harness for Jsonl {
             .await
             .expect("bind");
         let addr = jsonl.local_addr();
-        let mut settings = config();
-        settings.keys = keys;
-        let server = TestServer::start_extra(
-            project,
-            skillgate::server::DoorSettings::http(settings),
-            super::natives(&setup.held),
-            jsonl,
-        )
-        .await;
+        // The door alone: HTTP off, no other door.
+        let mut settings = DoorSettings::http(Default::default());
+        settings.serve_http = false;
+        settings.http.keys = keys;
+        let server = Server::start(project, settings, &setup, vec![jsonl]).await;
         Jsonl {
             server,
             addr,
@@ -96,11 +92,11 @@ impl Harness for Jsonl {
     }
 
     fn begin_shutdown(&mut self) {
-        self.server.begin_shutdown("test");
+        self.server.begin_shutdown();
     }
 
-    async fn finish(mut self) -> bool {
-        self.server.finish().await.drained
+    async fn finish(self) -> bool {
+        self.server.finish().await
     }
 }
 
@@ -146,4 +142,4 @@ fn outcome(line: &Value) -> Outcome {
     Outcome::Refused(kind, line.to_string())
 }
 
-super::contract!(Jsonl);
+skillgate::transport_contract!(Jsonl);

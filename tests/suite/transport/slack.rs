@@ -162,4 +162,4 @@ impl Harness for Slack {
     }
 }
 
-super::contract!(Slack);
+skillgate::transport_contract!(Slack);

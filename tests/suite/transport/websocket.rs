@@ -139,4 +139,4 @@ fn outcome(frame: &Value) -> Outcome {
     Outcome::Refused(kind, frame.to_string())
 }
 
-super::contract!(WebSocket);
+skillgate::transport_contract!(WebSocket);
