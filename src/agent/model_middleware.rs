@@ -16,8 +16,7 @@ pub fn tool() -> Tool {
     metadata_middleware(
         "model",
         "Checks the served skill's model settings and records them in locals.config.model.",
-        |ctx, args| async move {
-            let target = ctx.ctx_target()?;
+        |target, args| async move {
             if args.is_null() {
                 return pass(&target).await;
             }

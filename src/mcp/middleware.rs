@@ -11,14 +11,13 @@ pub fn tool() -> Tool {
     metadata_middleware(
         "mcp",
         "Mounts MCP servers; their tools become `<server>-<tool>` for the served skill.",
-        |ctx, args| async move {
-            let target = ctx.ctx_target()?;
+        |target, args| async move {
             target.check_may_mount()?;
             let cwd = working_dir(&target)?;
             let mounts = mount::parse(&args, &cwd).map_err(|e| {
                 target.fail(SkillError::config(format!("{}{e}", served_at(&target))))
             })?;
-            let Some(pool) = ctx.kernel().extension::<Pool>().cloned() else {
+            let Some(pool) = target.kernel().extension::<Pool>().cloned() else {
                 return Err(target.fail(SkillError::new(
                     ErrorKind::Internal,
                     "this kernel has no MCP client (built without `crate::builtins`)",

@@ -11,8 +11,7 @@ pub fn tool() -> Tool {
     metadata_middleware(
         "cwd",
         "Sets the working folder of the served skill.",
-        |ctx, args| async move {
-            let target = ctx.ctx_target()?;
+        |target, args| async move {
             let Some(dir) = args.as_str() else {
                 return Err(target.fail(SkillError::config(format!(
                     "`cwd` must be a folder path, got {args}"

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use crate::cascade::Entry;
 use crate::error::SkillError;
 use crate::skills::directive_syntax::{find_directives, splice};
-use crate::skills::native::{native, pass};
+use crate::skills::native::{pass, pipeline_middleware};
 use crate::skills::tool::Tool;
 
 /// Directives expanded in one body at most: each runs as one more layer of the pipeline.
@@ -49,17 +49,10 @@ pub(crate) fn location(tool: &Tool, offset: Option<usize>) -> String {
 }
 
 pub fn tool() -> Tool {
-    native(
-        r#"
-name: directives
-description: Expands directives in the served skill's prompt by injecting their tools.
-metadata:
-  role: middleware
-  visibility: hidden
-  tags: [meta-internal, pipeline]
-"#,
-        |ctx, _args| async move {
-            let target = ctx.ctx_target()?;
+    pipeline_middleware(
+        "directives",
+        "Expands directives in the served skill's prompt by injecting their tools.",
+        |target, _args| async move {
             let Some(text) = target.prompt_expanded() else {
                 return pass(&target).await;
             };

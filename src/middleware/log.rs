@@ -7,8 +7,7 @@ pub fn tool() -> Tool {
     metadata_middleware(
         "log",
         "Configures logging for the run: { level, scope, reporter }.",
-        |ctx, args| async move {
-            let target = ctx.ctx_target()?;
+        |target, args| async move {
             if args.is_object() {
                 target.configure(&args).map_err(|e| target.fail(e))?;
             }

@@ -11,8 +11,7 @@ pub fn tool() -> Tool {
     metadata_middleware(
         "params",
         "Declares the args schema; exposes args with defaults applied as locals.params.",
-        |ctx, schema| async move {
-            let target = ctx.ctx_target()?;
+        |target, schema| async move {
             let args = target.args();
             let mut params: Map<String, Value> = args.as_object().cloned().unwrap_or_default();
             if let Some(Value::Object(props)) = schema.get("properties") {

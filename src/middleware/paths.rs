@@ -11,8 +11,7 @@ pub fn tool() -> Tool {
     metadata_middleware(
         "paths",
         "Sets the skill search paths for the served skill and what it invokes.",
-        |ctx, args| async move {
-            let target = ctx.ctx_target()?;
+        |target, args| async move {
             let list: Vec<Value> = match &*args {
                 Value::String(s) => vec![Value::String(s.clone())],
                 Value::Array(items) if items.iter().all(Value::is_string) => items.clone(),

@@ -4,22 +4,15 @@
 use std::sync::Arc;
 
 use crate::error::SkillError;
-use crate::skills::native::{native, pass};
+use crate::skills::native::{pass, pipeline_middleware};
 use crate::skills::patterns::AllowedTools;
 use crate::skills::tool::Tool;
 
 pub fn tool() -> Tool {
-    native(
-        r#"
-name: validate-allowed-tools
-description: Restricts what the served skill may invoke to its allowed-tools patterns.
-metadata:
-  role: middleware
-  visibility: hidden
-  tags: [meta-internal, pipeline]
-"#,
-        |ctx, _args| async move {
-            let target = ctx.ctx_target()?;
+    pipeline_middleware(
+        "validate-allowed-tools",
+        "Restricts what the served skill may invoke to its allowed-tools patterns.",
+        |target, _args| async move {
             let spec = target.metadata("allowed-tools").filter(|v| !v.is_null());
             if let Some(spec) = spec {
                 let policy = AllowedTools::parse(&spec).map_err(|e| {

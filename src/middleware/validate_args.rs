@@ -7,21 +7,14 @@ use serde_json::Value;
 
 use crate::error::ErrorKind;
 use crate::kernel::schema;
-use crate::skills::native::{native, pass};
+use crate::skills::native::{pass, pipeline_middleware};
 use crate::skills::tool::Tool;
 
 pub fn tool() -> Tool {
-    native(
-        r#"
-name: validate-args
-description: Validates the served skill's args against its params JSON Schema.
-metadata:
-  role: middleware
-  visibility: hidden
-  tags: [meta-internal, pipeline]
-"#,
-        |ctx, _args| async move {
-            let target = ctx.ctx_target()?;
+    pipeline_middleware(
+        "validate-args",
+        "Validates the served skill's args against its params JSON Schema.",
+        |target, _args| async move {
             let args = target.args();
             let empty = Value::Object(Default::default());
             let instance = if args.is_null() { &empty } else { &*args };

@@ -2,21 +2,14 @@
 
 use crate::error::ErrorKind;
 use crate::kernel::schema;
-use crate::skills::native::native;
+use crate::skills::native::pipeline_middleware;
 use crate::skills::tool::Tool;
 
 pub fn tool() -> Tool {
-    native(
-        r#"
-name: validate-returns
-description: Validates the served skill's result against its returns JSON Schema.
-metadata:
-  role: middleware
-  visibility: hidden
-  tags: [meta-internal, pipeline]
-"#,
-        |ctx, _args| async move {
-            let target = ctx.ctx_target()?;
+    pipeline_middleware(
+        "validate-returns",
+        "Validates the served skill's result against its returns JSON Schema.",
+        |target, _args| async move {
             let result = target.next().await?;
             let instance = result.as_deref().unwrap_or(&serde_json::Value::Null);
             schema::check_cascade(

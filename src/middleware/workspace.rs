@@ -14,8 +14,7 @@ pub fn tool() -> Tool {
     metadata_middleware(
         "workspace",
         "Gives the served skill a folder to write in, created when missing.",
-        |ctx, args| async move {
-            let target = ctx.ctx_target()?;
+        |target, args| async move {
             let relative = match &*args {
                 Value::String(dir) if !dir.trim().is_empty() => PathBuf::from(dir),
                 Value::Bool(true) => {

@@ -21,8 +21,7 @@ pub fn tool() -> Tool {
     metadata_middleware(
         "session",
         "Keeps the served skill's per-conversation history, durable in the event store.",
-        |ctx, args| async move {
-            let target = ctx.ctx_target()?;
+        |target, args| async move {
             if args.is_null() {
                 return pass(&target).await;
             }

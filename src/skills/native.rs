@@ -27,17 +27,42 @@ where
 }
 
 /// A metadata middleware: the one that acts on the metadata key of its name (`cwd`, `mcp`,
-/// `session`, ...), hidden from listings and tagged as pipeline machinery.
+/// `session`, ...), hidden from listings and tagged as pipeline machinery. Its body gets the
+/// served context and the key's value.
 pub fn metadata_middleware<F, Fut>(name: &str, description: &str, body: F) -> Tool
 where
     F: Fn(Context, Arc<Value>) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<Option<Value>>> + Send + 'static,
 {
+    served_middleware(name, description, "meta-metadata", body)
+}
+
+/// A pipeline middleware of the kernel's own chain (`execute`, `validate-args`, ...): hidden,
+/// tagged as pipeline machinery. Its body gets the served context and its own args.
+pub fn pipeline_middleware<F, Fut>(name: &str, description: &str, body: F) -> Tool
+where
+    F: Fn(Context, Arc<Value>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Option<Value>>> + Send + 'static,
+{
+    served_middleware(name, description, "pipeline", body)
+}
+
+/// A hidden middleware tagged `meta-internal` and `tag` whose body works on the context it
+/// serves.
+fn served_middleware<F, Fut>(name: &str, description: &str, tag: &str, body: F) -> Tool
+where
+    F: Fn(Context, Arc<Value>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Option<Value>>> + Send + 'static,
+{
     let yaml = format!(
-        "name: {name}\ndescription: {}\nmetadata:\n  role: middleware\n  visibility: hidden\n  tags: [meta-internal, meta-metadata]\n",
+        "name: {name}\ndescription: {}\nmetadata:\n  role: middleware\n  visibility: hidden\n  tags: [meta-internal, {tag}]\n",
         Value::String(description.to_string())
     );
-    native(&yaml, body)
+    let body = Arc::new(body);
+    native(&yaml, move |ctx, args| {
+        let body = body.clone();
+        async move { body(ctx.ctx_target()?, args).await }
+    })
 }
 
 /// Builds a native tool from frontmatter and an already boxed body.
