@@ -1,12 +1,19 @@
-//! A transport's durable queue: [`enqueue_once`] (the intake's once-only enqueue) and the
-//! worker ([`spawn`]) that claims what the intake queued (webhook deliveries, Slack events,
-//! mail), runs up to a number of them at once on the server's task tracker (so a shutdown
-//! drains them), and stops taking new ones when the server stops.
+//! A door's durable queue: [`enqueue_once`] (the intake's once-only enqueue) and the worker
+//! ([`spawn_jobs`]) that claims what the intake queued (webhook deliveries, Slack events, mail)
+//! as the door's typed [`Job`], runs up to a number of them at once on the server's task
+//! tracker (so a shutdown drains them), and stops taking new ones when the server stops.
+//!
+//! A job is queued as its fields and its version (`"v"`); a payload without a version was
+//! queued by a release before versions, in the same field names, and runs as it is.
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::future::Either;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
 use tokio::sync::Semaphore;
 
 use crate::events::{Bus, Delivery, Event, KernelBus, KeyClaim};
@@ -14,6 +21,88 @@ use crate::gateway::Host;
 
 /// How long one claim waits before it looks again.
 const CLAIM_WAIT: Duration = Duration::from_secs(5);
+
+/// The payload of a door's queued work.
+pub trait Job: Serialize + DeserializeOwned + Send + 'static {
+    /// Written as `"v"` beside the fields. Raise it when a field changes meaning, and read the
+    /// payloads of the versions before it in [`Job::upgrade`].
+    const VERSION: u64;
+
+    /// A payload of an earlier version (`0`: queued before payloads had versions); by default
+    /// read as this version, for field names that did not change.
+    fn upgrade(version: u64, data: Value) -> Result<Self, String> {
+        let _ = version;
+        serde_json::from_value(data).map_err(|e| e.to_string())
+    }
+}
+
+/// `job` as an event's data: its fields and its version.
+pub fn encode<J: Job>(job: &J) -> Value {
+    let mut data = serde_json::to_value(job).unwrap_or(Value::Null);
+    if let Value::Object(map) = &mut data {
+        map.insert("v".into(), J::VERSION.into());
+    }
+    data
+}
+
+/// A queued payload as the job it is: this version's, an earlier one's (upgraded), never a
+/// later one's (queued by a newer replica: left for it).
+pub fn decode<J: Job>(data: Option<&Value>) -> Result<J, String> {
+    let mut data = data.cloned().unwrap_or(Value::Null);
+    let version = match &mut data {
+        Value::Object(map) => match map.remove("v") {
+            None => 0,
+            Some(v) => v
+                .as_u64()
+                .ok_or_else(|| format!("the version `{v}` is not a number"))?,
+        },
+        other => return Err(format!("the payload is not an object: {other}")),
+    };
+    match version {
+        v if v == J::VERSION => serde_json::from_value(data).map_err(|e| e.to_string()),
+        v if v < J::VERSION => J::upgrade(v, data),
+        v => Err(format!(
+            "version {v} is newer than this release reads ({})",
+            J::VERSION
+        )),
+    }
+}
+
+/// [`spawn`] for a door's typed jobs: each delivery's payload is read as `J` first. One that
+/// cannot be read is logged and not acked: it comes back until the delivery limit moves it to
+/// `<topic>.dead`, where an operator finds it.
+pub fn spawn_jobs<J, F, Fut>(
+    host: &Host,
+    topic: String,
+    queue: &'static str,
+    concurrency: usize,
+    run: F,
+) where
+    J: Job,
+    F: Fn(J, Delivery) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let name = topic.clone();
+    spawn(
+        host,
+        topic,
+        queue,
+        concurrency,
+        move |delivery| match decode::<J>(delivery.event.data.as_ref()) {
+            Ok(job) => Either::Left(run(job, delivery)),
+            Err(err) => {
+                tracing::error!(
+                    topic = name,
+                    id = delivery.event.id,
+                    attempt = delivery.attempts,
+                    error = %err,
+                    "a queued payload cannot be read; it goes to the dead letters at its delivery limit"
+                );
+                Either::Right(std::future::ready(()))
+            }
+        },
+    );
+}
 
 /// What [`enqueue_once`] did with an event.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,7 +156,7 @@ pub async fn prepare(bus: &Bus, topic: &str, queue: &str) -> Result<(), String> 
 
 /// Runs `run` for each delivery claimed from `queue` of `topic`, `concurrency` at once, on the
 /// server's background tracker until the server stops. `run` acks (or leaves the delivery to come back).
-pub fn spawn<F, Fut>(host: &Host, topic: String, queue: &'static str, concurrency: usize, run: F)
+fn spawn<F, Fut>(host: &Host, topic: String, queue: &'static str, concurrency: usize, run: F)
 where
     F: Fn(Delivery) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = ()> + Send + 'static,
@@ -110,4 +199,60 @@ where
             }
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use serde::Deserialize;
+    use serde_json::json;
+
+    use super::*;
+
+    #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    struct Two {
+        name: String,
+        count: u64,
+    }
+
+    impl Job for Two {
+        const VERSION: u64 = 2;
+
+        /// Version 1 called `count` `n`.
+        fn upgrade(version: u64, mut data: Value) -> Result<Self, String> {
+            if version == 1
+                && let Some(n) = data.as_object_mut().and_then(|m| m.remove("n"))
+            {
+                data["count"] = n;
+            }
+            serde_json::from_value(data).map_err(|e| e.to_string())
+        }
+    }
+
+    #[test]
+    fn a_job_is_queued_with_its_version_and_read_back() {
+        let job = Two {
+            name: "a".into(),
+            count: 3,
+        };
+        let data = encode(&job);
+        assert_eq!(data, json!({ "name": "a", "count": 3, "v": 2 }));
+        assert_eq!(decode::<Two>(Some(&data)).unwrap(), job);
+    }
+
+    #[test]
+    fn earlier_versions_are_upgraded_and_an_unversioned_payload_is_version_zero() {
+        let v1 = json!({ "name": "a", "n": 4, "v": 1 });
+        assert_eq!(decode::<Two>(Some(&v1)).unwrap().count, 4);
+        let unversioned = json!({ "name": "b", "count": 5 });
+        assert_eq!(decode::<Two>(Some(&unversioned)).unwrap().count, 5);
+    }
+
+    #[test]
+    fn a_later_version_or_a_payload_that_is_not_an_object_is_refused() {
+        let later = json!({ "name": "a", "count": 1, "v": 3 });
+        let err = decode::<Two>(Some(&later)).unwrap_err();
+        assert!(err.contains("version 3"), "{err}");
+        assert!(decode::<Two>(Some(&json!("text"))).is_err());
+        assert!(decode::<Two>(None).is_err());
+    }
 }

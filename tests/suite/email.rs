@@ -12,7 +12,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use lettre::transport::smtp::client::{Certificate, Tls, TlsParameters};
 use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
 use skillgate::config::email::TlsSettings;
-use skillgate::events::WithBus;
+use skillgate::events::{KernelBus, WithBus};
 use skillgate::gateway::email::tls::acceptor;
 
 use crate::common::Project;
@@ -470,4 +470,38 @@ pub(crate) async fn greeting(smtp: std::net::SocketAddr) -> (String, tokio::net:
             .unwrap();
     }
     (line, stream)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mail_queued_by_the_release_before_versioned_payloads_is_still_answered() {
+    let sink = Sink::start().await;
+    let server = start(&sink).await;
+    // The shape the intake queued before payloads carried a version: no `v`.
+    let mut event = skillgate::events::Event::new("gateway-email", "mail");
+    event.source = Some("email".into());
+    event.data = Some(serde_json::json!({
+        "mail": {
+            "from": "ada@example.org", "fromName": null, "replyTo": "ada@example.org",
+            "to": ["bot@skillgate.test"], "cc": [], "subject": "Queued before",
+            "text": "still there?", "html": null, "messageId": "old-1@example.org",
+            "inReplyTo": [], "references": [], "attachments": [],
+        },
+        "noReply": null,
+        "skill": "brief",
+        "args": { "subject": "Queued before" },
+        "named": false,
+        "refused": false,
+        "verified": false,
+        "verification": "unverified: no DKIM signature",
+        "envelopeFrom": "ada@example.org",
+        "recipients": ["bot@skillgate.test"],
+        "receivedAt": 1_700_000_000_000u64,
+    }));
+    server.kernel.bus().emit(&event).await.unwrap();
+    let answer = sink
+        .answer_to("old-1@example.org", Duration::from_secs(20))
+        .await
+        .expect("an answer to the mail queued before the upgrade");
+    assert_eq!(answer.to, ["ada@example.org"]);
+    assert_eq!(answer.text(), "**Re** Queued before\n");
 }

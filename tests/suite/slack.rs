@@ -263,10 +263,22 @@ async fn socket_mode_acks_after_queueing_and_reconnects_losing_and_doubling_noth
             }
         }
     };
+    // The ack goes out once the event is queued; the answer may be posted before the fake
+    // has read the ack from its socket.
+    let acked = |envelope: &'static str| {
+        let fake = fake.clone();
+        async move {
+            let deadline = std::time::Instant::now() + Duration::from_secs(20);
+            while !fake.inner.acks.lock().contains(&envelope.to_string()) {
+                assert!(std::time::Instant::now() < deadline, "{envelope} not acked");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
     connected(1).await;
     fake.push_envelope("env-1", mention("Ev20", "C3", "1700000020.000100", "first"));
     fake.answer_in("C3", "1700000020.000100").await;
-    assert!(fake.inner.acks.lock().contains(&"env-1".to_string()));
+    acked("env-1").await;
     // Slack asks for a new connection; an event pushed meanwhile arrives on the new one.
     fake.disconnect();
     fake.push_envelope(
@@ -280,11 +292,7 @@ async fn socket_mode_acks_after_queueing_and_reconnects_losing_and_doubling_noth
         "env-3",
         mention("Ev21", "C3", "1700000021.000100", "second"),
     );
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while !fake.inner.acks.lock().contains(&"env-3".to_string()) {
-        assert!(std::time::Instant::now() < deadline, "env-3 not acked");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    acked("env-3").await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(fake.calls("chat.postMessage").len(), 2);
     drop(server);
@@ -435,4 +443,33 @@ async fn an_events_path_a_web_route_already_serves_is_refused_at_start() {
         err,
         "http: slack.events-path: `/slack/events` is already served"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_queued_by_the_release_before_versioned_payloads_is_still_answered() {
+    let fake = FakeSlack::start().await;
+    let server = start(&fake, |_| {}).await;
+    // The shape the intake queued before payloads carried a version: no `v`.
+    let mut event = skillgate::events::Event::new("gateway-slack", "event");
+    event.source = Some("slack".into());
+    event.data = Some(json!({
+        "eventId": "EvOld",
+        "teamId": "T1",
+        "skill": "brief",
+        "args": { "text": "queued before the upgrade" },
+        "named": false,
+        "refused": false,
+        "message": {
+            "channel": "C9", "channelType": "channel", "user": "U1",
+            "text": "queued before the upgrade", "ts": "1700000009.000100",
+            "threadTs": null, "files": [],
+        },
+        "receivedAt": 1_700_000_000_000u64,
+    }));
+    use skillgate::events::KernelBus;
+    server.kernel.bus().emit(&event).await.unwrap();
+    let posts = fake.answer_in("C9", "1700000009.000100").await;
+    assert_eq!(posts.len(), 1, "{posts:?}");
+    assert_eq!(posts[0]["text"], "*Asked*: queued before the upgrade\n");
+    assert_eq!(posts[0]["metadata"]["event_payload"]["requestId"], "EvOld");
 }

@@ -364,3 +364,32 @@ fn a_signed_body_holding_a_directive_key_is_refused_422_naming_its_path_and_neve
         server.finish().await;
     });
 }
+
+#[test]
+fn a_delivery_queued_by_the_release_before_versioned_payloads_still_runs() {
+    runtime().block_on(async {
+        let seen = Seen::default();
+        let mut server = start(&seen, false).await;
+        // The shape the intake queued before payloads carried a version: no `v`.
+        let topic = skillgate::gateway::webhook::routes::topic_for("/hooks/std");
+        let mut event = skillgate::events::Event::new(&topic, "delivery");
+        event.source = Some("webhook".into());
+        event.data = Some(json!({
+            "deliveryId": "msg_old",
+            "path": "/hooks/std",
+            "scheme": "standard-webhooks",
+            "headers": { "webhook-id": "msg_old" },
+            "body": { "queued": "before the upgrade" },
+            "receivedAt": 1_700_000_000_000u64,
+        }));
+        server.kernel.bus().emit(&event).await.unwrap();
+        let runs = wait_runs(&seen, 1).await;
+        assert_eq!(runs[0]["args"]["id"], "msg_old");
+        assert_eq!(
+            runs[0]["args"]["body"],
+            json!({ "queued": "before the upgrade" })
+        );
+        assert_eq!(runs[0]["args"]["headers"]["webhook-id"], "msg_old");
+        server.finish().await;
+    });
+}

@@ -12,7 +12,8 @@ use crate::events::{Event, KernelBus};
 use crate::gateway::Gateway;
 use crate::gateway::email::parse::{Caps, Mail, MailError, read};
 use crate::gateway::email::verify::{Client, Verifier};
-use crate::gateway::queue::{Enqueued, enqueue_once};
+use crate::gateway::email::worker::Queued;
+use crate::gateway::queue::{Enqueued, encode, enqueue_once};
 
 /// Where accepted mail queues (reserved: only the intake emits there).
 pub const TOPIC: &str = "gateway-email";
@@ -109,18 +110,18 @@ impl Intake {
         };
         let mut event = Event::new(TOPIC, "mail");
         event.source = Some("email".into());
-        event.data = Some(json!({
-            "mail": mail.to_json(),
-            "noReply": mail.no_reply,
-            "skill": skill,
-            "args": args,
-            "named": named,
-            "refused": refused,
-            "verified": verified,
-            "verification": verdict.describe(),
-            "envelopeFrom": envelope_from,
-            "recipients": recipients,
-            "receivedAt": crate::context::id::now_ms(),
+        event.data = Some(encode(&Queued {
+            mail: mail.to_json(),
+            no_reply: mail.no_reply.map(str::to_string),
+            skill,
+            args,
+            named,
+            refused,
+            verified,
+            verification: verdict.describe(),
+            envelope_from: json!(envelope_from),
+            recipients: json!(recipients),
+            received_at: crate::context::id::now_ms(),
         }));
         let key = format!("email-message:{id}");
         let bus = self.gateway.kernel.bus();

@@ -9,6 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use crate::events::{Delivery, KernelBus, KeyClaim};
@@ -27,6 +28,32 @@ use crate::kernel::authority::Authority;
 /// Mails answered at once.
 const CONCURRENCY: usize = 8;
 
+/// A mail as the intake queues it on [`TOPIC`].
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Queued {
+    /// The parsed mail (see [`Mail::to_json`]).
+    pub mail: Value,
+    /// Why the mail must get no answer (RFC 3834), if it must not.
+    pub no_reply: Option<String>,
+    /// The routed skill, its args, whether the sender named it (a command) and whether the
+    /// command route refused the name.
+    pub skill: String,
+    pub args: Value,
+    pub named: bool,
+    pub refused: bool,
+    /// Whether the sender was verified (DKIM and DMARC, or a trusted relay), and how.
+    pub verified: bool,
+    pub verification: String,
+    pub envelope_from: Value,
+    pub recipients: Value,
+    pub received_at: u64,
+}
+
+impl crate::gateway::queue::Job for Queued {
+    const VERSION: u64 = 1;
+}
+
 /// Makes the queue before any mail is taken.
 pub async fn prepare(gateway: &Gateway) -> Result<(), String> {
     crate::gateway::queue::prepare(gateway.kernel.bus(), TOPIC, QUEUE).await
@@ -36,42 +63,48 @@ pub async fn prepare(gateway: &Gateway) -> Result<(), String> {
 /// tracked there too.
 pub fn spawn(host: &Host, email: Arc<Email>) {
     let (gateway, policy, timeout) = (host.gateway.clone(), host.policy.clone(), host.timeout);
-    crate::gateway::queue::spawn(host, TOPIC.into(), QUEUE, CONCURRENCY, move |delivery| {
-        let (gateway, policy, email) = (gateway.clone(), policy.clone(), email.clone());
-        async move { run(&gateway, &policy, &email, delivery, timeout).await }
-    });
+    crate::gateway::queue::spawn_jobs(
+        host,
+        TOPIC.into(),
+        QUEUE,
+        CONCURRENCY,
+        move |queued: Queued, delivery| {
+            let (gateway, policy, email) = (gateway.clone(), policy.clone(), email.clone());
+            async move { run(&gateway, &policy, &email, queued, delivery, timeout).await }
+        },
+    );
 }
 
 async fn run(
     gateway: &Gateway,
     policy: &Policy,
     email: &Email,
+    queued: Queued,
     delivery: Delivery,
     timeout: Duration,
 ) {
     let bus = gateway.kernel.bus().clone();
     let id = delivery.event.id.clone();
     let receipt = delivery.receipt;
-    let data = delivery.event.data.clone().unwrap_or(Value::Null);
-    let mail = Mail::from_json(&data["mail"]);
-    let skill = data["skill"].as_str().unwrap_or_default().to_string();
+    let mail = Mail::from_json(&queued.mail);
+    let skill = queued.skill;
     let request_id = format!("mail-{id}");
     let principal = format!("email:{}", mail.from.to_ascii_lowercase());
     // Only a verified sender's mail belongs to a conversation (one the server can vouch for).
-    let thread = if data["verified"] == true {
+    let thread = if queued.verified {
         conversation(gateway, &principal, &mail, &id).await
     } else {
         None
     };
     let index = gateway.kernel.registry().current();
     // A command route's `skills` left the named skill out: refused as if it did not exist.
-    let reached = if data["refused"] == true {
+    let reached = if queued.refused {
         Err(crate::gateway::policy::Refusal::Unknown {
             skill: skill.clone(),
             suggestions: Vec::new(),
         })
     } else {
-        policy.reach_message(&index, &skill, data["named"] == true)
+        policy.reach_message(&index, &skill, queued.named)
     };
     let (text, status) = match reached {
         Err(refusal) => failure(&GatewayError::from(refusal), &skill, &request_id),
@@ -80,10 +113,10 @@ async fn run(
                 Value::Object(map) => map,
                 _ => Map::new(),
             };
-            request.insert("envelopeFrom".into(), data["envelopeFrom"].clone());
-            request.insert("recipients".into(), data["recipients"].clone());
+            request.insert("envelopeFrom".into(), queued.envelope_from);
+            request.insert("recipients".into(), queued.recipients);
             let principal = crate::gateway::principal::peer(&principal);
-            let authority = if data["named"] == true {
+            let authority = if queued.named {
                 Authority::caller(principal)
             } else {
                 Authority::serving(principal)
@@ -92,7 +125,7 @@ async fn run(
                 transport: "email",
                 skill: ToolRef::Name(Arc::from(tool.name.as_str())),
                 authority,
-                args: data["args"].clone(),
+                args: queued.args,
                 request,
                 request_id: request_id.clone(),
                 reply_to: json!({
@@ -148,7 +181,7 @@ async fn run(
             }
         }
     };
-    if let Some(why) = data["noReply"].as_str() {
+    if let Some(why) = queued.no_reply.as_deref() {
         tracing::info!(from = mail.from, why, "no answer to this mail (RFC 3834)");
     } else if may_answer(gateway, &mail, email.config.reply_window).await {
         let ours = email.mailer.message_id();

@@ -12,8 +12,9 @@ use serde_json::{Map, Value, json};
 use crate::config::slack::{SlackConfig, Target};
 use crate::events::{Event, KernelBus};
 use crate::gateway::Gateway;
-use crate::gateway::queue::{Enqueued, enqueue_once};
+use crate::gateway::queue::{Enqueued, encode, enqueue_once};
 use crate::gateway::slack::api::Identity;
+use crate::gateway::slack::worker::{Message, Queued};
 
 /// Where accepted events queue (reserved: only the intake emits there).
 pub const TOPIC: &str = "gateway-slack";
@@ -102,24 +103,25 @@ impl Intake {
         };
         let mut event = Event::new(TOPIC, "event");
         event.source = Some("slack".into());
-        event.data = Some(json!({
-            "eventId": event_id,
-            "teamId": payload["team_id"],
-            "skill": routed.skill,
-            "args": routed.args,
-            "named": routed.named,
-            "refused": routed.refused,
-            "message": {
-                "channel": incoming.channel,
-                "channelType": incoming.channel_type,
-                "user": incoming.user,
-                "text": incoming.text,
-                "ts": incoming.ts,
-                "threadTs": incoming.thread_ts,
-                "files": incoming.files,
+        event.data = Some(encode(&Queued {
+            event_id: event_id.to_string(),
+            team_id: payload["team_id"].clone(),
+            skill: routed.skill,
+            args: Value::Object(routed.args),
+            named: routed.named,
+            refused: routed.refused,
+            message: Message {
+                channel: incoming.channel,
+                channel_type: incoming.channel_type,
+                user: incoming.user,
+                text: incoming.text,
+                ts: incoming.ts,
+                thread_ts: incoming.thread_ts,
+                files: incoming.files,
             },
-            "receivedAt": crate::context::id::now_ms(),
+            received_at: crate::context::id::now_ms(),
         }));
+
         let key = format!("slack-event:{event_id}");
         let bus = self.gateway.kernel.bus();
         if enqueue_once(bus, &key, "-", DEDUPE_WINDOW, &event, "{}").await? != Enqueued::Queued {

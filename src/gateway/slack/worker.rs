@@ -9,6 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use crate::events::{Delivery, KernelBus};
@@ -24,6 +25,40 @@ use crate::kernel::authority::Authority;
 /// Events answered at once.
 const CONCURRENCY: usize = 8;
 
+/// An event as the intake queues it on [`TOPIC`].
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Queued {
+    pub event_id: String,
+    pub team_id: Value,
+    /// The routed skill, its args, whether the message named it (a command) and whether the
+    /// command route refused the name.
+    pub skill: String,
+    pub args: Value,
+    pub named: bool,
+    pub refused: bool,
+    pub message: Message,
+    pub received_at: u64,
+}
+
+/// The message an event carried.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Message {
+    pub channel: String,
+    pub channel_type: String,
+    pub user: String,
+    /// The text with the bot's mention removed.
+    pub text: String,
+    pub ts: String,
+    pub thread_ts: Option<String>,
+    pub files: Vec<Value>,
+}
+
+impl crate::gateway::queue::Job for Queued {
+    const VERSION: u64 = 1;
+}
+
 /// Makes the queue before any event is taken.
 pub async fn prepare(gateway: &Gateway) -> Result<(), String> {
     crate::gateway::queue::prepare(gateway.kernel.bus(), TOPIC, QUEUE).await
@@ -33,10 +68,16 @@ pub async fn prepare(gateway: &Gateway) -> Result<(), String> {
 /// tracked there too.
 pub fn spawn(host: &Host, slack: Arc<Slack>) {
     let (gateway, policy, timeout) = (host.gateway.clone(), host.policy.clone(), host.timeout);
-    crate::gateway::queue::spawn(host, TOPIC.into(), QUEUE, CONCURRENCY, move |delivery| {
-        let (gateway, policy, slack) = (gateway.clone(), policy.clone(), slack.clone());
-        async move { run(&gateway, &policy, &slack, delivery, timeout).await }
-    });
+    crate::gateway::queue::spawn_jobs(
+        host,
+        TOPIC.into(),
+        QUEUE,
+        CONCURRENCY,
+        move |queued: Queued, delivery| {
+            let (gateway, policy, slack) = (gateway.clone(), policy.clone(), slack.clone());
+            async move { run(&gateway, &policy, &slack, queued, delivery, timeout).await }
+        },
+    );
 }
 
 /// Answers one event, then acks it.
@@ -44,51 +85,51 @@ async fn run(
     gateway: &Gateway,
     policy: &Policy,
     slack: &Slack,
+    queued: Queued,
     delivery: Delivery,
     timeout: Duration,
 ) {
     let bus = gateway.kernel.bus().clone();
     let id = delivery.event.id.clone();
     let receipt = delivery.receipt;
-    let data = delivery.event.data.clone().unwrap_or(Value::Null);
-    let event_id = data["eventId"].as_str().unwrap_or(&id).to_string();
-    let skill = data["skill"].as_str().unwrap_or_default().to_string();
-    let message = &data["message"];
-    let s = |k: &str| message[k].as_str().unwrap_or_default().to_string();
-    let channel = s("channel");
-    let root = message["threadTs"]
-        .as_str()
-        .map_or_else(|| s("ts"), str::to_string);
+    let event_id = Some(queued.event_id.clone())
+        .filter(|e| !e.is_empty())
+        .unwrap_or(id);
+    let skill = queued.skill.clone();
+    let message = &queued.message;
+    let channel = message.channel.clone();
+    let root = message
+        .thread_ts
+        .clone()
+        .unwrap_or_else(|| message.ts.clone());
     let thread = Thread {
         channel: channel.clone(),
         ts: root.clone(),
     };
-    let answered = match reach(gateway, policy, &data, &skill) {
+    let answered = match reach(gateway, policy, &queued, &skill) {
         Err(refusal) => reply::refuse(&slack.api, &thread, &skill, &event_id, &refusal).await,
         Ok(name) => {
-            let team = data["teamId"].as_str().unwrap_or_default();
-            let args = data["args"].clone();
+            let team = queued.team_id.as_str().unwrap_or_default();
+            let args = queued.args.clone();
             let mut request = Map::new();
             for (key, value) in [
                 ("team", json!(team)),
                 ("channel", json!(channel)),
-                ("channelType", message["channelType"].clone()),
-                ("user", message["user"].clone()),
-                ("text", message["text"].clone()),
-                ("ts", message["ts"].clone()),
+                ("channelType", json!(message.channel_type)),
+                ("user", json!(message.user)),
+                ("text", json!(message.text)),
+                ("ts", json!(message.ts)),
                 ("threadTs", json!(root)),
-                ("files", message["files"].clone()),
+                ("files", json!(message.files)),
                 ("eventId", json!(event_id)),
             ] {
                 request.insert(key.to_string(), value);
             }
-            let principal = crate::gateway::principal::peer(&format!(
-                "slack:{team}:{}",
-                message["user"].as_str().unwrap_or_default()
-            ));
+            let principal =
+                crate::gateway::principal::peer(&format!("slack:{team}:{}", message.user));
             // A skill the message named runs as the sender's call; one the project's route
             // chose runs as the project's code serving the sender.
-            let authority = if data["named"] == true {
+            let authority = if queued.named {
                 Authority::caller(principal)
             } else {
                 Authority::serving(principal)
@@ -99,8 +140,8 @@ async fn run(
                 authority,
                 announce: Some(json!({
                     "channel": channel,
-                    "user": message["user"],
-                    "text": message["text"],
+                    "user": message.user,
+                    "text": message.text,
                     "threadTs": root,
                 })),
                 args,
@@ -140,10 +181,10 @@ async fn run(
 fn reach(
     gateway: &Gateway,
     policy: &Policy,
-    data: &Value,
+    queued: &Queued,
     skill: &str,
 ) -> Result<String, GatewayError> {
-    if data["refused"] == true {
+    if queued.refused {
         return Err(Refusal::Unknown {
             skill: skill.to_string(),
             suggestions: Vec::new(),
@@ -152,7 +193,7 @@ fn reach(
     }
     let index = gateway.kernel.registry().current();
     policy
-        .reach_message(&index, skill, data["named"] == true)
+        .reach_message(&index, skill, queued.named)
         .map(|tool| tool.name.clone())
         .map_err(GatewayError::from)
 }

@@ -15,9 +15,10 @@ use crate::context::id::now_ms;
 use crate::events::{Event, KernelBus, KeyClaim};
 use crate::gateway::body;
 use crate::gateway::headers::headers_json;
-use crate::gateway::queue::{Enqueued, enqueue_once};
+use crate::gateway::queue::{Enqueued, encode, enqueue_once};
 use crate::gateway::signature::verify;
 use crate::gateway::webhook::routes::WebhookRoute;
+use crate::gateway::webhook::worker::Queued;
 use crate::gateway::{Gateway, GatewayError};
 
 /// How long a delivery id is remembered: longer than senders retry (Stripe: three days).
@@ -103,13 +104,13 @@ async fn receive(
     }
     let mut event = Event::new(&route.topic, "delivery");
     event.source = Some("webhook".into());
-    event.data = Some(json!({
-        "deliveryId": verified.id,
-        "path": route.path,
-        "scheme": route.scheme.name(),
-        "headers": headers_json(headers),
-        "body": parsed,
-        "receivedAt": now_ms(),
+    event.data = Some(encode(&Queued {
+        delivery_id: verified.id.clone(),
+        path: route.path.clone(),
+        scheme: route.scheme.name().to_string(),
+        headers: headers_json(headers),
+        body: parsed,
+        received_at: now_ms(),
     }));
     let answer = json!({ "deliveryId": verified.id });
     let enqueued = match enqueue_once(

@@ -7,6 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use crate::context::id;
@@ -22,6 +23,24 @@ pub const QUEUE: &str = "run";
 /// Deliveries of one route running at once.
 const CONCURRENCY: usize = 8;
 
+/// A delivery as the intake queues it on the route's topic.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Queued {
+    pub delivery_id: String,
+    pub path: String,
+    /// The signature scheme it was verified by.
+    pub scheme: String,
+    pub headers: Value,
+    /// The body, as JSON when it is JSON, else as text.
+    pub body: Value,
+    pub received_at: u64,
+}
+
+impl crate::gateway::queue::Job for Queued {
+    const VERSION: u64 = 1;
+}
+
 /// Makes the route's queue, before any delivery is taken (a delivery queued on a topic with
 /// no queue would only be in its buffer).
 pub async fn prepare(gateway: &Gateway, route: &WebhookRoute) -> Result<(), String> {
@@ -32,36 +51,40 @@ pub async fn prepare(gateway: &Gateway, route: &WebhookRoute) -> Result<(), Stri
 /// runs are tracked there too.
 pub fn spawn(host: &Host, route: Arc<WebhookRoute>) {
     let (gateway, timeout) = (host.gateway.clone(), host.timeout);
-    crate::gateway::queue::spawn(
+    crate::gateway::queue::spawn_jobs(
         host,
         route.topic.clone(),
         QUEUE,
         CONCURRENCY,
-        move |delivery| {
+        move |queued: Queued, delivery| {
             let (gateway, route) = (gateway.clone(), route.clone());
-            async move { run(&gateway, &route, delivery, timeout).await }
+            async move { run(&gateway, &route, queued, delivery, timeout).await }
         },
     );
 }
 
 /// Runs one delivery; acks it when the skill succeeded.
-async fn run(gateway: &Gateway, route: &WebhookRoute, delivery: Delivery, timeout: Duration) {
-    let event = delivery.event;
-    let data = event.data.clone().unwrap_or(Value::Null);
-    let delivery_id = data["deliveryId"].as_str().unwrap_or_default().to_string();
+async fn run(
+    gateway: &Gateway,
+    route: &WebhookRoute,
+    queued: Queued,
+    delivery: Delivery,
+    timeout: Duration,
+) {
+    let delivery_id = queued.delivery_id;
     let args = json!({
         "id": delivery_id,
         "path": route.path,
         "scheme": route.scheme.name(),
-        "headers": data["headers"],
-        "body": data["body"],
+        "headers": queued.headers,
+        "body": queued.body,
         "attempt": delivery.attempts,
     });
     let mut request = Map::new();
     request.insert("transport".into(), json!("webhook"));
     request.insert("method".into(), json!("POST"));
     request.insert("path".into(), json!(route.path));
-    request.insert("headers".into(), data["headers"].clone());
+    request.insert("headers".into(), queued.headers);
     request.insert("deliveryId".into(), json!(delivery_id));
     let request_id = id::format(id::next_id());
     // The route is the project's; the sender is the route's principal, whose body is data.
