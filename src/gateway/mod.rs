@@ -1,6 +1,8 @@
-//! The transports and what they share: an inbound message is verified by its transport, then
-//! [`dispatch::Gateway::dispatch`] fills the context, announces it, runs the routed skill and
-//! hands the reply parts back for the transport to deliver.
+//! The doors and the core they share. A door (a folder here: HTTP, WebSocket, webhooks, Slack,
+//! email; MCP is `crate::mcp`) verifies an inbound message, then [`dispatch::Gateway::dispatch`]
+//! fills the context, announces it, runs the routed skill and hands the reply parts back for
+//! the door to deliver. The core (the files here and `policy/`) is what every door uses and
+//! none owns; it names no door, and no door names another (`tests/suite/layers.rs`).
 //!
 //! - [`edge`]: what is refused of outside input before anything runs (`$` keys in args).
 //! - [`policy`]: which skills a caller may reach, and how a failed run is told to it.
@@ -28,7 +30,8 @@
 //! - [`webhook`]: signed webhooks, queued and run from the event store.
 //! - [`slack`]: Slack (Events API on the HTTP listener, Socket Mode on its own).
 //! - [`email`]: mail in over SMTP or IMAP, answers out through a relay.
-//! - [`queue`]: the durable queues the queued doors' workers take work from.
+//! - [`queue`]: the durable queues of the queued doors: once-only enqueue, typed and versioned
+//!   jobs, and the one worker that claims and runs them.
 
 pub mod body;
 pub mod dispatch;

@@ -36,6 +36,18 @@ pub trait Job: Serialize + DeserializeOwned + Send + 'static {
     }
 }
 
+/// What a chat or mail door decided for a message, queued with it: the skill, its args,
+/// whether the sender named it (a command: the policy decides whether it may run) and whether
+/// a command route's `skills` left the name out.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct Routed {
+    pub skill: String,
+    pub args: Value,
+    pub named: bool,
+    pub refused: bool,
+}
+
 /// `job` as an event's data: its fields and its version.
 pub fn encode<J: Job>(job: &J) -> Value {
     let mut data = serde_json::to_value(job).unwrap_or(Value::Null);
@@ -68,9 +80,9 @@ pub fn decode<J: Job>(data: Option<&Value>) -> Result<J, String> {
     }
 }
 
-/// [`spawn`] for a door's typed jobs: each delivery's payload is read as `J` first. One that
-/// cannot be read is logged and not acked: it comes back until the delivery limit moves it to
-/// `<topic>.dead`, where an operator finds it.
+/// [`spawn`] for a door's typed jobs: each delivery's payload is read as `J` and run with the
+/// host. One that cannot be read is logged and not acked: it comes back until the delivery
+/// limit moves it to `<topic>.dead`, where an operator finds it.
 pub fn spawn_jobs<J, F, Fut>(
     host: &Host,
     topic: String,
@@ -79,17 +91,18 @@ pub fn spawn_jobs<J, F, Fut>(
     run: F,
 ) where
     J: Job,
-    F: Fn(J, Delivery) -> Fut + Send + Sync + 'static,
+    F: Fn(Host, J, Delivery) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = ()> + Send + 'static,
 {
     let name = topic.clone();
+    let worker = host.clone();
     spawn(
         host,
         topic,
         queue,
         concurrency,
         move |delivery| match decode::<J>(delivery.event.data.as_ref()) {
-            Ok(job) => Either::Left(run(job, delivery)),
+            Ok(job) => Either::Left(run(worker.clone(), job, delivery)),
             Err(err) => {
                 tracing::error!(
                     topic = name,

@@ -13,7 +13,7 @@ use crate::gateway::Gateway;
 use crate::gateway::email::parse::{Caps, Mail, MailError, read};
 use crate::gateway::email::verify::{Client, Verifier};
 use crate::gateway::email::worker::Queued;
-use crate::gateway::queue::{Enqueued, encode, enqueue_once};
+use crate::gateway::queue::{Enqueued, Routed, encode, enqueue_once};
 
 /// Where accepted mail queues (reserved: only the intake emits there).
 pub const TOPIC: &str = "gateway-email";
@@ -113,10 +113,12 @@ impl Intake {
         event.data = Some(encode(&Queued {
             mail: mail.to_json(),
             no_reply: mail.no_reply.map(str::to_string),
-            skill,
-            args,
-            named,
-            refused,
+            routed: Routed {
+                skill,
+                args,
+                named,
+                refused,
+            },
             verified,
             verification: verdict.describe(),
             envelope_from: json!(envelope_from),

@@ -18,8 +18,8 @@ use crate::gateway::email::Email;
 use crate::gateway::email::intake::{QUEUE, TOPIC};
 use crate::gateway::email::parse::Mail;
 use crate::gateway::email::thread;
-use crate::gateway::policy::Policy;
 use crate::gateway::problem::Problem;
+use crate::gateway::queue::Routed;
 use crate::gateway::reply::as_markdown;
 use crate::gateway::{Gateway, GatewayError, Inbound, ReplyPart};
 use crate::kernel::ToolRef;
@@ -36,12 +36,8 @@ pub struct Queued {
     pub mail: Value,
     /// Why the mail must get no answer (RFC 3834), if it must not.
     pub no_reply: Option<String>,
-    /// The routed skill, its args, whether the sender named it (a command) and whether the
-    /// command route refused the name.
-    pub skill: String,
-    pub args: Value,
-    pub named: bool,
-    pub refused: bool,
+    #[serde(flatten)]
+    pub routed: Routed,
     /// Whether the sender was verified (DKIM and DMARC, or a trusted relay), and how.
     pub verified: bool,
     pub verification: String,
@@ -62,32 +58,30 @@ pub async fn prepare(gateway: &Gateway) -> Result<(), String> {
 /// Starts the worker on the server's background tracker until the server stops; its runs are
 /// tracked there too.
 pub fn spawn(host: &Host, email: Arc<Email>) {
-    let (gateway, policy, timeout) = (host.gateway.clone(), host.policy.clone(), host.timeout);
     crate::gateway::queue::spawn_jobs(
         host,
         TOPIC.into(),
         QUEUE,
         CONCURRENCY,
-        move |queued: Queued, delivery| {
-            let (gateway, policy, email) = (gateway.clone(), policy.clone(), email.clone());
-            async move { run(&gateway, &policy, &email, queued, delivery, timeout).await }
+        move |host, queued: Queued, delivery| {
+            let email = email.clone();
+            async move { run(&host, &email, queued, delivery).await }
         },
     );
 }
 
-async fn run(
-    gateway: &Gateway,
-    policy: &Policy,
-    email: &Email,
-    queued: Queued,
-    delivery: Delivery,
-    timeout: Duration,
-) {
+async fn run(host: &Host, email: &Email, queued: Queued, delivery: Delivery) {
+    let (gateway, policy, timeout) = (&host.gateway, &host.policy, host.timeout);
     let bus = gateway.kernel.bus().clone();
     let id = delivery.event.id.clone();
     let receipt = delivery.receipt;
     let mail = Mail::from_json(&queued.mail);
-    let skill = queued.skill;
+    let Routed {
+        skill,
+        args,
+        named,
+        refused,
+    } = queued.routed;
     let request_id = format!("mail-{id}");
     let principal = format!("email:{}", mail.from.to_ascii_lowercase());
     // Only a verified sender's mail belongs to a conversation (one the server can vouch for).
@@ -98,13 +92,13 @@ async fn run(
     };
     let index = gateway.kernel.registry().current();
     // A command route's `skills` left the named skill out: refused as if it did not exist.
-    let reached = if queued.refused {
+    let reached = if refused {
         Err(crate::gateway::policy::Refusal::Unknown {
             skill: skill.clone(),
             suggestions: Vec::new(),
         })
     } else {
-        policy.reach_message(&index, &skill, queued.named)
+        policy.reach_message(&index, &skill, named)
     };
     let (text, status) = match reached {
         Err(refusal) => failure(&GatewayError::from(refusal), &skill, &request_id),
@@ -116,7 +110,7 @@ async fn run(
             request.insert("envelopeFrom".into(), queued.envelope_from);
             request.insert("recipients".into(), queued.recipients);
             let principal = crate::gateway::principal::peer(&principal);
-            let authority = if queued.named {
+            let authority = if named {
                 Authority::caller(principal)
             } else {
                 Authority::serving(principal)
@@ -125,7 +119,7 @@ async fn run(
                 transport: "email",
                 skill: ToolRef::Name(Arc::from(tool.name.as_str())),
                 authority,
-                args: queued.args,
+                args,
                 request,
                 request_id: request_id.clone(),
                 reply_to: json!({

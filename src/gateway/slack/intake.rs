@@ -14,7 +14,7 @@ use crate::events::{Event, KernelBus};
 use crate::gateway::Gateway;
 use crate::gateway::queue::{Enqueued, encode, enqueue_once};
 use crate::gateway::slack::api::Identity;
-use crate::gateway::slack::worker::{Message, Queued};
+use crate::gateway::slack::worker::Queued;
 
 /// Where accepted events queue (reserved: only the intake emits there).
 pub const TOPIC: &str = "gateway-slack";
@@ -33,8 +33,9 @@ pub enum Accepted {
     Ignored(&'static str),
 }
 
-/// A message the bot may answer.
-#[derive(Debug, Clone, PartialEq)]
+/// A message the bot may answer (queued with its event; `addressed` is the intake's alone).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase", default)]
 pub struct Incoming {
     pub channel: String,
     pub channel_type: String,
@@ -44,6 +45,7 @@ pub struct Incoming {
     pub ts: String,
     pub thread_ts: Option<String>,
     /// A mention or a DM (the bot was spoken to), not a plain channel message.
+    #[serde(skip)]
     pub addressed: bool,
     pub files: Vec<Value>,
 }
@@ -106,19 +108,13 @@ impl Intake {
         event.data = Some(encode(&Queued {
             event_id: event_id.to_string(),
             team_id: payload["team_id"].clone(),
-            skill: routed.skill,
-            args: Value::Object(routed.args),
-            named: routed.named,
-            refused: routed.refused,
-            message: Message {
-                channel: incoming.channel,
-                channel_type: incoming.channel_type,
-                user: incoming.user,
-                text: incoming.text,
-                ts: incoming.ts,
-                thread_ts: incoming.thread_ts,
-                files: incoming.files,
+            routed: crate::gateway::queue::Routed {
+                skill: routed.skill,
+                args: Value::Object(routed.args),
+                named: routed.named,
+                refused: routed.refused,
             },
+            message: incoming,
             received_at: crate::context::id::now_ms(),
         }));
 

@@ -7,7 +7,6 @@
 //! again would repeat the skill's work.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
@@ -15,8 +14,9 @@ use serde_json::{Map, Value, json};
 use crate::events::{Delivery, KernelBus};
 use crate::gateway::Host;
 use crate::gateway::policy::{Policy, Refusal};
+use crate::gateway::queue::Routed;
 use crate::gateway::slack::Slack;
-use crate::gateway::slack::intake::{QUEUE, TOPIC};
+use crate::gateway::slack::intake::{Incoming, QUEUE, TOPIC};
 use crate::gateway::slack::reply::{self, Thread};
 use crate::gateway::{Gateway, GatewayError, Inbound};
 use crate::kernel::ToolRef;
@@ -31,28 +31,11 @@ const CONCURRENCY: usize = 8;
 pub struct Queued {
     pub event_id: String,
     pub team_id: Value,
-    /// The routed skill, its args, whether the message named it (a command) and whether the
-    /// command route refused the name.
-    pub skill: String,
-    pub args: Value,
-    pub named: bool,
-    pub refused: bool,
-    pub message: Message,
+    #[serde(flatten)]
+    pub routed: Routed,
+    /// The message the event carried.
+    pub message: Incoming,
     pub received_at: u64,
-}
-
-/// The message an event carried.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
-pub struct Message {
-    pub channel: String,
-    pub channel_type: String,
-    pub user: String,
-    /// The text with the bot's mention removed.
-    pub text: String,
-    pub ts: String,
-    pub thread_ts: Option<String>,
-    pub files: Vec<Value>,
 }
 
 impl crate::gateway::queue::Job for Queued {
@@ -67,35 +50,28 @@ pub async fn prepare(gateway: &Gateway) -> Result<(), String> {
 /// Starts the worker on the server's background tracker until the server stops; its runs are
 /// tracked there too.
 pub fn spawn(host: &Host, slack: Arc<Slack>) {
-    let (gateway, policy, timeout) = (host.gateway.clone(), host.policy.clone(), host.timeout);
     crate::gateway::queue::spawn_jobs(
         host,
         TOPIC.into(),
         QUEUE,
         CONCURRENCY,
-        move |queued: Queued, delivery| {
-            let (gateway, policy, slack) = (gateway.clone(), policy.clone(), slack.clone());
-            async move { run(&gateway, &policy, &slack, queued, delivery, timeout).await }
+        move |host, queued: Queued, delivery| {
+            let slack = slack.clone();
+            async move { run(&host, &slack, queued, delivery).await }
         },
     );
 }
 
 /// Answers one event, then acks it.
-async fn run(
-    gateway: &Gateway,
-    policy: &Policy,
-    slack: &Slack,
-    queued: Queued,
-    delivery: Delivery,
-    timeout: Duration,
-) {
+async fn run(host: &Host, slack: &Slack, queued: Queued, delivery: Delivery) {
+    let (gateway, policy, timeout) = (&host.gateway, &host.policy, host.timeout);
     let bus = gateway.kernel.bus().clone();
     let id = delivery.event.id.clone();
     let receipt = delivery.receipt;
     let event_id = Some(queued.event_id.clone())
         .filter(|e| !e.is_empty())
         .unwrap_or(id);
-    let skill = queued.skill.clone();
+    let skill = queued.routed.skill.clone();
     let message = &queued.message;
     let channel = message.channel.clone();
     let root = message
@@ -110,7 +86,7 @@ async fn run(
         Err(refusal) => reply::refuse(&slack.api, &thread, &skill, &event_id, &refusal).await,
         Ok(name) => {
             let team = queued.team_id.as_str().unwrap_or_default();
-            let args = queued.args.clone();
+            let args = queued.routed.args.clone();
             let mut request = Map::new();
             for (key, value) in [
                 ("team", json!(team)),
@@ -129,7 +105,7 @@ async fn run(
                 crate::gateway::principal::peer(&format!("slack:{team}:{}", message.user));
             // A skill the message named runs as the sender's call; one the project's route
             // chose runs as the project's code serving the sender.
-            let authority = if queued.named {
+            let authority = if queued.routed.named {
                 Authority::caller(principal)
             } else {
                 Authority::serving(principal)
@@ -184,7 +160,7 @@ fn reach(
     queued: &Queued,
     skill: &str,
 ) -> Result<String, GatewayError> {
-    if queued.refused {
+    if queued.routed.refused {
         return Err(Refusal::Unknown {
             skill: skill.to_string(),
             suggestions: Vec::new(),
@@ -193,7 +169,7 @@ fn reach(
     }
     let index = gateway.kernel.registry().current();
     policy
-        .reach_message(&index, skill, queued.named)
+        .reach_message(&index, skill, queued.routed.named)
         .map(|tool| tool.name.clone())
         .map_err(GatewayError::from)
 }

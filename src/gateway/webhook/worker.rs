@@ -50,15 +50,14 @@ pub async fn prepare(gateway: &Gateway, route: &WebhookRoute) -> Result<(), Stri
 /// Starts the route's worker on the server's background tracker until the server stops; its
 /// runs are tracked there too.
 pub fn spawn(host: &Host, route: Arc<WebhookRoute>) {
-    let (gateway, timeout) = (host.gateway.clone(), host.timeout);
     crate::gateway::queue::spawn_jobs(
         host,
         route.topic.clone(),
         QUEUE,
         CONCURRENCY,
-        move |queued: Queued, delivery| {
-            let (gateway, route) = (gateway.clone(), route.clone());
-            async move { run(&gateway, &route, queued, delivery, timeout).await }
+        move |host, queued: Queued, delivery| {
+            let route = route.clone();
+            async move { run(&host.gateway, &route, queued, delivery, host.timeout).await }
         },
     );
 }
