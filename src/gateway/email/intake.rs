@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use crate::config::email::{EmailConfig, Target};
@@ -12,13 +13,34 @@ use crate::events::{Event, KernelBus};
 use crate::gateway::Gateway;
 use crate::gateway::email::parse::{Caps, Mail, MailError, read};
 use crate::gateway::email::verify::{Client, Verifier};
-use crate::gateway::email::worker::Queued;
 use crate::gateway::queue::{Enqueued, Routed, encode, enqueue_once};
 
 /// Where accepted mail queues (reserved: only the intake emits there).
 pub const TOPIC: &str = "gateway-email";
 /// The queue the worker claims from.
 pub const QUEUE: &str = "run";
+
+/// A mail as the intake queues it on [`TOPIC`].
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Queued {
+    /// The parsed mail (see [`Mail::to_json`]).
+    pub mail: Value,
+    /// Why the mail must get no answer (RFC 3834), if it must not.
+    pub no_reply: Option<String>,
+    #[serde(flatten)]
+    pub routed: Routed,
+    /// Whether the sender was verified (DKIM and DMARC, or a trusted relay), and how.
+    pub verified: bool,
+    pub verification: String,
+    pub envelope_from: Value,
+    pub recipients: Value,
+    pub received_at: u64,
+}
+
+impl crate::gateway::queue::Job for Queued {
+    const VERSION: u64 = 1;
+}
 /// How long a Message-ID is remembered.
 const DEDUPE_WINDOW: Duration = Duration::from_secs(7 * 24 * 3600);
 

@@ -9,13 +9,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use crate::events::{Delivery, KernelBus, KeyClaim};
 use crate::gateway::Host;
 use crate::gateway::email::Email;
-use crate::gateway::email::intake::{QUEUE, TOPIC};
+use crate::gateway::email::intake::{QUEUE, Queued, TOPIC};
 use crate::gateway::email::parse::Mail;
 use crate::gateway::email::thread;
 use crate::gateway::problem::Problem;
@@ -27,28 +26,6 @@ use crate::kernel::authority::Authority;
 
 /// Mails answered at once.
 const CONCURRENCY: usize = 8;
-
-/// A mail as the intake queues it on [`TOPIC`].
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
-pub struct Queued {
-    /// The parsed mail (see [`Mail::to_json`]).
-    pub mail: Value,
-    /// Why the mail must get no answer (RFC 3834), if it must not.
-    pub no_reply: Option<String>,
-    #[serde(flatten)]
-    pub routed: Routed,
-    /// Whether the sender was verified (DKIM and DMARC, or a trusted relay), and how.
-    pub verified: bool,
-    pub verification: String,
-    pub envelope_from: Value,
-    pub recipients: Value,
-    pub received_at: u64,
-}
-
-impl crate::gateway::queue::Job for Queued {
-    const VERSION: u64 = 1;
-}
 
 /// Makes the queue before any mail is taken.
 pub async fn prepare(gateway: &Gateway) -> Result<(), String> {

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::RwLock;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use crate::config::slack::{SlackConfig, Target};
@@ -14,12 +15,28 @@ use crate::events::{Event, KernelBus};
 use crate::gateway::Gateway;
 use crate::gateway::queue::{Enqueued, encode, enqueue_once};
 use crate::gateway::slack::api::Identity;
-use crate::gateway::slack::worker::Queued;
 
 /// Where accepted events queue (reserved: only the intake emits there).
 pub const TOPIC: &str = "gateway-slack";
 /// The queue the worker claims from.
 pub const QUEUE: &str = "run";
+
+/// An event as the intake queues it on [`TOPIC`].
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Queued {
+    pub event_id: String,
+    pub team_id: Value,
+    #[serde(flatten)]
+    pub routed: crate::gateway::queue::Routed,
+    /// The message the event carried.
+    pub message: Incoming,
+    pub received_at: u64,
+}
+
+impl crate::gateway::queue::Job for Queued {
+    const VERSION: u64 = 1;
+}
 /// How long an `event_id` is remembered: Slack retries within minutes; a day is ample.
 const DEDUPE_WINDOW: Duration = Duration::from_secs(24 * 3600);
 
@@ -34,7 +51,7 @@ pub enum Accepted {
 }
 
 /// A message the bot may answer (queued with its event; `addressed` is the intake's alone).
-#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct Incoming {
     pub channel: String,

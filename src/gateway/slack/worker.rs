@@ -8,15 +8,13 @@
 
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value, json};
+use serde_json::{Map, json};
 
 use crate::events::{Delivery, KernelBus};
 use crate::gateway::Host;
 use crate::gateway::policy::{Policy, Refusal};
-use crate::gateway::queue::Routed;
 use crate::gateway::slack::Slack;
-use crate::gateway::slack::intake::{Incoming, QUEUE, TOPIC};
+use crate::gateway::slack::intake::{QUEUE, Queued, TOPIC};
 use crate::gateway::slack::reply::{self, Thread};
 use crate::gateway::{Gateway, GatewayError, Inbound};
 use crate::kernel::ToolRef;
@@ -24,23 +22,6 @@ use crate::kernel::authority::Authority;
 
 /// Events answered at once.
 const CONCURRENCY: usize = 8;
-
-/// An event as the intake queues it on [`TOPIC`].
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
-pub struct Queued {
-    pub event_id: String,
-    pub team_id: Value,
-    #[serde(flatten)]
-    pub routed: Routed,
-    /// The message the event carried.
-    pub message: Incoming,
-    pub received_at: u64,
-}
-
-impl crate::gateway::queue::Job for Queued {
-    const VERSION: u64 = 1;
-}
 
 /// Makes the queue before any event is taken.
 pub async fn prepare(gateway: &Gateway) -> Result<(), String> {
