@@ -1,8 +1,7 @@
 //! One server's doors, bound from its settings and run together: HTTP with the doors served on
 //! its listener (the WebSocket endpoint, Slack's Events API, webhooks, MCP), email on a host of
-//! its own, Slack
-//! in Socket Mode on its own when HTTP is off, and any door an embedding program adds. What
-//! `skillgate serve`, the tests and the benches start.
+//! its own, Slack in Socket Mode on its own when HTTP is off, and any door an embedding program
+//! adds. What `skillgate serve`, the tests and the benches start.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -139,16 +138,14 @@ impl Doors {
             }
             let web_routes = http::routes::collect(&index, project)
                 .map_err(|e| http::StartError::from(e).for_transport())?;
-            let taken = |path: &str| {
-                http::routes::is_reserved(path) || web_routes.iter().any(|r| r.path == path)
-            };
+            let taken = |path: &str| http::routes::is_served(&web_routes, path);
             if let Some(webhooks) =
                 webhook::Webhooks::configure(&gateway, &index, project, &taken).await?
             {
                 served.push(webhooks);
             }
             served.push(Arc::new(McpDoor));
-            let server = http::Server::bind(gateway.clone(), config, project, served)
+            let server = http::Server::bind(gateway.clone(), config, web_routes, served)
                 .await
                 .map_err(http::StartError::for_transport)?;
             doors.http = Some(server.local_addr());

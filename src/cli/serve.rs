@@ -213,7 +213,7 @@ fn route_mistakes(index: &crate::skills::index::SearchIndex, project: &Path) -> 
         errors.push(None, "", message.to_string());
     }
     let web = routes::collect(index, project).unwrap_or_default();
-    let taken = |path: &str| routes::is_reserved(path) || web.iter().any(|r| r.path == path);
+    let taken = |path: &str| routes::is_served(&web, path);
     for message in crate::gateway::webhook::routes::collect(index, project, &taken).1 {
         errors.push(None, "", message);
     }

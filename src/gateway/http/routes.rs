@@ -103,6 +103,11 @@ pub fn is_reserved(path: &str) -> bool {
         .any(|r| path == *r || path.starts_with(&format!("{r}/")))
 }
 
+/// True when `path` is already served: one the gateway serves itself, or one of `web`.
+pub fn is_served(web: &[WebRoute], path: &str) -> bool {
+    is_reserved(path) || web.iter().any(|r| r.path == path)
+}
+
 /// Every route the skills declare, checked: known methods, free paths, existing skills. The
 /// first mistake is the error; [`check`] lists them all.
 pub fn collect(

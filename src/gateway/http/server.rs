@@ -2,7 +2,6 @@
 //! accepting, drain for a bounded grace period; whoever runs the doors announces `shutdown`).
 
 use std::net::SocketAddr;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -39,23 +38,19 @@ pub struct Server {
 }
 
 impl Server {
-    /// Builds the router (custom routes checked, and the routes of `doors`, the other doors
-    /// served on this listener) and binds the listener. [`crate::server::Doors::bind`] does this
-    /// with the doors the settings ask for.
+    /// Builds the router (the project's custom routes, collected by [`routes::collect`], and the
+    /// routes of `doors`, the other doors served on this listener) and binds the listener.
+    /// [`crate::server::Doors::bind`] does this with the doors the settings ask for.
     pub async fn bind(
         gateway: Gateway,
         config: HttpConfig,
-        project: &Path,
+        web_routes: Vec<routes::WebRoute>,
         doors: Vec<Arc<dyn HttpDoor>>,
     ) -> Result<Server, StartError> {
-        let index = gateway.kernel.registry().current();
-        let web_routes = routes::collect(&index, project)?;
-        let taken =
-            |path: &str| routes::is_reserved(path) || web_routes.iter().any(|r| r.path == path);
         let mut clashes = Vec::new();
         let mut served: Vec<String> = Vec::new();
         for (setting, path) in doors.iter().flat_map(|door| door.paths()) {
-            if taken(&path) || served.contains(&path) {
+            if routes::is_served(&web_routes, &path) || served.contains(&path) {
                 clashes.push(format!("{setting}: `{path}` is already served"));
             }
             served.push(path);
