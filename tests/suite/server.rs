@@ -86,34 +86,8 @@ impl TestServer {
     /// on the kernel builder.
     pub async fn start_doors(
         project: Project,
-        settings: DoorSettings,
-        build: impl FnOnce(KernelBuilder) -> KernelBuilder,
-    ) -> TestServer {
-        TestServer::start_all(project, settings, build, None).await
-    }
-
-    /// [`TestServer::start_doors`] with `natives` on the kernel and one more door, added the way
-    /// an embedding program adds its own (`Doors::with`).
-    pub async fn start_extra(
-        project: Project,
-        settings: DoorSettings,
-        natives: Vec<skillgate::skills::Tool>,
-        door: Arc<dyn skillgate::gateway::door::Door>,
-    ) -> TestServer {
-        let build = move |mut b: KernelBuilder| {
-            for tool in natives {
-                b = b.native(tool);
-            }
-            b
-        };
-        TestServer::start_all(project, settings, build, Some(door)).await
-    }
-
-    async fn start_all(
-        project: Project,
         mut settings: DoorSettings,
         build: impl FnOnce(KernelBuilder) -> KernelBuilder,
-        extra: Option<Arc<dyn skillgate::gateway::door::Door>>,
     ) -> TestServer {
         let public = project.path().join("public");
         if public.is_dir() {
@@ -127,10 +101,6 @@ impl TestServer {
         let doors = Doors::bind(gateway.clone(), settings, project.path())
             .await
             .expect("server binds");
-        let doors = match extra {
-            Some(door) => doors.with(door),
-            None => doors,
-        };
         // Without HTTP, requests go to the operations listener.
         let addr = doors
             .http_addr()
