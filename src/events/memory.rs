@@ -8,10 +8,8 @@ use parking_lot::Mutex;
 use tokio::sync::broadcast;
 
 use crate::context::id::now_ms;
-use crate::events::store::{
-    Delivery, EventStore, KeyClaim, Limits, SessionEntry, StoreResult, StoredSchedule,
-    StoredSubscription, distinct_topics,
-};
+use crate::events::records::{KeyClaim, Records, SessionEntry, StoredSchedule, StoredSubscription};
+use crate::events::store::{Delivery, EventStore, Limits, StoreResult, distinct_topics};
 use crate::events::{Event, dead_letter};
 
 pub struct MemoryStore {
@@ -362,6 +360,13 @@ impl EventStore for MemoryStore {
         Ok(())
     }
 
+    async fn migrate(&self) -> StoreResult<()> {
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Records for MemoryStore {
     async fn claim_key(
         &self,
         key: &str,
@@ -429,37 +434,6 @@ impl EventStore for MemoryStore {
         Ok(true)
     }
 
-    async fn put_subscription(&self, topic: &str, queue: &str, spec: &str) -> StoreResult<()> {
-        self.inner
-            .lock()
-            .subscriptions
-            .insert((topic.to_string(), queue.to_string()), spec.to_string());
-        Ok(())
-    }
-
-    async fn delete_subscription(&self, topic: &str, queue: &str) -> StoreResult<bool> {
-        Ok(self
-            .inner
-            .lock()
-            .subscriptions
-            .remove(&(topic.to_string(), queue.to_string()))
-            .is_some())
-    }
-
-    async fn subscriptions(&self) -> StoreResult<Vec<StoredSubscription>> {
-        Ok(self
-            .inner
-            .lock()
-            .subscriptions
-            .iter()
-            .map(|((topic, queue), spec)| StoredSubscription {
-                topic: topic.clone(),
-                queue: queue.clone(),
-                spec: spec.clone(),
-            })
-            .collect())
-    }
-
     async fn delete_schedule(&self, name: &str) -> StoreResult<bool> {
         Ok(self.inner.lock().schedules.remove(name).is_some())
     }
@@ -520,7 +494,34 @@ impl EventStore for MemoryStore {
         Ok(removed.map_or(0, |l| l.len() as u64))
     }
 
-    async fn migrate(&self) -> StoreResult<()> {
+    async fn put_subscription(&self, topic: &str, queue: &str, spec: &str) -> StoreResult<()> {
+        self.inner
+            .lock()
+            .subscriptions
+            .insert((topic.to_string(), queue.to_string()), spec.to_string());
         Ok(())
+    }
+
+    async fn delete_subscription(&self, topic: &str, queue: &str) -> StoreResult<bool> {
+        Ok(self
+            .inner
+            .lock()
+            .subscriptions
+            .remove(&(topic.to_string(), queue.to_string()))
+            .is_some())
+    }
+
+    async fn subscriptions(&self) -> StoreResult<Vec<StoredSubscription>> {
+        Ok(self
+            .inner
+            .lock()
+            .subscriptions
+            .iter()
+            .map(|((topic, queue), spec)| StoredSubscription {
+                topic: topic.clone(),
+                queue: queue.clone(),
+                spec: spec.clone(),
+            })
+            .collect())
     }
 }

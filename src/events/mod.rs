@@ -13,8 +13,10 @@ pub mod memory;
 pub mod migrations;
 pub mod open;
 pub mod postgres;
+pub mod records;
 pub mod routes;
 pub mod skills;
+pub mod sql_records;
 pub mod sqlite;
 pub mod store;
 pub mod store_url;
@@ -35,10 +37,8 @@ use crate::context::tap::{Tap, Taps};
 use crate::error::{ErrorKind, Result, SkillError};
 use crate::kernel::{InvokeOptions, Kernel, KernelBuilder};
 pub use consumer::{Consumer, ConsumerOptions};
-pub use store::{
-    Delivery, EventStore, KeyClaim, Limits, SessionEntry, StoreError, StoredSchedule,
-    StoredSubscription, WAKE_ALL,
-};
+pub use records::{KeyClaim, Records, SessionEntry, StoredSchedule, StoredSubscription};
+pub use store::{Delivery, EventStore, Limits, StoreError, WAKE_ALL};
 
 /// The queue that collects an exhausted topic's dead letters (on topic `<topic>.dead`).
 pub const DEAD_QUEUE: &str = "dead";

@@ -7,7 +7,6 @@
 
 use std::str::FromStr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -18,14 +17,12 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::context::id::now_ms;
 use crate::events::batch::Batcher;
+use crate::events::sql_records::{SqlBacked, SqlRecords, sql_limit};
 use crate::events::store::{
-    Delivery, EventStore, KeyClaim, Limits, SessionEntry, StoreError, StoreResult, StoredSchedule,
-    StoredSubscription, WAKE_ALL, distinct_topics, missing,
+    Delivery, EventStore, Limits, StoreError, StoreResult, WAKE_ALL, distinct_topics, missing,
 };
 use crate::events::{DEAD_QUEUE, Event, dead_letter};
 
-/// Claims between two sweeps of expired ones.
-const CLAIM_SWEEP_EVERY: u64 = 256;
 /// Longest wait for a pooled connection. While the database is down a call fails after this
 /// (an SMTP sender gets its 451, `/readyz` its answer) instead of hanging for long.
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -40,8 +37,7 @@ pub struct PostgresStore {
     /// Buffer trims, at most one per topic per interval: reads bound the buffer themselves,
     /// trimming only collects what they no longer return.
     trims: crate::events::batch::Throttle,
-    /// Keys claimed, to sweep expired claims now and then.
-    key_claims: AtomicU64,
+    records: SqlRecords<Postgres>,
     sweeps: crate::events::batch::Throttle,
     _listener: DropGuard,
 }
@@ -124,6 +120,7 @@ impl PostgresStore {
             2,
         );
         let store = PostgresStore {
+            records: SqlRecords::new(pool.clone()),
             pool,
             claims,
             batcher,
@@ -131,7 +128,6 @@ impl PostgresStore {
             channel,
             wake,
             trims: crate::events::batch::Throttle::default(),
-            key_claims: AtomicU64::new(0),
             sweeps: crate::events::batch::Throttle::default(),
             _listener: stop.drop_guard(),
         };
@@ -326,6 +322,13 @@ fn in_order(rows: &[sqlx::postgres::PgRow]) -> StoreResult<Vec<Delivery>> {
         .collect::<StoreResult<_>>()?;
     out.sort_by_key(|(position, _)| *position);
     Ok(out.into_iter().map(|(_, d)| d).collect())
+}
+
+impl SqlBacked for PostgresStore {
+    type Db = Postgres;
+    fn records(&self) -> &SqlRecords<Postgres> {
+        &self.records
+    }
 }
 
 #[async_trait]
@@ -593,214 +596,6 @@ impl EventStore for PostgresStore {
         self.wake.subscribe()
     }
 
-    async fn claim_key(
-        &self,
-        key: &str,
-        fingerprint: &str,
-        ttl: Duration,
-    ) -> StoreResult<KeyClaim> {
-        let now = now_ms() as i64;
-        if self
-            .key_claims
-            .fetch_add(1, Ordering::Relaxed)
-            .is_multiple_of(CLAIM_SWEEP_EVERY)
-        {
-            sqlx::query("DELETE FROM sg_claims WHERE expires_ms <= $1")
-                .bind(now)
-                .execute(&self.pool)
-                .await?;
-        }
-        // One statement: a free key (or an expired claim) is taken; a held one is left alone.
-        for _ in 0..2 {
-            let won = sqlx::query(
-                "INSERT INTO sg_claims (key, fingerprint, expires_ms) VALUES ($1, $2, $3)
-                 ON CONFLICT (key) DO UPDATE
-                     SET fingerprint = excluded.fingerprint, expires_ms = excluded.expires_ms, response = NULL
-                     WHERE sg_claims.expires_ms <= $4
-                 RETURNING key",
-            )
-            .bind(key)
-            .bind(fingerprint)
-            .bind(now + ttl.as_millis() as i64)
-            .bind(now)
-            .fetch_optional(&self.pool)
-            .await?;
-            if won.is_some() {
-                return Ok(KeyClaim::Won);
-            }
-            let held = sqlx::query("SELECT fingerprint, response FROM sg_claims WHERE key = $1")
-                .bind(key)
-                .fetch_optional(&self.pool)
-                .await?;
-            // Released between the two statements: try again.
-            if let Some(row) = held {
-                return Ok(KeyClaim::Held {
-                    fingerprint: row.try_get("fingerprint")?,
-                    response: row.try_get("response")?,
-                });
-            }
-        }
-        Err(StoreError::Write(format!(
-            "the claim on `{key}` changed hands twice while it was read"
-        )))
-    }
-
-    async fn settle_key(&self, key: &str, response: &str, ttl: Duration) -> StoreResult<()> {
-        sqlx::query("UPDATE sg_claims SET response = $1, expires_ms = $2 WHERE key = $3")
-            .bind(response)
-            .bind(now_ms() as i64 + ttl.as_millis() as i64)
-            .bind(key)
-            .execute(&self.pool)
-            .await?;
-        Ok(())
-    }
-
-    async fn release_key(&self, key: &str) -> StoreResult<()> {
-        sqlx::query("DELETE FROM sg_claims WHERE key = $1")
-            .bind(key)
-            .execute(&self.pool)
-            .await?;
-        Ok(())
-    }
-
-    async fn put_schedule(
-        &self,
-        name: &str,
-        spec: &str,
-        next_ms: Option<i64>,
-    ) -> StoreResult<bool> {
-        let written = sqlx::query(
-            "INSERT INTO sg_schedules (name, spec, next_ms, runs) VALUES ($1, $2, $3, 0)
-             ON CONFLICT (name) DO UPDATE SET spec = excluded.spec, next_ms = excluded.next_ms, runs = 0
-                 WHERE sg_schedules.spec <> excluded.spec",
-        )
-        .bind(name)
-        .bind(spec)
-        .bind(next_ms)
-        .execute(&self.pool)
-        .await?;
-        Ok(written.rows_affected() > 0)
-    }
-
-    async fn set_schedule_spec(&self, name: &str, spec: &str) -> StoreResult<bool> {
-        let written = sqlx::query("UPDATE sg_schedules SET spec = $1 WHERE name = $2")
-            .bind(spec)
-            .bind(name)
-            .execute(&self.pool)
-            .await?;
-        Ok(written.rows_affected() > 0)
-    }
-
-    async fn put_subscription(&self, topic: &str, queue: &str, spec: &str) -> StoreResult<()> {
-        sqlx::query(
-            "INSERT INTO sg_subscriptions (topic, queue, spec) VALUES ($1, $2, $3)
-             ON CONFLICT (topic, queue) DO UPDATE SET spec = excluded.spec",
-        )
-        .bind(topic)
-        .bind(queue)
-        .bind(spec)
-        .execute(&self.pool)
-        .await?;
-        Ok(())
-    }
-
-    async fn delete_subscription(&self, topic: &str, queue: &str) -> StoreResult<bool> {
-        let deleted = sqlx::query("DELETE FROM sg_subscriptions WHERE topic = $1 AND queue = $2")
-            .bind(topic)
-            .bind(queue)
-            .execute(&self.pool)
-            .await?;
-        Ok(deleted.rows_affected() > 0)
-    }
-
-    async fn subscriptions(&self) -> StoreResult<Vec<StoredSubscription>> {
-        Ok(sqlx::query_as::<_, StoredSubscription>(
-            "SELECT topic, queue, spec FROM sg_subscriptions ORDER BY topic, queue",
-        )
-        .fetch_all(&self.pool)
-        .await?)
-    }
-
-    async fn delete_schedule(&self, name: &str) -> StoreResult<bool> {
-        let deleted = sqlx::query("DELETE FROM sg_schedules WHERE name = $1")
-            .bind(name)
-            .execute(&self.pool)
-            .await?;
-        Ok(deleted.rows_affected() > 0)
-    }
-
-    async fn schedules(&self) -> StoreResult<Vec<StoredSchedule>> {
-        Ok(sqlx::query_as::<_, StoredSchedule>(
-            "SELECT name, spec, next_ms, runs FROM sg_schedules ORDER BY name",
-        )
-        .fetch_all(&self.pool)
-        .await?)
-    }
-
-    async fn take_firing(
-        &self,
-        name: &str,
-        due_ms: i64,
-        next_ms: Option<i64>,
-        ran: bool,
-    ) -> StoreResult<bool> {
-        let taken = sqlx::query(
-            "UPDATE sg_schedules SET next_ms = $3, runs = runs + $4 WHERE name = $1 AND next_ms = $2",
-        )
-        .bind(name)
-        .bind(due_ms)
-        .bind(next_ms)
-        .bind(i64::from(ran))
-        .execute(&self.pool)
-        .await?;
-        Ok(taken.rows_affected() == 1)
-    }
-
-    async fn session_append(
-        &self,
-        key: &str,
-        at_ms: i64,
-        entry: &str,
-        keep: usize,
-    ) -> StoreResult<()> {
-        let mut tx = self.pool.begin().await?;
-        sqlx::query("INSERT INTO sg_sessions (key, at_ms, entry) VALUES ($1, $2, $3)")
-            .bind(key)
-            .bind(at_ms)
-            .bind(entry)
-            .execute(&mut *tx)
-            .await?;
-        sqlx::query(
-            "DELETE FROM sg_sessions WHERE key = $1 AND id NOT IN
-                 (SELECT id FROM sg_sessions WHERE key = $1 ORDER BY id DESC LIMIT $2)",
-        )
-        .bind(key)
-        .bind(keep as i64)
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(())
-    }
-
-    async fn session_entries(&self, key: &str, limit: usize) -> StoreResult<Vec<SessionEntry>> {
-        Ok(sqlx::query_as::<_, SessionEntry>(
-            "SELECT at_ms, entry FROM (SELECT id, at_ms, entry FROM sg_sessions WHERE key = $1
-                 ORDER BY id DESC LIMIT $2) AS newest ORDER BY id",
-        )
-        .bind(key)
-        .bind(limit as i64)
-        .fetch_all(&self.pool)
-        .await?)
-    }
-
-    async fn session_clear(&self, key: &str) -> StoreResult<u64> {
-        let deleted = sqlx::query("DELETE FROM sg_sessions WHERE key = $1")
-            .bind(key)
-            .execute(&self.pool)
-            .await?;
-        Ok(deleted.rows_affected())
-    }
-
     async fn ping(&self) -> StoreResult<()> {
         sqlx::query("SELECT 1").execute(&self.pool).await?;
         Ok(())
@@ -815,10 +610,4 @@ impl EventStore for PostgresStore {
 /// Receipts as the store's `BIGINT` sequence values.
 fn as_seqs(receipts: &[u64]) -> Vec<i64> {
     receipts.iter().map(|r| *r as i64).collect()
-}
-
-/// A row count for `LIMIT`: "no limit" (`usize::MAX`) is `i64::MAX`, not -1, which Postgres
-/// refuses ("LIMIT must not be negative").
-fn sql_limit(n: usize) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
 }

@@ -6,7 +6,6 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -16,14 +15,11 @@ use tokio::sync::broadcast;
 
 use crate::context::id::now_ms;
 use crate::events::batch::Batcher;
+use crate::events::sql_records::{SqlBacked, SqlRecords};
 use crate::events::store::{
-    Delivery, EventStore, KeyClaim, Limits, SessionEntry, StoreError, StoreResult, StoredSchedule,
-    StoredSubscription, distinct_topics, missing,
+    Delivery, EventStore, Limits, StoreError, StoreResult, distinct_topics, missing,
 };
 use crate::events::{DEAD_QUEUE, Event, dead_letter};
-
-/// Claims between two sweeps of expired ones.
-const CLAIM_SWEEP_EVERY: u64 = 256;
 
 pub struct SqliteStore {
     pool: SqlitePool,
@@ -33,8 +29,7 @@ pub struct SqliteStore {
     /// Buffer trims, at most one per topic per interval: reads bound the buffer themselves,
     /// trimming only collects what they no longer return.
     trims: crate::events::batch::Throttle,
-    /// Keys claimed, to sweep expired claims now and then.
-    key_claims: AtomicU64,
+    records: SqlRecords<Sqlite>,
     sweeps: crate::events::batch::Throttle,
 }
 
@@ -78,12 +73,12 @@ impl SqliteStore {
             1,
         );
         let store = SqliteStore {
+            records: SqlRecords::new(pool.clone()),
             pool,
             batcher,
             limits,
             wake: broadcast::channel(1024).0,
             trims: crate::events::batch::Throttle::default(),
-            key_claims: AtomicU64::new(0),
             sweeps: crate::events::batch::Throttle::default(),
         };
         store.migrate().await?;
@@ -213,6 +208,13 @@ async fn emit_tx(tx: &mut Transaction<'static, Sqlite>, event: &Event) -> StoreR
         .execute(&mut **tx)
         .await?;
     Ok(())
+}
+
+impl SqlBacked for SqliteStore {
+    type Db = Sqlite;
+    fn records(&self) -> &SqlRecords<Sqlite> {
+        &self.records
+    }
 }
 
 #[async_trait]
@@ -470,214 +472,6 @@ impl EventStore for SqliteStore {
 
     fn wakeups(&self) -> broadcast::Receiver<String> {
         self.wake.subscribe()
-    }
-
-    async fn claim_key(
-        &self,
-        key: &str,
-        fingerprint: &str,
-        ttl: Duration,
-    ) -> StoreResult<KeyClaim> {
-        let now = now_ms() as i64;
-        if self
-            .key_claims
-            .fetch_add(1, Ordering::Relaxed)
-            .is_multiple_of(CLAIM_SWEEP_EVERY)
-        {
-            sqlx::query("DELETE FROM sg_claims WHERE expires_ms <= ?1")
-                .bind(now)
-                .execute(&self.pool)
-                .await?;
-        }
-        // One statement: a free key (or an expired claim) is taken; a held one is left alone.
-        for _ in 0..2 {
-            let won = sqlx::query(
-                "INSERT INTO sg_claims (key, fingerprint, expires_ms) VALUES (?1, ?2, ?3)
-                 ON CONFLICT (key) DO UPDATE
-                     SET fingerprint = excluded.fingerprint, expires_ms = excluded.expires_ms, response = NULL
-                     WHERE sg_claims.expires_ms <= ?4
-                 RETURNING key",
-            )
-            .bind(key)
-            .bind(fingerprint)
-            .bind(now + ttl.as_millis() as i64)
-            .bind(now)
-            .fetch_optional(&self.pool)
-            .await?;
-            if won.is_some() {
-                return Ok(KeyClaim::Won);
-            }
-            let held = sqlx::query("SELECT fingerprint, response FROM sg_claims WHERE key = ?1")
-                .bind(key)
-                .fetch_optional(&self.pool)
-                .await?;
-            // Released between the two statements: try again.
-            if let Some(row) = held {
-                return Ok(KeyClaim::Held {
-                    fingerprint: row.try_get("fingerprint")?,
-                    response: row.try_get("response")?,
-                });
-            }
-        }
-        Err(StoreError::Write(format!(
-            "the claim on `{key}` changed hands twice while it was read"
-        )))
-    }
-
-    async fn settle_key(&self, key: &str, response: &str, ttl: Duration) -> StoreResult<()> {
-        sqlx::query("UPDATE sg_claims SET response = ?1, expires_ms = ?2 WHERE key = ?3")
-            .bind(response)
-            .bind(now_ms() as i64 + ttl.as_millis() as i64)
-            .bind(key)
-            .execute(&self.pool)
-            .await?;
-        Ok(())
-    }
-
-    async fn release_key(&self, key: &str) -> StoreResult<()> {
-        sqlx::query("DELETE FROM sg_claims WHERE key = ?1")
-            .bind(key)
-            .execute(&self.pool)
-            .await?;
-        Ok(())
-    }
-
-    async fn put_schedule(
-        &self,
-        name: &str,
-        spec: &str,
-        next_ms: Option<i64>,
-    ) -> StoreResult<bool> {
-        let written = sqlx::query(
-            "INSERT INTO sg_schedules (name, spec, next_ms, runs) VALUES (?1, ?2, ?3, 0)
-             ON CONFLICT (name) DO UPDATE SET spec = excluded.spec, next_ms = excluded.next_ms, runs = 0
-                 WHERE sg_schedules.spec <> excluded.spec",
-        )
-        .bind(name)
-        .bind(spec)
-        .bind(next_ms)
-        .execute(&self.pool)
-        .await?;
-        Ok(written.rows_affected() > 0)
-    }
-
-    async fn set_schedule_spec(&self, name: &str, spec: &str) -> StoreResult<bool> {
-        let written = sqlx::query("UPDATE sg_schedules SET spec = ?1 WHERE name = ?2")
-            .bind(spec)
-            .bind(name)
-            .execute(&self.pool)
-            .await?;
-        Ok(written.rows_affected() > 0)
-    }
-
-    async fn put_subscription(&self, topic: &str, queue: &str, spec: &str) -> StoreResult<()> {
-        sqlx::query(
-            "INSERT INTO sg_subscriptions (topic, queue, spec) VALUES (?1, ?2, ?3)
-             ON CONFLICT (topic, queue) DO UPDATE SET spec = excluded.spec",
-        )
-        .bind(topic)
-        .bind(queue)
-        .bind(spec)
-        .execute(&self.pool)
-        .await?;
-        Ok(())
-    }
-
-    async fn delete_subscription(&self, topic: &str, queue: &str) -> StoreResult<bool> {
-        let deleted = sqlx::query("DELETE FROM sg_subscriptions WHERE topic = ?1 AND queue = ?2")
-            .bind(topic)
-            .bind(queue)
-            .execute(&self.pool)
-            .await?;
-        Ok(deleted.rows_affected() > 0)
-    }
-
-    async fn subscriptions(&self) -> StoreResult<Vec<StoredSubscription>> {
-        Ok(sqlx::query_as::<_, StoredSubscription>(
-            "SELECT topic, queue, spec FROM sg_subscriptions ORDER BY topic, queue",
-        )
-        .fetch_all(&self.pool)
-        .await?)
-    }
-
-    async fn delete_schedule(&self, name: &str) -> StoreResult<bool> {
-        let deleted = sqlx::query("DELETE FROM sg_schedules WHERE name = ?1")
-            .bind(name)
-            .execute(&self.pool)
-            .await?;
-        Ok(deleted.rows_affected() > 0)
-    }
-
-    async fn schedules(&self) -> StoreResult<Vec<StoredSchedule>> {
-        Ok(sqlx::query_as::<_, StoredSchedule>(
-            "SELECT name, spec, next_ms, runs FROM sg_schedules ORDER BY name",
-        )
-        .fetch_all(&self.pool)
-        .await?)
-    }
-
-    async fn take_firing(
-        &self,
-        name: &str,
-        due_ms: i64,
-        next_ms: Option<i64>,
-        ran: bool,
-    ) -> StoreResult<bool> {
-        let taken = sqlx::query(
-            "UPDATE sg_schedules SET next_ms = ?3, runs = runs + ?4 WHERE name = ?1 AND next_ms = ?2",
-        )
-        .bind(name)
-        .bind(due_ms)
-        .bind(next_ms)
-        .bind(i64::from(ran))
-        .execute(&self.pool)
-        .await?;
-        Ok(taken.rows_affected() == 1)
-    }
-
-    async fn session_append(
-        &self,
-        key: &str,
-        at_ms: i64,
-        entry: &str,
-        keep: usize,
-    ) -> StoreResult<()> {
-        let mut tx = self.pool.begin().await?;
-        sqlx::query("INSERT INTO sg_sessions (key, at_ms, entry) VALUES (?1, ?2, ?3)")
-            .bind(key)
-            .bind(at_ms)
-            .bind(entry)
-            .execute(&mut *tx)
-            .await?;
-        sqlx::query(
-            "DELETE FROM sg_sessions WHERE key = ?1 AND id NOT IN
-                 (SELECT id FROM sg_sessions WHERE key = ?1 ORDER BY id DESC LIMIT ?2)",
-        )
-        .bind(key)
-        .bind(keep as i64)
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(())
-    }
-
-    async fn session_entries(&self, key: &str, limit: usize) -> StoreResult<Vec<SessionEntry>> {
-        Ok(sqlx::query_as::<_, SessionEntry>(
-            "SELECT at_ms, entry FROM (SELECT id, at_ms, entry FROM sg_sessions WHERE key = ?1
-                 ORDER BY id DESC LIMIT ?2) AS newest ORDER BY id",
-        )
-        .bind(key)
-        .bind(limit as i64)
-        .fetch_all(&self.pool)
-        .await?)
-    }
-
-    async fn session_clear(&self, key: &str) -> StoreResult<u64> {
-        let deleted = sqlx::query("DELETE FROM sg_sessions WHERE key = ?1")
-            .bind(key)
-            .execute(&self.pool)
-            .await?;
-        Ok(deleted.rows_affected())
     }
 
     async fn ping(&self) -> StoreResult<()> {

@@ -13,6 +13,7 @@ use async_trait::async_trait;
 use tokio::sync::broadcast;
 
 use crate::events::Event;
+use crate::events::records::Records;
 
 /// A store failure: the database said no, or could not be reached.
 #[derive(Debug, thiserror::Error)]
@@ -62,54 +63,12 @@ impl Default for Limits {
     }
 }
 
-/// What [`EventStore::claim_key`] found.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum KeyClaim {
-    /// The key was free: the caller holds it now, and does the work once.
-    Won,
-    /// Someone holds it: the request they claimed it for (`fingerprint`), and what they answered,
-    /// once they did.
-    Held {
-        fingerprint: String,
-        response: Option<String>,
-    },
-}
-
-/// One entry of a session's history.
-#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
-pub struct SessionEntry {
-    /// When it was written (ms since the epoch).
-    pub at_ms: i64,
-    /// The captured JSON, as text.
-    pub entry: String,
-}
-
-/// A schedule as the store keeps it (`spec` is JSON the store does not read).
-#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
-pub struct StoredSchedule {
-    pub name: String,
-    pub spec: String,
-    /// When it fires next (ms since the epoch); `None` once it has run its `times`.
-    pub next_ms: Option<i64>,
-    /// How many firings have been taken.
-    pub runs: i64,
-}
-
-/// A handler subscription as the store keeps it (`spec` is JSON the store does not read).
-#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
-pub struct StoredSubscription {
-    pub topic: String,
-    /// The handler's queue.
-    pub queue: String,
-    pub spec: String,
-}
-
 /// Wildcard wakeup: every waiter re-reads (sent after a reconnect, when notifications may
 /// have been lost).
 pub const WAKE_ALL: &str = "*";
 
 #[async_trait]
-pub trait EventStore: Send + Sync + 'static {
+pub trait EventStore: Records + Send + Sync + 'static {
     /// `memory`, `sqlite` or `postgres`.
     fn kind(&self) -> &'static str;
 
@@ -171,75 +130,11 @@ pub trait EventStore: Send + Sync + 'static {
     /// Appends `event` to one queue only (used to requeue dead letters).
     async fn enqueue(&self, topic: &str, queue: &str, event: &Event) -> StoreResult<()>;
 
-    /// Claims `key` for `ttl` if nobody holds it (an expired claim is free again): one caller
-    /// wins across every process on the store. `fingerprint` tells the request it was claimed
-    /// for from another one with the same key.
-    async fn claim_key(&self, key: &str, fingerprint: &str, ttl: Duration)
-    -> StoreResult<KeyClaim>;
-
-    /// Records what the holder of `key` answered and keeps the claim for `ttl` from now.
-    async fn settle_key(&self, key: &str, response: &str, ttl: Duration) -> StoreResult<()>;
-
-    /// Gives a claim up (the work was not done: the next caller may claim it).
-    async fn release_key(&self, key: &str) -> StoreResult<()>;
-
-    /// Adds schedule `name`, or replaces it when its `spec` changed (the count starts again);
-    /// the same spec again is left as it is, so a restart keeps its next firing. Returns
-    /// whether anything was written.
-    async fn put_schedule(&self, name: &str, spec: &str, next_ms: Option<i64>)
-    -> StoreResult<bool>;
-
-    /// Replaces the spec of schedule `name`, keeping its next firing and its runs. Returns
-    /// whether it existed.
-    async fn set_schedule_spec(&self, name: &str, spec: &str) -> StoreResult<bool>;
-
-    /// Removes schedule `name`. Returns whether it existed.
-    async fn delete_schedule(&self, name: &str) -> StoreResult<bool>;
-
-    /// Every schedule, by name.
-    async fn schedules(&self) -> StoreResult<Vec<StoredSchedule>>;
-
-    /// Takes the firing of `name` due at `due_ms`: moves its next firing to `next_ms` (counting
-    /// a run when `ran`), only if it is still due at `due_ms`. One caller wins across every
-    /// process on the store; the others get false.
-    async fn take_firing(
-        &self,
-        name: &str,
-        due_ms: i64,
-        next_ms: Option<i64>,
-        ran: bool,
-    ) -> StoreResult<bool>;
-
-    /// Appends `entry` (JSON text) to session `key`, then keeps only its newest `keep`
-    /// entries.
-    async fn session_append(
-        &self,
-        key: &str,
-        at_ms: i64,
-        entry: &str,
-        keep: usize,
-    ) -> StoreResult<()>;
-
-    /// The newest `limit` entries of session `key`, oldest first.
-    async fn session_entries(&self, key: &str, limit: usize) -> StoreResult<Vec<SessionEntry>>;
-
-    /// Forgets session `key`. Returns how many entries it had.
-    async fn session_clear(&self, key: &str) -> StoreResult<u64>;
-
     /// Live wakeups: the topic of every new or returned entry (`WAKE_ALL` after a reconnect).
     fn wakeups(&self) -> broadcast::Receiver<String>;
 
     /// Applies schema migrations (no-op for memory).
     async fn migrate(&self) -> StoreResult<()>;
-
-    /// Keeps the subscription of `queue` to `topic` (replacing its spec).
-    async fn put_subscription(&self, topic: &str, queue: &str, spec: &str) -> StoreResult<()>;
-
-    /// Forgets the subscription of `queue` to `topic`; whether it was kept.
-    async fn delete_subscription(&self, topic: &str, queue: &str) -> StoreResult<bool>;
-
-    /// Every kept subscription.
-    async fn subscriptions(&self) -> StoreResult<Vec<StoredSubscription>>;
 
     /// Checks the store answers (a round trip for a database), for readiness probes.
     async fn ping(&self) -> StoreResult<()>;

@@ -1,0 +1,291 @@
+//! The records of the SQL stores (claimed keys, schedules, subscriptions, sessions), written
+//! once for SQLite and Postgres: both read `$N` placeholders, `ON CONFLICT … DO UPDATE` and
+//! `RETURNING`, so only what a statement reports back differs (the [`Dialect`]).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::{
+    ColumnIndex, Database, Decode, Encode, Executor, FromRow, IntoArguments, Pool, Row, Type,
+};
+
+use crate::context::id::now_ms;
+use crate::events::records::{KeyClaim, Records, SessionEntry, StoredSchedule, StoredSubscription};
+use crate::events::store::{StoreError, StoreResult};
+
+/// Claims between two sweeps of expired ones.
+const CLAIM_SWEEP_EVERY: u64 = 256;
+
+/// What differs between the SQL databases for the records: how a statement's result tells the
+/// rows it touched (sqlx gives each database's result a type of its own).
+pub trait Dialect: Database {
+    fn rows_affected(result: &Self::QueryResult) -> u64;
+}
+
+impl Dialect for sqlx::Sqlite {
+    fn rows_affected(result: &sqlx::sqlite::SqliteQueryResult) -> u64 {
+        result.rows_affected()
+    }
+}
+
+impl Dialect for sqlx::Postgres {
+    fn rows_affected(result: &sqlx::postgres::PgQueryResult) -> u64 {
+        result.rows_affected()
+    }
+}
+
+/// A SQL store's hold on its records: the pool they are written on, and the count of keys
+/// claimed (every `CLAIM_SWEEP_EVERY`th claim first sweeps the expired ones).
+pub struct SqlRecords<D: Database> {
+    pool: Pool<D>,
+    key_claims: AtomicU64,
+}
+
+impl<D: Database> SqlRecords<D> {
+    pub fn new(pool: Pool<D>) -> Self {
+        SqlRecords {
+            pool,
+            key_claims: AtomicU64::new(0),
+        }
+    }
+}
+
+/// A store whose records are kept in SQL tables (`sg_claims`, `sg_schedules`,
+/// `sg_subscriptions`, `sg_sessions`, created by its migrations).
+pub trait SqlBacked: Send + Sync {
+    type Db: Dialect;
+    fn records(&self) -> &SqlRecords<Self::Db>;
+}
+
+#[async_trait]
+impl<S> Records for S
+where
+    S: SqlBacked,
+    for<'c> &'c mut <S::Db as Database>::Connection: Executor<'c, Database = S::Db>,
+    for<'q> <S::Db as Database>::Arguments<'q>: IntoArguments<'q, S::Db>,
+    for<'q> &'q str: Encode<'q, S::Db> + Type<S::Db>,
+    for<'q> i64: Encode<'q, S::Db> + Type<S::Db>,
+    for<'q> Option<i64>: Encode<'q, S::Db> + Type<S::Db>,
+    for<'r> String: Decode<'r, S::Db> + Type<S::Db>,
+    for<'r> Option<String>: Decode<'r, S::Db> + Type<S::Db>,
+    for<'a> &'a str: ColumnIndex<<S::Db as Database>::Row>,
+    for<'r> SessionEntry: FromRow<'r, <S::Db as Database>::Row>,
+    for<'r> StoredSchedule: FromRow<'r, <S::Db as Database>::Row>,
+    for<'r> StoredSubscription: FromRow<'r, <S::Db as Database>::Row>,
+{
+    async fn claim_key(
+        &self,
+        key: &str,
+        fingerprint: &str,
+        ttl: Duration,
+    ) -> StoreResult<KeyClaim> {
+        let records = self.records();
+        let now = now_ms() as i64;
+        if records
+            .key_claims
+            .fetch_add(1, Ordering::Relaxed)
+            .is_multiple_of(CLAIM_SWEEP_EVERY)
+        {
+            sqlx::query("DELETE FROM sg_claims WHERE expires_ms <= $1")
+                .bind(now)
+                .execute(&records.pool)
+                .await?;
+        }
+        // One statement: a free key (or an expired claim) is taken; a held one is left alone.
+        for _ in 0..2 {
+            let won = sqlx::query(
+                "INSERT INTO sg_claims (key, fingerprint, expires_ms) VALUES ($1, $2, $3)
+                 ON CONFLICT (key) DO UPDATE
+                     SET fingerprint = excluded.fingerprint, expires_ms = excluded.expires_ms, response = NULL
+                     WHERE sg_claims.expires_ms <= $4
+                 RETURNING key",
+            )
+            .bind(key)
+            .bind(fingerprint)
+            .bind(now + ttl.as_millis() as i64)
+            .bind(now)
+            .fetch_optional(&records.pool)
+            .await?;
+            if won.is_some() {
+                return Ok(KeyClaim::Won);
+            }
+            let held = sqlx::query("SELECT fingerprint, response FROM sg_claims WHERE key = $1")
+                .bind(key)
+                .fetch_optional(&records.pool)
+                .await?;
+            // Released between the two statements: try again.
+            if let Some(row) = held {
+                return Ok(KeyClaim::Held {
+                    fingerprint: row.try_get("fingerprint")?,
+                    response: row.try_get("response")?,
+                });
+            }
+        }
+        Err(StoreError::Write(format!(
+            "the claim on `{key}` changed hands twice while it was read"
+        )))
+    }
+
+    async fn settle_key(&self, key: &str, response: &str, ttl: Duration) -> StoreResult<()> {
+        sqlx::query("UPDATE sg_claims SET response = $1, expires_ms = $2 WHERE key = $3")
+            .bind(response)
+            .bind(now_ms() as i64 + ttl.as_millis() as i64)
+            .bind(key)
+            .execute(&self.records().pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn release_key(&self, key: &str) -> StoreResult<()> {
+        sqlx::query("DELETE FROM sg_claims WHERE key = $1")
+            .bind(key)
+            .execute(&self.records().pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn put_schedule(
+        &self,
+        name: &str,
+        spec: &str,
+        next_ms: Option<i64>,
+    ) -> StoreResult<bool> {
+        let written = sqlx::query(
+            "INSERT INTO sg_schedules (name, spec, next_ms, runs) VALUES ($1, $2, $3, 0)
+             ON CONFLICT (name) DO UPDATE SET spec = excluded.spec, next_ms = excluded.next_ms, runs = 0
+                 WHERE sg_schedules.spec <> excluded.spec",
+        )
+        .bind(name)
+        .bind(spec)
+        .bind(next_ms)
+        .execute(&self.records().pool)
+        .await?;
+        Ok(S::Db::rows_affected(&written) > 0)
+    }
+
+    async fn set_schedule_spec(&self, name: &str, spec: &str) -> StoreResult<bool> {
+        let written = sqlx::query("UPDATE sg_schedules SET spec = $1 WHERE name = $2")
+            .bind(spec)
+            .bind(name)
+            .execute(&self.records().pool)
+            .await?;
+        Ok(S::Db::rows_affected(&written) > 0)
+    }
+
+    async fn delete_schedule(&self, name: &str) -> StoreResult<bool> {
+        let deleted = sqlx::query("DELETE FROM sg_schedules WHERE name = $1")
+            .bind(name)
+            .execute(&self.records().pool)
+            .await?;
+        Ok(S::Db::rows_affected(&deleted) > 0)
+    }
+
+    async fn schedules(&self) -> StoreResult<Vec<StoredSchedule>> {
+        Ok(sqlx::query_as::<_, StoredSchedule>(
+            "SELECT name, spec, next_ms, runs FROM sg_schedules ORDER BY name",
+        )
+        .fetch_all(&self.records().pool)
+        .await?)
+    }
+
+    async fn take_firing(
+        &self,
+        name: &str,
+        due_ms: i64,
+        next_ms: Option<i64>,
+        ran: bool,
+    ) -> StoreResult<bool> {
+        let taken = sqlx::query(
+            "UPDATE sg_schedules SET next_ms = $3, runs = runs + $4 WHERE name = $1 AND next_ms = $2",
+        )
+        .bind(name)
+        .bind(due_ms)
+        .bind(next_ms)
+        .bind(i64::from(ran))
+        .execute(&self.records().pool)
+        .await?;
+        Ok(S::Db::rows_affected(&taken) == 1)
+    }
+
+    async fn session_append(
+        &self,
+        key: &str,
+        at_ms: i64,
+        entry: &str,
+        keep: usize,
+    ) -> StoreResult<()> {
+        let mut tx = self.records().pool.begin().await?;
+        sqlx::query("INSERT INTO sg_sessions (key, at_ms, entry) VALUES ($1, $2, $3)")
+            .bind(key)
+            .bind(at_ms)
+            .bind(entry)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query(
+            "DELETE FROM sg_sessions WHERE key = $1 AND id NOT IN
+                 (SELECT id FROM sg_sessions WHERE key = $1 ORDER BY id DESC LIMIT $2)",
+        )
+        .bind(key)
+        .bind(sql_limit(keep))
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn session_entries(&self, key: &str, limit: usize) -> StoreResult<Vec<SessionEntry>> {
+        Ok(sqlx::query_as::<_, SessionEntry>(
+            "SELECT at_ms, entry FROM (SELECT id, at_ms, entry FROM sg_sessions WHERE key = $1
+                 ORDER BY id DESC LIMIT $2) AS newest ORDER BY id",
+        )
+        .bind(key)
+        .bind(sql_limit(limit))
+        .fetch_all(&self.records().pool)
+        .await?)
+    }
+
+    async fn session_clear(&self, key: &str) -> StoreResult<u64> {
+        let deleted = sqlx::query("DELETE FROM sg_sessions WHERE key = $1")
+            .bind(key)
+            .execute(&self.records().pool)
+            .await?;
+        Ok(S::Db::rows_affected(&deleted))
+    }
+
+    async fn put_subscription(&self, topic: &str, queue: &str, spec: &str) -> StoreResult<()> {
+        sqlx::query(
+            "INSERT INTO sg_subscriptions (topic, queue, spec) VALUES ($1, $2, $3)
+             ON CONFLICT (topic, queue) DO UPDATE SET spec = excluded.spec",
+        )
+        .bind(topic)
+        .bind(queue)
+        .bind(spec)
+        .execute(&self.records().pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn delete_subscription(&self, topic: &str, queue: &str) -> StoreResult<bool> {
+        let deleted = sqlx::query("DELETE FROM sg_subscriptions WHERE topic = $1 AND queue = $2")
+            .bind(topic)
+            .bind(queue)
+            .execute(&self.records().pool)
+            .await?;
+        Ok(S::Db::rows_affected(&deleted) > 0)
+    }
+
+    async fn subscriptions(&self) -> StoreResult<Vec<StoredSubscription>> {
+        Ok(sqlx::query_as::<_, StoredSubscription>(
+            "SELECT topic, queue, spec FROM sg_subscriptions ORDER BY topic, queue",
+        )
+        .fetch_all(&self.records().pool)
+        .await?)
+    }
+}
+
+/// A row count for `LIMIT`: "no limit" (`usize::MAX`) is `i64::MAX`, not -1, which Postgres
+/// refuses ("LIMIT must not be negative").
+pub(crate) fn sql_limit(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
