@@ -11,6 +11,8 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use crate::config::ConfigErrors;
+use crate::config::slack::SlackConfig;
 use crate::events::KernelBus;
 use crate::gateway::door::{Door, Hosted};
 use crate::gateway::email::EmailSettings;
@@ -21,6 +23,7 @@ use crate::gateway::slack::SlackSettings;
 use crate::gateway::transport::{self, Report, StartError, Transport};
 use crate::gateway::{Gateway, Host, email, http, slack, webhook, ws};
 use crate::mcp::http::McpDoor;
+use crate::skills::index::SearchIndex;
 
 /// What the doors are asked to be.
 #[derive(Debug, Clone)]
@@ -49,6 +52,49 @@ impl DoorSettings {
             email: EmailSettings::default(),
             ops: None,
         }
+    }
+
+    /// Resolves the settings of the doors beside HTTP (Slack with the main skill's
+    /// `metadata.slack` and Slack's variables, email with its variables), checks the skills
+    /// their routes name and, without HTTP, that Slack can use Socket Mode: every mistake at
+    /// once, each under its setting's path.
+    pub fn resolve(&self, index: &SearchIndex, project: &Path) -> Result<Resolved, ConfigErrors> {
+        let mut errors = ConfigErrors::default();
+        let mut collect = |more: ConfigErrors| errors.extend(more);
+        let slack =
+            slack::setup::resolve(index, project, self.slack.clone()).unwrap_or_else(|more| {
+                collect(more);
+                None
+            });
+        let email = email::setup::resolve(index, self.email.clone()).unwrap_or_else(|more| {
+            collect(more);
+            None
+        });
+        if !self.serve_http && slack.as_ref().is_some_and(|s| s.app_token.is_none()) {
+            errors.at(
+                "slack.app-token",
+                "without HTTP (--no-http) Slack reaches the server only by Socket Mode: set SLACK_APP_TOKEN (or slack.app-token)",
+            );
+        }
+        errors.or_ok(Resolved { slack, email })
+    }
+}
+
+/// The settings of the doors beside HTTP, resolved and checked ([`DoorSettings::resolve`]).
+pub struct Resolved {
+    slack: Option<SlackConfig>,
+    email: Option<email::setup::Resolved>,
+}
+
+/// The door whose setting the first of `errors` is.
+fn door_of(errors: &ConfigErrors) -> &'static str {
+    let path = errors.0.first().map_or("", |e| e.path.as_str());
+    if path.starts_with("email") {
+        email::NAME
+    } else if path.starts_with("slack") || path.starts_with("metadata.slack") {
+        slack::NAME
+    } else {
+        http::NAME
     }
 }
 
@@ -94,14 +140,16 @@ impl Doors {
         settings: DoorSettings,
         project: &Path,
     ) -> Result<Doors, StartError> {
+        let index = gateway.kernel.registry().current();
+        let Resolved { slack, email } = settings
+            .resolve(&index, project)
+            .map_err(|errors| StartError::config(door_of(&errors), errors.to_string()))?;
         let DoorSettings {
             http: config,
             serve_http,
-            slack,
-            email,
             ops,
+            ..
         } = settings;
-        let index = gateway.kernel.registry().current();
         // Stored work of a key runs with the key's grants of now, and pauses while it is gone:
         // whichever doors run, the keys are the server's.
         if let Some(keys) = gateway.kernel.extension::<crate::kernel::authority::Keys>() {
@@ -110,9 +158,14 @@ impl Doors {
         let policy = Policy::new(&config.expose_hidden)
             .map_err(|e| StartError::config(http::NAME, e.to_string()))?;
         let timeout = config.timeout;
-        let slack = slack::setup::configure(&gateway, &index, project, slack)
-            .await
-            .map_err(|errors| StartError::config(slack::NAME, errors.join("\n")))?;
+        let slack = match slack {
+            Some(config) => Some(
+                slack::setup::open(&gateway, config)
+                    .await
+                    .map_err(|e| StartError::runtime(slack::NAME, e))?,
+            ),
+            None => None,
+        };
         let mut doors = Doors {
             gateway: gateway.clone(),
             transports: Vec::new(),
@@ -151,18 +204,12 @@ impl Doors {
             doors.http = Some(server.local_addr());
             doors.transports.push(Box::new(server));
         } else if let Some(slack) = slack {
-            if slack.config.app_token.is_none() {
-                return Err(StartError::config(
-                    slack::NAME,
-                    "without HTTP (--no-http) Slack reaches the server only by Socket Mode: set SLACK_APP_TOKEN (or slack.app-token)",
-                ));
-            }
             doors = doors.with(slack);
         }
-        if let Some(email) = email::setup::configure(&gateway, &index, email)
-            .await
-            .map_err(|errors| StartError::config(email::NAME, errors.join("\n")))?
-        {
+        if let Some(resolved) = email {
+            let email = email::setup::open(&gateway, resolved)
+                .await
+                .map_err(|e| StartError::runtime(email::NAME, e))?;
             doors.smtp = email.addr;
             doors = doors.with(email);
         }

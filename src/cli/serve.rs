@@ -67,7 +67,8 @@ pub async fn serve(
     for failure in index.failures() {
         eprintln!("warning: {}", failure.error);
     }
-    // Every mistake at once: the settings', then the routes' (which need the skills).
+    // Every mistake at once: HTTP's and WebSocket's settings, the other doors' (which need the
+    // skills, for the main skill's settings and the skills their routes name), the routes'.
     let mut errors = match &config {
         Ok(_) => ConfigErrors::default(),
         Err(errors) => errors.clone(),
@@ -75,21 +76,25 @@ pub async fn serve(
     if let Err(more) = &websocket {
         errors.extend(more.clone());
     }
+    let mut settings = DoorSettings {
+        serve_http: !args.no_http,
+        slack: file.slack.clone(),
+        email: file.email.clone(),
+        ..DoorSettings::http(HttpConfig::default())
+    };
+    if let Err(more) = settings.resolve(&index, project) {
+        errors.extend(more.located(&origin));
+    }
     errors.extend(route_mistakes(&index, project));
     let config = match (config, websocket) {
         (Ok(mut config), Ok(websocket)) if errors.is_empty() => {
             config.websocket = websocket;
             // Without HTTP, the probes find the operations listener where HTTP would be.
-            let ops = args
+            settings.ops = args
                 .ops_bind
                 .or_else(|| args.no_http.then_some(config.bind));
-            DoorSettings {
-                http: config,
-                serve_http: !args.no_http,
-                slack: file.slack.clone(),
-                email: file.email.clone(),
-                ops,
-            }
+            settings.http = config;
+            settings
         }
         _ => {
             for error in &errors.0 {

@@ -21,7 +21,7 @@ pub async fn run(project: &Path, file: &ConfigFile, cmd: &SlackCommand) -> ExitC
     let SlackCommand::Check = cmd;
     let kernel = crate::builtins::builder(project).build();
     let index = kernel.registry().current();
-    let config = match crate::gateway::slack::setup::settings(&index, project, file.slack.clone()) {
+    let config = match crate::gateway::slack::setup::resolve(&index, project, file.slack.clone()) {
         Ok(Some(config)) => config,
         Ok(None) => {
             eprintln!(
@@ -30,7 +30,7 @@ pub async fn run(project: &Path, file: &ConfigFile, cmd: &SlackCommand) -> ExitC
             return ExitCode::from(USAGE);
         }
         Err(errors) => {
-            for error in errors {
+            for error in errors.located(&|path| file.origin(path)).0 {
                 eprintln!("error: {error}");
             }
             return ExitCode::from(USAGE);
@@ -79,11 +79,7 @@ pub async fn run(project: &Path, file: &ConfigFile, cmd: &SlackCommand) -> ExitC
         if route.messages {
             when.push("plain messages too".into());
         }
-        let missing = match &route.target {
-            Target::Skill(skill) if index.get(skill).is_none() => "  (no such skill!)",
-            _ => "",
-        };
-        println!("route {i}: {} {target}{missing}", when.join(", "));
+        println!("route {i}: {} {target}", when.join(", "));
     }
     if let Some(default) = &config.default {
         println!("default: -> {default}");

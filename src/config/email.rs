@@ -9,8 +9,26 @@ use globset::{Glob, GlobMatcher, GlobSet};
 use regex::Regex;
 use serde::Deserialize;
 
-use crate::config::values::Seconds;
+use crate::config::ConfigErrors;
+use crate::config::routes;
+pub use crate::config::routes::Target;
+use crate::config::values::{Seconds, Secret};
 use crate::gateway::policy::access::glob_set;
+
+/// The keys of the `email` section that hold secrets: written as `${env.NAME}` references, never
+/// as text in a file (for a URL, only when it carries a password).
+pub const SECRETS: [Secret; 2] = [
+    Secret {
+        key: "relay",
+        url: true,
+        example: "SMTP_RELAY_URL",
+    },
+    Secret {
+        key: "imap.password",
+        url: false,
+        example: "IMAP_PASSWORD",
+    },
+];
 
 /// The `email` section as written.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -90,6 +108,18 @@ pub struct ImapSettings {
     pub poll_interval: Option<Seconds>,
 }
 
+impl EmailSettings {
+    /// Every skill the routes name, with where, to check they exist.
+    pub fn named_skills(&self) -> Vec<(String, String)> {
+        let routes = self.routes.iter().flatten();
+        routes::named_skills(
+            "email",
+            routes.map(|r| r.skill.as_ref()),
+            self.default.as_ref(),
+        )
+    }
+}
+
 /// The mailbox as the poller uses it.
 #[derive(Debug, Clone)]
 pub struct ImapConfig {
@@ -107,10 +137,10 @@ impl ImapSettings {
     fn resolve(
         self,
         env: &dyn Fn(&str) -> Option<String>,
-        errors: &mut Vec<String>,
+        errors: &mut ConfigErrors,
     ) -> Option<ImapConfig> {
         let mut missing = |key: &str, example: &str| {
-            errors.push(format!("email.imap.{key}: missing ({example})"));
+            errors.at(format!("email.imap.{key}"), format!("missing ({example})"));
         };
         let host = self.host.filter(|h| !h.trim().is_empty());
         if host.is_none() {
@@ -172,43 +202,6 @@ pub struct RouteSettings {
 }
 
 #[derive(Debug, Clone)]
-pub enum Target {
-    Skill(String),
-    /// The subject names the skill, one of `skills`.
-    Command {
-        skills: globset::GlobSet,
-    },
-}
-
-/// The `skills` of a command route: required (a sender names the skill, so the route says which
-/// it may name); a mistake is pushed onto `errors` and matches nothing.
-pub fn command_skills(
-    skills: Option<&[String]>,
-    at: &str,
-    errors: &mut Vec<String>,
-) -> globset::GlobSet {
-    let Some(globs) = skills else {
-        errors.push(format!(
-            "{at}.skills: a `command: true` route needs `skills`, the globs of the skills a message may name (`['*']` for every public one)"
-        ));
-        return globset::GlobSet::empty();
-    };
-    let mut set = globset::GlobSetBuilder::new();
-    for glob in globs {
-        match globset::Glob::new(glob) {
-            Ok(g) => {
-                set.add(g);
-            }
-            Err(e) => errors.push(format!("{at}.skills: `{glob}`: {e}")),
-        }
-    }
-    set.build().unwrap_or_else(|e| {
-        errors.push(format!("{at}.skills: {e}"));
-        globset::GlobSet::empty()
-    })
-}
-
-#[derive(Debug, Clone)]
 pub struct Route {
     pub target: Target,
     pub from: Option<GlobMatcher>,
@@ -250,19 +243,20 @@ impl EmailConfig {
     pub fn resolve(
         settings: EmailSettings,
         env: &dyn Fn(&str) -> Option<String>,
-    ) -> Result<Option<EmailConfig>, Vec<String>> {
+    ) -> Result<Option<EmailConfig>, ConfigErrors> {
         let smtp = settings.smtp.clone().unwrap_or_default();
         let bind = smtp.bind.clone().or_else(|| env("SKILLGATE_SMTP_BIND"));
         if bind.is_none() && settings.imap.is_none() {
             return Ok(None);
         }
-        let mut errors = Vec::new();
+        let mut errors = ConfigErrors::default();
         let bind = bind.and_then(|bind| match bind.parse::<SocketAddr>() {
             Ok(addr) => Some(addr),
             Err(_) => {
-                errors.push(format!(
-                    "email.smtp.bind: `{bind}` is not an address such as 0.0.0.0:2525"
-                ));
+                errors.at(
+                    "email.smtp.bind",
+                    format!("`{bind}` is not an address such as 0.0.0.0:2525"),
+                );
                 None
             }
         });
@@ -272,76 +266,34 @@ impl EmailConfig {
             .and_then(|imap| imap.resolve(env, &mut errors));
         let from = settings.from.unwrap_or_default().to_ascii_lowercase();
         if !from.contains('@') {
-            errors.push(
-                "email.from: the address answers come from is missing (`from: bot@example.org`)"
-                    .into(),
+            errors.at(
+                "email.from",
+                "the address answers come from is missing (`from: bot@example.org`)",
             );
         }
         let relay = settings.relay.or_else(|| env("SKILLGATE_SMTP_RELAY"));
         if let Some(relay) = &relay
             && !(relay.starts_with("smtp://") || relay.starts_with("smtps://"))
         {
-            errors.push("email.relay: must be an smtp:// or smtps:// URL".into());
+            errors.at("email.relay", "must be an smtp:// or smtps:// URL");
         }
         let allowed = settings.allowed_senders.and_then(|globs| {
             let patterns = globs
                 .iter()
                 .map(|g| (g.clone(), Glob::new(&g.to_ascii_lowercase())));
             glob_set("pattern", patterns)
-                .map_err(|e| errors.push(format!("email.allowed-senders: {e}")))
+                .map_err(|e| errors.at("email.allowed-senders", e.to_string()))
                 .ok()
         });
-        let mut routes = Vec::new();
-        for (i, r) in settings.routes.unwrap_or_default().into_iter().enumerate() {
-            let at = format!("email.routes[{i}]");
-            let glob = |g: &Option<String>, key: &str, errors: &mut Vec<String>| {
-                g.as_ref()
-                    .and_then(|g| match Glob::new(&g.to_ascii_lowercase()) {
-                        Ok(glob) => Some(glob.compile_matcher()),
-                        Err(e) => {
-                            errors.push(format!("{at}.{key}: `{g}`: {e}"));
-                            None
-                        }
-                    })
-            };
-            let from = glob(&r.from, "from", &mut errors);
-            let to = glob(&r.to, "to", &mut errors);
-            let subject = match r.subject.as_deref().map(Regex::new) {
-                None => None,
-                Some(Ok(re)) => Some(re),
-                Some(Err(e)) => {
-                    errors.push(format!("{at}.subject: not a regular expression: {e}"));
-                    None
-                }
-            };
-            let command = r.command.unwrap_or(false);
-            if r.skills.is_some() && !command {
-                errors.push(format!("{at}.skills: only for `command: true` routes"));
-            }
-            let skills = command_skills(r.skills.as_deref(), &at, &mut errors);
-            let target = match (r.skill, command) {
-                (Some(skill), false) => Target::Skill(skill),
-                (None, true) => Target::Command { skills },
-                (Some(_), true) => {
-                    errors.push(format!(
-                        "{at}: a route has either `ref` or `command: true`, not both"
-                    ));
-                    Target::Command { skills }
-                }
-                (None, false) => {
-                    errors.push(format!("{at}.ref: missing"));
-                    Target::Command { skills }
-                }
-            };
-            routes.push(Route {
-                target,
-                from,
-                to,
-                subject,
-            });
-        }
+        let routes: Vec<Route> = settings
+            .routes
+            .unwrap_or_default()
+            .into_iter()
+            .enumerate()
+            .map(|(i, route)| resolve_route(route, &format!("email.routes[{i}]"), &mut errors))
+            .collect();
         if routes.is_empty() && settings.default.is_none() {
-            errors.push("email: give `routes` or `default` (the skill mail runs)".into());
+            errors.at("email", "give `routes` or `default` (the skill mail runs)");
         }
         let tls = smtp.tls.clone().or_else(|| {
             match (
@@ -354,23 +306,20 @@ impl EmailConfig {
         });
         let require_tls = smtp.require_tls.unwrap_or(false);
         if require_tls && tls.is_none() {
-            errors.push(
-                "email.smtp.require-tls: needs `email.smtp.tls` (a certificate and key to offer STARTTLS with)"
-                    .into(),
+            errors.at(
+                "email.smtp.require-tls",
+                "needs `email.smtp.tls` (a certificate and key to offer STARTTLS with)",
             );
         }
         let dns_resolver = settings.dns_resolver.as_deref().and_then(|addr| {
             parse_resolver(addr)
-                .map_err(|e| errors.push(format!("email.dns-resolver: {e}")))
+                .map_err(|e| errors.at("email.dns-resolver", e))
                 .ok()
         });
         let hostname = smtp
             .hostname
             .unwrap_or_else(|| from.split('@').nth(1).unwrap_or("localhost").to_string());
-        if !errors.is_empty() {
-            return Err(errors);
-        }
-        Ok(Some(EmailConfig {
+        errors.or_ok(Some(EmailConfig {
             from,
             bind,
             imap,
@@ -393,22 +342,34 @@ impl EmailConfig {
             dns_resolver,
         }))
     }
+}
 
-    /// Every skill the routes name, with where.
-    pub fn named_skills(&self) -> Vec<(String, String)> {
-        let mut named: Vec<(String, String)> = self
-            .routes
-            .iter()
-            .enumerate()
-            .filter_map(|(i, r)| match &r.target {
-                Target::Skill(s) => Some((format!("email.routes[{i}].ref"), s.clone())),
-                Target::Command { .. } => None,
-            })
-            .collect();
-        if let Some(default) = &self.default {
-            named.push(("email.default".into(), default.clone()));
+fn resolve_route(route: RouteSettings, at: &str, errors: &mut ConfigErrors) -> Route {
+    let mut glob = |written: &Option<String>, key: &str| {
+        let written = written.as_ref()?;
+        match Glob::new(&written.to_ascii_lowercase()) {
+            Ok(glob) => Some(glob.compile_matcher()),
+            Err(e) => {
+                errors.at(format!("{at}.{key}"), format!("`{written}`: {e}"));
+                None
+            }
         }
-        named
+    };
+    let from = glob(&route.from, "from");
+    let to = glob(&route.to, "to");
+    let subject = routes::pattern(route.subject.as_deref(), format!("{at}.subject"), errors);
+    let target = routes::target(
+        route.skill,
+        route.command,
+        route.skills.as_deref(),
+        at,
+        errors,
+    );
+    Route {
+        target,
+        from,
+        to,
+        subject,
     }
 }
 
@@ -471,7 +432,7 @@ mod tests {
         };
         let errors = EmailConfig::resolve(settings(None), &|_| None)
             .unwrap_err()
-            .join("\n");
+            .to_string();
         assert!(errors.contains("email.routes[0].skills"), "{errors}");
         assert!(EmailConfig::resolve(settings(Some(vec!["deploy-*".into()])), &|_| None).is_ok());
     }
@@ -480,7 +441,7 @@ mod tests {
     fn a_mailbox_without_host_user_or_password_names_each() {
         let errors = EmailConfig::resolve(imap_only(ImapSettings::default()), &|_| None)
             .unwrap_err()
-            .join("\n");
+            .to_string();
         for key in ["host", "user", "password"] {
             assert!(
                 errors.contains(&format!("email.imap.{key}: missing")),
@@ -503,7 +464,9 @@ mod tests {
         };
         let errors = EmailConfig::resolve(settings, &|_| None).unwrap_err();
         assert!(
-            errors[0].starts_with("email.smtp.require-tls: needs"),
+            errors.0[0]
+                .to_string()
+                .starts_with("email.smtp.require-tls: needs"),
             "{errors:?}"
         );
     }

@@ -45,6 +45,22 @@ impl ConfigErrors {
         });
     }
 
+    /// A mistake at `path`, whose place in the file is filled in later ([`ConfigErrors::located`]).
+    pub fn at(&mut self, path: impl Into<String>, message: impl Into<String>) {
+        self.push(None, path, message);
+    }
+
+    /// These mistakes, each without an origin given the one `origin` finds for its path (the
+    /// file, line and column it is written at).
+    pub fn located(mut self, origin: &dyn Fn(&str) -> Option<String>) -> ConfigErrors {
+        for error in &mut self.0 {
+            if error.origin.is_none() {
+                error.origin = origin(&error.path);
+            }
+        }
+        self
+    }
+
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }

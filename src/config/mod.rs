@@ -20,6 +20,7 @@ pub mod env;
 pub mod errors;
 pub mod http;
 mod locate;
+pub mod routes;
 pub mod slack;
 pub mod store;
 pub mod values;
@@ -82,46 +83,25 @@ impl ConfigFile {
             ..ConfigFile::default()
         };
         let mut root = file.parse(&shown)?;
-        // Tokens must come from the environment, not be written in the file.
-        if let Some(slack) = root.get("slack") {
-            for key in ["bot-token", "signing-secret", "app-token"] {
-                if let Some(raw) = slack.get(key).and_then(|v| v.as_str())
-                    && !raw.contains("${env.")
+        // Secrets come from the environment, not written in the file.
+        for (section, secrets) in [
+            ("slack", &slack::SECRETS[..]),
+            ("email", &email::SECRETS[..]),
+            ("store", &store::SECRETS[..]),
+        ] {
+            for secret in secrets {
+                let mut written = root.get(section);
+                for key in secret.key.split('.') {
+                    written = written.and_then(|value| value.get(key));
+                }
+                if let Some(refused) = written
+                    .and_then(Value::as_str)
+                    .and_then(|text| secret.refuses(text))
                 {
-                    let path = format!("slack.{key}");
-                    errors.push(
-                        file.origin(&path),
-                        path,
-                        "a secret is written in the file; use a reference such as `${env.SLACK_BOT_TOKEN}`",
-                    );
+                    let path = format!("{section}.{}", secret.key);
+                    errors.push(file.origin(&path), path, refused);
                 }
             }
-        }
-        if let Some(relay) = root
-            .get("email")
-            .and_then(|e| e.get("relay"))
-            .and_then(|v| v.as_str())
-            && has_password(relay)
-            && !relay.contains("${env.")
-        {
-            errors.push(
-                file.origin("email.relay"),
-                "email.relay",
-                "a password is written in the file; use a reference such as `${env.SMTP_RELAY_URL}`",
-            );
-        }
-        if let Some(password) = root
-            .get("email")
-            .and_then(|e| e.get("imap"))
-            .and_then(|i| i.get("password"))
-            .and_then(|v| v.as_str())
-            && !password.contains("${env.")
-        {
-            errors.push(
-                file.origin("email.imap.password"),
-                "email.imap.password",
-                "a password is written in the file; use a reference such as `${env.IMAP_PASSWORD}`",
-            );
         }
         let mut missing = Vec::new();
         for (key, value) in root.iter_mut() {
@@ -157,18 +137,7 @@ impl ConfigFile {
                     }
                 }
                 "store" => {
-                    let literal = store_url_literal(&file.text);
-                    if let Some(store) = file.section::<StoreSettings>(&key, value, &mut errors) {
-                        if let Some(url) = &store.url
-                            && literal
-                            && has_password(url)
-                        {
-                            errors.push(
-                                file.origin("store.url"),
-                                "store.url",
-                                "a password is written in the file; use a reference such as `${env.DATABASE_URL}`",
-                            );
-                        }
+                    if let Some(store) = file.section(&key, value, &mut errors) {
                         file.store = store;
                     }
                 }
@@ -250,7 +219,11 @@ impl ConfigFile {
                     format!("{name}.{inner}")
                 };
                 // An unknown field is reported where it is written: at its own path.
-                let message = err.into_inner().to_string();
+                let mut message = err.into_inner().to_string();
+                if let Some(near) = unknown_field(&message).and_then(|f| nearest_field(f, &message))
+                {
+                    message.push_str(&format!("; did you mean `{near}`?"));
+                }
                 let at = match unknown_field(&message) {
                     Some(field) if !path.ends_with(&format!(".{field}")) => {
                         format!("{path}.{field}")
@@ -264,27 +237,24 @@ impl ConfigFile {
     }
 }
 
+/// The known field closest to `unknown`, from serde's "…, expected one of `a`, `b`" message,
+/// when one is close enough to be a slip of the keyboard.
+fn nearest_field(unknown: &str, message: &str) -> Option<String> {
+    let (_, expected) = message.split_once("expected ")?;
+    expected
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .map(|known| (strsim::jaro_winkler(unknown, known), known))
+        .filter(|(score, known)| *score > 0.8 || strsim::levenshtein(unknown, known) <= 2)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, known)| known.to_string())
+}
+
 /// The field named by serde's "unknown field `x`, expected ..." message.
 fn unknown_field(message: &str) -> Option<&str> {
     let rest = message.strip_prefix("unknown field `")?;
     rest.split('`').next()
-}
-
-/// True when the file writes `store.url` as a literal (not an `${env...}` reference).
-fn store_url_literal(text: &str) -> bool {
-    text.lines()
-        .filter(|l| l.trim_start().starts_with("url:"))
-        .any(|l| !env::is_reference(l))
-}
-
-/// True when a URL carries a password (`user:password@`, or `password=`).
-fn has_password(url: &str) -> bool {
-    let after_scheme = url.split_once("://").map_or(url, |(_, rest)| rest);
-    let userinfo = after_scheme.split(['/', '?']).next().unwrap_or_default();
-    userinfo
-        .rsplit_once('@')
-        .is_some_and(|(user, _)| user.contains(':'))
-        || url.contains("password=")
 }
 
 #[cfg(test)]
@@ -337,6 +307,20 @@ mod tests {
         assert!(!text.contains("hunter2"), "{text}");
         let dir = project_with("store:\n  url: ${env.PATH}\n");
         assert!(ConfigFile::read(dir.path(), None).is_ok());
+    }
+
+    #[test]
+    fn an_unknown_key_near_a_known_one_is_reported_with_the_known_one() {
+        let dir = project_with("http:\n  bnid: 127.0.0.1:0\n  rate-brust: 10\n");
+        let text = ConfigFile::read(dir.path(), None).unwrap_err().to_string();
+        assert!(
+            text.contains("skillgate.yaml:2:3: http.bnid: unknown field `bnid`"),
+            "{text}"
+        );
+        assert!(text.ends_with("did you mean `bind`?"), "{text}");
+        let dir = project_with("websocket:\n  idle-timeuot: 5\n");
+        let text = ConfigFile::read(dir.path(), None).unwrap_err().to_string();
+        assert!(text.ends_with("did you mean `idle-timeout`?"), "{text}");
     }
 
     #[test]

@@ -8,13 +8,35 @@ use std::time::Duration;
 use regex::Regex;
 use serde::Deserialize;
 
-use crate::config::values::Seconds;
-use crate::gateway::policy::access::glob_set;
+use crate::config::ConfigErrors;
+use crate::config::routes;
+pub use crate::config::routes::Target;
+use crate::config::values::{Seconds, Secret};
 
 /// Slack's Web API.
 pub const DEFAULT_API_URL: &str = "https://slack.com/api/";
 /// Where Slack posts Events API requests.
 pub const DEFAULT_EVENTS_PATH: &str = "/slack/events";
+
+/// The keys of the `slack` section that hold secrets: written as `${env.NAME}` references, never
+/// as text in a file.
+pub const SECRETS: [Secret; 3] = [
+    Secret {
+        key: "bot-token",
+        url: false,
+        example: "SLACK_BOT_TOKEN",
+    },
+    Secret {
+        key: "signing-secret",
+        url: false,
+        example: "SLACK_SIGNING_SECRET",
+    },
+    Secret {
+        key: "app-token",
+        url: false,
+        example: "SLACK_APP_TOKEN",
+    },
+];
 
 /// The `slack` settings as written.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -60,6 +82,16 @@ pub struct RouteSettings {
 }
 
 impl SlackSettings {
+    /// Every skill the routes name, with where, to check they exist.
+    pub fn named_skills(&self) -> Vec<(String, String)> {
+        let routes = self.routes.iter().flatten();
+        routes::named_skills(
+            "slack",
+            routes.map(|r| r.skill.as_ref()),
+            self.default.as_ref(),
+        )
+    }
+
     /// These settings, with `other`'s where these have none.
     pub fn or(self, other: SlackSettings) -> SlackSettings {
         SlackSettings {
@@ -80,15 +112,6 @@ impl SlackSettings {
     pub fn is_empty(&self) -> bool {
         self.routes.is_none() && self.default.is_none()
     }
-}
-
-/// What a route does with a message it takes.
-#[derive(Debug, Clone)]
-pub enum Target {
-    /// Runs this skill with `{text}` and the pattern's named groups.
-    Skill(String),
-    /// The first word names the skill (one matching `skills`, if given).
-    Command { skills: Option<globset::GlobSet> },
 }
 
 /// A resolved route.
@@ -133,45 +156,43 @@ impl SlackConfig {
     pub fn resolve(
         settings: SlackSettings,
         env: &dyn Fn(&str) -> Option<String>,
-    ) -> Result<Option<SlackConfig>, Vec<String>> {
+    ) -> Result<Option<SlackConfig>, ConfigErrors> {
         if settings.is_empty() {
             return Ok(None);
         }
-        let mut errors = Vec::new();
-        let bot_token = settings.bot_token.or_else(|| env("SLACK_BOT_TOKEN"));
-        let signing_secret = settings
-            .signing_secret
-            .or_else(|| env("SLACK_SIGNING_SECRET"))
-            .filter(|s| !s.is_empty());
-        let app_token = if settings.socket_mode == Some(false) {
-            None
-        } else {
+        let mut errors = ConfigErrors::default();
+        let present = |value: Option<String>| value.filter(|s| !s.is_empty());
+        let bot_token = present(settings.bot_token.or_else(|| env("SLACK_BOT_TOKEN")));
+        let signing_secret = present(
             settings
-                .app_token
-                .or_else(|| env("SLACK_APP_TOKEN"))
-                .filter(|s| !s.is_empty())
+                .signing_secret
+                .or_else(|| env("SLACK_SIGNING_SECRET")),
+        );
+        let app_token = match settings.socket_mode {
+            Some(false) => None,
+            _ => present(settings.app_token.or_else(|| env("SLACK_APP_TOKEN"))),
         };
-        let bot_token = match bot_token.filter(|t| !t.is_empty()) {
-            Some(token) => token,
-            None => {
-                errors.push(
-                    "slack.bot-token: missing (set `SLACK_BOT_TOKEN`, or `bot-token: ${env.NAME}`)"
-                        .to_string(),
-                );
-                String::new()
-            }
-        };
+        if bot_token.is_none() {
+            errors.at(
+                "slack.bot-token",
+                "missing (set `SLACK_BOT_TOKEN`, or `bot-token: ${env.NAME}`)",
+            );
+        }
         if signing_secret.is_none() && app_token.is_none() {
-            errors.push("slack: Slack cannot reach skillgate: give `signing-secret` (Events API, `SLACK_SIGNING_SECRET`) or `app-token` (Socket Mode, `SLACK_APP_TOKEN`)".to_string());
+            errors.at(
+                "slack",
+                "Slack cannot reach skillgate: give `signing-secret` (Events API, `SLACK_SIGNING_SECRET`) or `app-token` (Socket Mode, `SLACK_APP_TOKEN`)",
+            );
         }
         let mut api_url = settings
             .api_url
             .or_else(|| env("SLACK_API_URL"))
             .unwrap_or_else(|| DEFAULT_API_URL.to_string());
         if !(api_url.starts_with("https://") || api_url.starts_with("http://")) {
-            errors.push(format!(
-                "slack.api-url: `{api_url}` must be an http:// or https:// URL"
-            ));
+            errors.at(
+                "slack.api-url",
+                format!("`{api_url}` must be an http:// or https:// URL"),
+            );
         }
         if !api_url.ends_with('/') {
             api_url.push('/');
@@ -180,115 +201,54 @@ impl SlackConfig {
             .events_path
             .unwrap_or_else(|| DEFAULT_EVENTS_PATH.to_string());
         if !events_path.starts_with('/') || events_path.contains(['{', '}', '*', ':']) {
-            errors.push(format!(
-                "slack.events-path: `{events_path}` must be a plain path starting with `/`"
-            ));
+            errors.at(
+                "slack.events-path",
+                format!("`{events_path}` must be a plain path starting with `/`"),
+            );
         }
-        let mut routes = Vec::new();
-        for (i, route) in settings.routes.unwrap_or_default().into_iter().enumerate() {
-            match resolve_route(route, &format!("slack.routes[{i}]")) {
-                Ok(route) => routes.push(route),
-                Err(mut more) => errors.append(&mut more),
-            }
-        }
-        let interval = |value: Option<Seconds>| value.map_or(Duration::from_secs(1), |s| s.0);
-        if errors.is_empty() {
-            Ok(Some(SlackConfig {
-                bot_token,
-                signing_secret,
-                app_token,
-                api_url,
-                events_path,
-                routes,
-                default: settings.default,
-                post_interval: interval(settings.post_interval),
-                update_interval: interval(settings.update_interval),
-            }))
-        } else {
-            Err(errors)
-        }
-    }
-
-    /// Every skill the routes name, with where, to check they exist.
-    pub fn named_skills(&self) -> Vec<(String, String)> {
-        let mut named: Vec<(String, String)> = self
+        let routes: Vec<Route> = settings
             .routes
-            .iter()
+            .unwrap_or_default()
+            .into_iter()
             .enumerate()
-            .filter_map(|(i, r)| match &r.target {
-                Target::Skill(s) => Some((format!("slack.routes[{i}].ref"), s.clone())),
-                Target::Command { .. } => None,
-            })
+            .map(|(i, route)| resolve_route(route, &format!("slack.routes[{i}]"), &mut errors))
             .collect();
-        if let Some(default) = &self.default {
-            named.push(("slack.default".into(), default.clone()));
-        }
-        named
+        let interval = |value: Option<Seconds>| value.map_or(Duration::from_secs(1), |s| s.0);
+        errors.or_ok(Some(SlackConfig {
+            bot_token: bot_token.unwrap_or_default(),
+            signing_secret,
+            app_token,
+            api_url,
+            events_path,
+            routes,
+            default: settings.default,
+            post_interval: interval(settings.post_interval),
+            update_interval: interval(settings.update_interval),
+        }))
     }
 }
 
-fn resolve_route(route: RouteSettings, at: &str) -> Result<Route, Vec<String>> {
-    let mut errors = Vec::new();
-    let command = route.command.unwrap_or(false);
-    if route.skills.is_some() && !command {
-        errors.push(format!("{at}.skills: only for `command: true` routes"));
-    }
-    let target = match (route.skill, command) {
-        (Some(skill), false) => Target::Skill(skill),
-        (None, true) => {
-            let skills = match route.skills {
-                Some(globs) => {
-                    let patterns = globs.iter().map(|g| (g.clone(), globset::Glob::new(g)));
-                    glob_set("pattern", patterns)
-                        .map_err(|e| errors.push(format!("{at}.skills: {e}")))
-                        .ok()
-                }
-                // A message names the skill: the route must say which it may name.
-                None => {
-                    errors.push(format!(
-                        "{at}.skills: a `command: true` route needs `skills`, the globs of the skills a message may name (`['*']` for every public one)"
-                    ));
-                    None
-                }
-            };
-            Target::Command { skills }
-        }
-        (Some(_), true) => {
-            errors.push(format!(
-                "{at}: a route has either `ref` or `command: true`, not both"
-            ));
-            Target::Command { skills: None }
-        }
-        (None, false) => {
-            errors.push(format!(
-                "{at}.ref: missing (or `command: true` to name the skill in the message)"
-            ));
-            Target::Command { skills: None }
-        }
-    };
-    let pattern = match route.pattern.as_deref().map(Regex::new) {
-        None => None,
-        Some(Ok(re)) => Some(re),
-        Some(Err(e)) => {
-            errors.push(format!("{at}.match: not a regular expression: {e}"));
-            None
-        }
-    };
+fn resolve_route(route: RouteSettings, at: &str, errors: &mut ConfigErrors) -> Route {
+    let target = routes::target(
+        route.skill,
+        route.command,
+        route.skills.as_deref(),
+        at,
+        errors,
+    );
+    let pattern = routes::pattern(route.pattern.as_deref(), format!("{at}.match"), errors);
     let messages = route.messages.unwrap_or(false);
     if messages && route.channel.is_none() {
-        errors.push(format!(
-            "{at}.messages: plain channel messages need a `channel` to listen in"
-        ));
+        errors.at(
+            format!("{at}.messages"),
+            "plain channel messages need a `channel` to listen in",
+        );
     }
-    if errors.is_empty() {
-        Ok(Route {
-            target,
-            channel: route.channel,
-            pattern,
-            messages,
-        })
-    } else {
-        Err(errors)
+    Route {
+        target,
+        channel: route.channel,
+        pattern,
+        messages,
     }
 }
 
@@ -336,7 +296,7 @@ mod tests {
             &|_| None,
         )
         .unwrap_err();
-        let all = errors.join("\n");
+        let all = errors.to_string();
         for expected in [
             "slack.bot-token: missing",
             "signing-secret",
@@ -353,7 +313,7 @@ mod tests {
     fn a_command_route_without_skills_is_refused_naming_the_key() {
         let errors = SlackConfig::resolve(parse("routes:\n  - { command: true }\n"), &env)
             .unwrap_err()
-            .join("\n");
+            .to_string();
         assert!(errors.contains("slack.routes[0].skills"), "{errors}");
         let ok = SlackConfig::resolve(
             parse("routes:\n  - { command: true, skills: ['*'] }\n"),

@@ -7,10 +7,18 @@ use std::time::Duration;
 use clap::Args;
 use serde::Deserialize;
 
+use crate::config::values::Secret;
 use crate::events::{BusConfig, Limits};
 
 /// Where events live and how they are delivered. Every field is optional: unset means "the
 /// next source decides".
+/// The keys of the `store` section that hold secrets (a URL's password).
+pub const SECRETS: [Secret; 1] = [Secret {
+    key: "url",
+    url: true,
+    example: "DATABASE_URL",
+}];
+
 #[derive(Debug, Clone, Default, Args, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 #[command(next_help_heading = "Event store")]

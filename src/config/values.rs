@@ -212,3 +212,43 @@ mod tests {
         assert!(serde_json::from_value::<Seconds>(json!(-1)).is_err());
     }
 }
+
+/// A key of a section that holds a secret: its value is written in a file as an `${env.NAME}`
+/// reference, never as text. Each section declares its own (`SECRETS` in its module).
+#[derive(Debug, Clone, Copy)]
+pub struct Secret {
+    /// The key below the section (`bot-token`, `imap.password`).
+    pub key: &'static str,
+    /// A URL, which gives its secret away only when it carries a password.
+    pub url: bool,
+    /// The variable the error message suggests.
+    pub example: &'static str,
+}
+
+impl Secret {
+    /// What is wrong with `written` at this key, if it gives the secret away.
+    pub fn refuses(&self, written: &str) -> Option<String> {
+        if written.contains("${env.") || (self.url && !has_password(written)) {
+            return None;
+        }
+        let what = if self.url || self.key.ends_with("password") {
+            "a password"
+        } else {
+            "a secret"
+        };
+        Some(format!(
+            "{what} is written in the file; use a reference such as `${{env.{}}}`",
+            self.example
+        ))
+    }
+}
+
+/// True when a URL carries a password (`user:password@`, or `password=`).
+pub fn has_password(url: &str) -> bool {
+    let after_scheme = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let userinfo = after_scheme.split(['/', '?']).next().unwrap_or_default();
+    userinfo
+        .rsplit_once('@')
+        .is_some_and(|(user, _)| user.contains(':'))
+        || url.contains("password=")
+}

@@ -431,7 +431,7 @@ fn a_certificate_that_cannot_be_read_or_does_not_fit_its_key_is_named_at_start()
         cert: project.path().join("nope.pem").display().to_string(),
         key: project.path().join("nope.key").display().to_string(),
     };
-    let err = acceptor(&missing).err().expect("refused");
+    let err = acceptor(&missing).err().expect("refused").to_string();
     assert!(err.starts_with("email.smtp.tls.cert: `"), "{err}");
     assert!(err.contains("nope.pem"), "{err}");
 
@@ -439,7 +439,7 @@ fn a_certificate_that_cannot_be_read_or_does_not_fit_its_key_is_named_at_start()
     let other = rcgen::generate_simple_self_signed(vec!["other".to_string()]).unwrap();
     project.write("tls/other.key", &other.signing_key.serialize_pem());
     tls.key = project.path().join("tls/other.key").display().to_string();
-    let err = acceptor(&tls).err().expect("refused");
+    let err = acceptor(&tls).err().expect("refused").to_string();
     assert!(
         err.starts_with("email.smtp.tls: the certificate and key do not go together"),
         "{err}"

@@ -276,6 +276,38 @@ fn every_config_mistake_is_reported_at_once_with_its_path() {
 }
 
 #[test]
+fn every_doors_mistakes_are_reported_in_one_run_each_with_its_place_in_the_file() {
+    let project = hello_project();
+    project
+        .skill(
+            "triage-bot.skill.md",
+            "---\nname: triage-bot\ndescription: Triage.\n---\nok\n",
+        )
+        .write(
+            "skillgate.yaml",
+            "http:\n  bind: 127.0.0.1:0\n  max-runs: 0\nslack:\n  routes:\n    - ref: triag\nemail:\n  smtp:\n    bind: 127.0.0.1:0\n  routes:\n    - ref: triage-bot\n      subject: '('\n",
+        );
+    let out = crate::common::skillgate_command(project.path())
+        .env_remove("SLACK_BOT_TOKEN")
+        .env_remove("SLACK_SIGNING_SECRET")
+        .env_remove("SLACK_APP_TOKEN")
+        .args(["--store", "memory", "serve"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    for expected in [
+        "skillgate.yaml:3:3: http.max-runs: must be at least 1",
+        "skillgate.yaml: slack.bot-token: missing",
+        "skillgate.yaml:6:7: slack.routes[0].ref: no skill is named `triag` (did you mean `triage-bot`?)",
+        "skillgate.yaml: email.from: the address answers come from is missing",
+        "skillgate.yaml:12:7: email.routes[0].subject: not a regular expression",
+    ] {
+        assert!(err.contains(expected), "`{expected}` in:\n{err}");
+    }
+}
+
+#[test]
 fn a_transport_that_cannot_start_is_an_error_naming_it() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap().to_string();

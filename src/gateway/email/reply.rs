@@ -24,7 +24,7 @@ impl Mailer {
             None => None,
             Some(url) => Some(
                 AsyncSmtpTransport::<Tokio1Executor>::from_url(url)
-                    .map_err(|e| format!("email.relay: {e}"))?
+                    .map_err(|e| e.to_string())?
                     .build(),
             ),
         };

@@ -1,68 +1,90 @@
-//! Putting the email transport together when the server starts: the settings resolved, the
-//! skills its routes name checked, the relay prepared, the queue made, the SMTP port bound.
-//! The IMAP folder is first read when the server starts.
+//! Putting the email transport together: the settings resolved, the skills its routes name
+//! checked, the relay and the STARTTLS certificate read (every mistake at once); then, when the
+//! server starts, the queue made and the SMTP port bound. The IMAP folder is first read when
+//! the server starts.
 
 use std::sync::Arc;
 
+use crate::config::ConfigErrors;
 use crate::config::email::{EmailConfig, EmailSettings};
+use crate::config::routes::check_skills;
 use crate::gateway::Gateway;
 use crate::gateway::email::intake::Intake;
 use crate::gateway::email::reply::Mailer;
 use crate::gateway::email::{Email, worker};
 use crate::skills::index::SearchIndex;
 
-/// The email transport of this project (`None` without `email.smtp.bind` or `email.imap`), or
-/// every mistake.
-pub async fn configure(
-    gateway: &Gateway,
+/// The email settings resolved, with what they need read: `None` without `email.smtp.bind`
+/// or `email.imap`.
+pub struct Resolved {
+    config: EmailConfig,
+    mailer: Mailer,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+}
+
+/// The project's email settings resolved and checked; every mistake at once.
+pub fn resolve(
     index: &SearchIndex,
     settings: EmailSettings,
-) -> Result<Option<Arc<Email>>, Vec<String>> {
+) -> Result<Option<Resolved>, ConfigErrors> {
+    let mut errors = ConfigErrors::default();
+    let named = settings.named_skills();
     let env = |name: &str| std::env::var(name).ok();
-    let Some(config) = EmailConfig::resolve(settings, &env)? else {
-        return Ok(None);
-    };
-    let mut errors = Vec::new();
-    for (at, skill) in config.named_skills() {
-        if index.get(&skill).is_none() {
-            errors.push(format!("{at}: no skill is named `{skill}`"));
-        }
-    }
-    let mailer = match Mailer::new(config.relay.as_deref(), &config.from) {
-        Ok(mailer) => Some(mailer),
-        Err(err) => {
-            errors.push(err);
-            None
+    let config = match EmailConfig::resolve(settings, &env) {
+        Ok(Some(config)) => config,
+        Ok(None) => return Ok(None),
+        Err(more) => {
+            check_skills(named, index, &mut errors);
+            errors.extend(more);
+            return Err(errors);
         }
     };
+    check_skills(named, index, &mut errors);
+    let mailer = Mailer::new(config.relay.as_deref(), &config.from)
+        .map_err(|e| errors.at("email.relay", e))
+        .ok();
     let tls = config.tls.as_ref().and_then(|settings| {
         super::tls::acceptor(settings)
-            .map_err(|e| errors.push(e))
+            .map_err(|more| errors.extend(more))
             .ok()
     });
-    if !errors.is_empty() {
-        return Err(errors);
+    match mailer {
+        Some(mailer) if errors.is_empty() => Ok(Some(Resolved {
+            config,
+            mailer,
+            tls,
+        })),
+        _ => Err(errors),
     }
+}
+
+/// The email door: its queue made and its SMTP port bound.
+pub async fn open(gateway: &Gateway, resolved: Resolved) -> Result<Arc<Email>, String> {
+    let Resolved {
+        config,
+        mailer,
+        tls,
+    } = resolved;
     worker::prepare(gateway)
         .await
-        .map_err(|e| vec![format!("email: the mail queue could not be made: {e}")])?;
+        .map_err(|e| format!("email: the mail queue could not be made: {e}"))?;
     let (listener, addr) = match config.bind {
         None => (None, None),
         Some(bind) => {
             let listener = tokio::net::TcpListener::bind(bind)
                 .await
-                .map_err(|e| vec![format!("email.smtp.bind: cannot listen on {bind}: {e}")])?;
+                .map_err(|e| format!("email.smtp.bind: cannot listen on {bind}: {e}"))?;
             let addr = listener.local_addr().unwrap_or(bind);
             (Some(listener), Some(addr))
         }
     };
     let config = Arc::new(config);
-    Ok(Some(Arc::new(Email {
+    Ok(Arc::new(Email {
         intake: Arc::new(Intake::new(gateway.clone(), config.clone())),
-        mailer: mailer.expect("checked"),
+        mailer,
         tls,
         addr,
         listener: parking_lot::Mutex::new(listener),
         config,
-    })))
+    }))
 }

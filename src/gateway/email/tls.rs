@@ -7,26 +7,37 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
+use crate::config::ConfigErrors;
 use crate::config::email::TlsSettings;
 
 /// The acceptor STARTTLS hands a connection to, or what is wrong with the files.
-pub fn acceptor(settings: &TlsSettings) -> Result<TlsAcceptor, String> {
+pub fn acceptor(settings: &TlsSettings) -> Result<TlsAcceptor, ConfigErrors> {
     crate::tls::install();
+    let refused = |path: &str, message: String| {
+        let mut errors = ConfigErrors::default();
+        errors.at(path, message);
+        errors
+    };
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&settings.cert)
         .and_then(|certs| certs.collect::<Result<_, _>>())
-        .map_err(|e| format!("email.smtp.tls.cert: `{}`: {e}", settings.cert))?;
+        .map_err(|e| refused("email.smtp.tls.cert", format!("`{}`: {e}", settings.cert)))?;
     if certs.is_empty() {
-        return Err(format!(
-            "email.smtp.tls.cert: `{}` holds no certificate",
-            settings.cert
+        return Err(refused(
+            "email.smtp.tls.cert",
+            format!("`{}` holds no certificate", settings.cert),
         ));
     }
     let key = PrivateKeyDer::from_pem_file(&settings.key)
-        .map_err(|e| format!("email.smtp.tls.key: `{}`: {e}", settings.key))?;
+        .map_err(|e| refused("email.smtp.tls.key", format!("`{}`: {e}", settings.key)))?;
     let config = rustls::ServerConfig::builder()
         .with_no_client_auth()
         .with_single_cert(certs, key)
-        .map_err(|e| format!("email.smtp.tls: the certificate and key do not go together: {e}"))?;
+        .map_err(|e| {
+            refused(
+                "email.smtp.tls",
+                format!("the certificate and key do not go together: {e}"),
+            )
+        })?;
     Ok(TlsAcceptor::from(Arc::new(config)))
 }
 

@@ -287,7 +287,7 @@ pub fn route(config: &SlackConfig, incoming: &Incoming) -> Option<Routed> {
                     skill: word.to_string(),
                     args: command_args(rest),
                     named: true,
-                    refused: skills.as_ref().is_some_and(|set| !set.is_match(word)),
+                    refused: !skills.is_match(word),
                 });
             }
         }
