@@ -10,7 +10,7 @@ use clap::Args;
 use serde::Deserialize;
 
 use crate::config::errors::ConfigErrors;
-use crate::config::values::{KeyList, List, Seconds};
+use crate::config::values::{KeyList, List, Seconds, above_zero, at_least};
 use crate::config::websocket::WsConfig;
 use crate::gateway::keys::{ApiKey, KeyRing};
 
@@ -263,7 +263,6 @@ impl HttpConfig {
         origin: &dyn Fn(&str) -> Option<String>,
     ) -> Result<HttpConfig, ConfigErrors> {
         let mut errors = ConfigErrors::default();
-        let mut bad = |path: &str, message: String| errors.push(origin(path), path, message);
         let mut config = HttpConfig::default();
         if let Some(bind) = settings.bind {
             config.bind = bind;
@@ -280,12 +279,12 @@ impl HttpConfig {
                 .and_then(|k| k.with_grants(key.topics, key.admin))
             {
                 Ok(key) => keys.push(key),
-                Err(e) => bad(&format!("http.api-keys[{i}]"), e.to_string()),
+                Err(e) => errors.at(format!("http.api-keys[{i}]"), e.to_string()),
             }
         }
         match KeyRing::new(keys) {
             Ok(ring) => config.keys = ring,
-            Err(e) => bad("http.api-keys", e.to_string()),
+            Err(e) => errors.at("http.api-keys", e.to_string()),
         }
         if let Some(List(public)) = settings.public {
             config.public = public;
@@ -299,48 +298,45 @@ impl HttpConfig {
         if let Some(Seconds(t)) = settings.grace {
             config.grace = t;
         }
-        if let Some(Seconds(t)) = settings.header_timeout {
-            if t.is_zero() {
-                bad("http.header-timeout", "must be above 0 seconds".into());
-            }
-            config.header_timeout = t;
-        }
-        if let Some(Seconds(t)) = settings.body_timeout {
-            if t.is_zero() {
-                bad("http.body-timeout", "must be above 0 seconds".into());
-            }
-            config.body_timeout = t;
-        }
-        if let Some(max) = settings.max_connections {
-            if max == 0 {
-                bad("http.max-connections", "must be at least 1".into());
-            }
-            config.max_connections = max;
-        }
-        if let Some(max) = settings.max_connections_per_peer {
-            if max == 0 {
-                bad("http.max-connections-per-peer", "must be at least 1".into());
-            }
-            config.max_connections_per_peer = max;
-        }
-        if let Some(max) = settings.max_runs {
-            if max == 0 {
-                bad("http.max-runs", "must be at least 1".into());
-            }
-            config.max_runs = max;
-        }
-        if let Some(max) = settings.max_args_in_flight {
-            if max < 1024 * 1024 {
-                bad(
-                    "http.max-args-in-flight",
-                    "must be at least 1048576 (1 MiB)".into(),
-                );
-            }
-            config.max_args_in_flight = max;
+        above_zero(
+            &mut errors,
+            "http.header-timeout",
+            settings.header_timeout,
+            &mut config.header_timeout,
+        );
+        above_zero(
+            &mut errors,
+            "http.body-timeout",
+            settings.body_timeout,
+            &mut config.body_timeout,
+        );
+        for (path, value, slot) in [
+            (
+                "http.max-connections",
+                (settings.max_connections, 1),
+                &mut config.max_connections,
+            ),
+            (
+                "http.max-connections-per-peer",
+                (settings.max_connections_per_peer, 1),
+                &mut config.max_connections_per_peer,
+            ),
+            (
+                "http.max-runs",
+                (settings.max_runs, 1),
+                &mut config.max_runs,
+            ),
+            (
+                "http.max-args-in-flight",
+                (settings.max_args_in_flight, 1024 * 1024),
+                &mut config.max_args_in_flight,
+            ),
+        ] {
+            at_least(&mut errors, path, value, slot);
         }
         if let Some(List(proxies)) = settings.trusted_proxies {
             if let Err(err) = crate::gateway::peers::TrustedProxies::new(&proxies) {
-                bad("http.trusted-proxies", err);
+                errors.at("http.trusted-proxies", err);
             }
             config.trusted_proxies = proxies;
         }
@@ -358,7 +354,7 @@ impl HttpConfig {
             && !config.bind.ip().is_loopback()
             && !settings.insecure_no_auth.unwrap_or(false)
         {
-            bad(
+            errors.at(
                 "http.bind",
                 format!(
                     "{} is not a loopback address and no API keys are set: anyone who reaches it would be the local caller. Set SKILLGATE_API_KEYS (`skillgate keys new`), bind 127.0.0.1, or pass --insecure-no-auth",
@@ -368,6 +364,6 @@ impl HttpConfig {
         }
         let public_dir = project.join("public");
         config.public_dir = public_dir.is_dir().then_some(public_dir);
-        errors.or_ok(config)
+        errors.located(origin).or_ok(config)
     }
 }

@@ -2,6 +2,7 @@
 //! lists (`a,b` on the command line, a YAML list or the same string in the file), seconds, and
 //! API keys (`name=sha256:<hex>,...`, or `{name, hash, skills}` entries in the file).
 
+use crate::config::ConfigErrors;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -251,4 +252,34 @@ pub fn has_password(url: &str) -> bool {
         .rsplit_once('@')
         .is_some_and(|(user, _)| user.contains(':'))
         || url.contains("password=")
+}
+
+/// `value`, when given, into `slot`; below `least` it is a mistake at `path`.
+pub fn at_least(
+    errors: &mut ConfigErrors,
+    path: &str,
+    (value, least): (Option<usize>, usize),
+    slot: &mut usize,
+) {
+    if let Some(n) = value {
+        if n < least {
+            errors.at(path, format!("must be at least {least}"));
+        }
+        *slot = n;
+    }
+}
+
+/// `value`, when given, into `slot`; zero seconds is a mistake at `path`.
+pub fn above_zero(
+    errors: &mut ConfigErrors,
+    path: &str,
+    value: Option<Seconds>,
+    slot: &mut Duration,
+) {
+    if let Some(Seconds(t)) = value {
+        if t.is_zero() {
+            errors.at(path, "must be above 0 seconds");
+        }
+        *slot = t;
+    }
 }

@@ -8,7 +8,7 @@ use clap::Args;
 use serde::Deserialize;
 
 use crate::config::errors::ConfigErrors;
-use crate::config::values::{List, Seconds};
+use crate::config::values::{List, Seconds, above_zero, at_least};
 
 /// The resolved settings of `/ws`.
 #[derive(Debug, Clone)]
@@ -65,45 +65,24 @@ pub struct WsSettings {
     pub enabled: Option<bool>,
     /// Seconds a socket may take to authenticate (an `auth` message) when its upgrade request
     /// carried no key [default: 10].
-    #[arg(
-        id = "ws_auth_timeout",
-        long = "ws-auth-timeout",
-        env = "SKILLGATE_WS_AUTH_TIMEOUT"
-    )]
+    #[arg(long = "ws-auth-timeout", env = "SKILLGATE_WS_AUTH_TIMEOUT")]
     pub auth_timeout: Option<Seconds>,
     /// Seconds a socket may send nothing (clients send `ping`) before it is closed [default: 60].
-    #[arg(
-        id = "ws_idle_timeout",
-        long = "ws-idle-timeout",
-        env = "SKILLGATE_WS_IDLE_TIMEOUT"
-    )]
+    #[arg(long = "ws-idle-timeout", env = "SKILLGATE_WS_IDLE_TIMEOUT")]
     pub idle_timeout: Option<Seconds>,
     /// Largest message a client may send, in bytes; larger closes the socket with 1009
     /// [default: 1048576].
-    #[arg(
-        id = "ws_max_message",
-        long = "ws-max-message",
-        env = "SKILLGATE_WS_MAX_MESSAGE"
-    )]
+    #[arg(long = "ws-max-message", env = "SKILLGATE_WS_MAX_MESSAGE")]
     pub max_message: Option<usize>,
     /// Frames that may wait for a slow client before it is closed with 1013 [default: 1024].
-    #[arg(
-        id = "ws_send_queue",
-        long = "ws-send-queue",
-        env = "SKILLGATE_WS_SEND_QUEUE"
-    )]
+    #[arg(long = "ws-send-queue", env = "SKILLGATE_WS_SEND_QUEUE")]
     pub send_queue: Option<usize>,
     /// Bytes that may wait for a slow client before it is closed with 1013 [default: 8388608].
-    #[arg(
-        id = "ws_send_queue_bytes",
-        long = "ws-send-queue-bytes",
-        env = "SKILLGATE_WS_SEND_QUEUE_BYTES"
-    )]
+    #[arg(long = "ws-send-queue-bytes", env = "SKILLGATE_WS_SEND_QUEUE_BYTES")]
     pub send_queue_bytes: Option<usize>,
     /// Bytes that may wait for all clients together; the client whose frame would pass it is
     /// closed with 1013 [default: 134217728].
     #[arg(
-        id = "ws_total_send_queue_bytes",
         long = "ws-total-send-queue-bytes",
         env = "SKILLGATE_WS_TOTAL_SEND_QUEUE_BYTES"
     )]
@@ -125,11 +104,7 @@ pub struct WsSettings {
     pub max_connections_per_peer: Option<usize>,
     /// Browser origins allowed to open a socket besides the server's own and the CORS
     /// origins, comma-separated, or `*` [default: none].
-    #[arg(
-        id = "ws_allowed_origins",
-        long = "ws-allowed-origins",
-        env = "SKILLGATE_WS_ALLOWED_ORIGINS"
-    )]
+    #[arg(long = "ws-allowed-origins", env = "SKILLGATE_WS_ALLOWED_ORIGINS")]
     pub allowed_origins: Option<List>,
 }
 
@@ -160,70 +135,53 @@ impl WsConfig {
         origin: &dyn Fn(&str) -> Option<String>,
     ) -> Result<WsConfig, ConfigErrors> {
         let mut errors = ConfigErrors::default();
-        let mut bad = |path: &str, message: &str| errors.push(origin(path), path, message);
         let mut config = WsConfig::default();
         config.enabled = settings.enabled.unwrap_or(config.enabled);
-        for (path, value, slot) in [
+        let seconds = [
             (
-                "websocket.auth-timeout",
+                "auth-timeout",
                 settings.auth_timeout,
                 &mut config.auth_timeout,
             ),
             (
-                "websocket.idle-timeout",
+                "idle-timeout",
                 settings.idle_timeout,
                 &mut config.idle_timeout,
             ),
-        ] {
-            if let Some(Seconds(t)) = value {
-                if t.is_zero() {
-                    bad(path, "must be above 0 seconds");
-                }
-                *slot = t;
-            }
+        ];
+        for (key, value, slot) in seconds {
+            above_zero(&mut errors, &format!("websocket.{key}"), value, slot);
         }
-        for (path, value, slot) in [
+        let counts = [
+            ("max-message", settings.max_message, &mut config.max_message),
+            ("send-queue", settings.send_queue, &mut config.send_queue),
             (
-                "websocket.max-message",
-                settings.max_message,
-                &mut config.max_message,
-            ),
-            (
-                "websocket.send-queue",
-                settings.send_queue,
-                &mut config.send_queue,
-            ),
-            (
-                "websocket.send-queue-bytes",
+                "send-queue-bytes",
                 settings.send_queue_bytes,
                 &mut config.send_queue_bytes,
             ),
             (
-                "websocket.total-send-queue-bytes",
+                "total-send-queue-bytes",
                 settings.total_send_queue_bytes,
                 &mut config.total_send_queue_bytes,
             ),
             (
-                "websocket.max-connections",
+                "max-connections",
                 settings.max_connections,
                 &mut config.max_connections,
             ),
             (
-                "websocket.max-connections-per-peer",
+                "max-connections-per-peer",
                 settings.max_connections_per_peer,
                 &mut config.max_connections_per_peer,
             ),
-        ] {
-            if let Some(n) = value {
-                if n == 0 {
-                    bad(path, "must be at least 1");
-                }
-                *slot = n;
-            }
+        ];
+        for (key, value, slot) in counts {
+            at_least(&mut errors, &format!("websocket.{key}"), (value, 1), slot);
         }
         if let Some(List(origins)) = settings.allowed_origins {
             config.allowed_origins = origins;
         }
-        errors.or_ok(config)
+        errors.located(origin).or_ok(config)
     }
 }
