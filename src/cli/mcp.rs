@@ -14,7 +14,7 @@ use crate::cli::{FAILED, USAGE};
 use crate::config::ConfigFile;
 use crate::config::values::List;
 use crate::context::log::LogConfig;
-use crate::events::{Bus, BusConfig, EventStore, WithBus};
+use crate::events::{Bus, BusConfig, EventStore};
 use crate::gateway::Gateway;
 use crate::gateway::metrics::Metrics;
 use crate::gateway::policy::Policy;
@@ -40,12 +40,8 @@ pub async fn mcp(
             return ExitCode::from(USAGE);
         }
     };
-    let kernel = crate::builtins::builder(project)
-        .log_config(log)
-        .bus(Arc::new(Bus::new(store, bus)))
-        .max_depth(limits.max_depth)
-        .budget(limits.budget)
-        .build();
+    let kernel =
+        super::kernel_builder(project, log, Arc::new(Bus::new(store, bus)), limits).build();
     // Edits to the skills are picked up as under `serve`, and the client told the list changed.
     let stop = tokio_util::sync::CancellationToken::new();
     let _stop_reloading = stop.clone().drop_guard();

@@ -291,6 +291,22 @@ pub struct RunLimits {
     pub budget: crate::kernel::budget::BudgetLimits,
 }
 
+/// The kernel builder every command that runs skills starts from: the project's skills and
+/// built-ins, its log settings, the bus, and the run limits.
+pub fn kernel_builder(
+    project: &std::path::Path,
+    log: crate::context::log::LogConfig,
+    bus: std::sync::Arc<crate::events::Bus>,
+    limits: RunLimits,
+) -> crate::kernel::KernelBuilder {
+    use crate::events::WithBus;
+    crate::builtins::builder(project)
+        .log_config(log)
+        .bus(bus)
+        .max_depth(limits.max_depth)
+        .budget(limits.budget)
+}
+
 impl Cli {
     /// The run limits the command line and the environment set.
     pub fn limits(&self) -> RunLimits {

@@ -13,7 +13,7 @@ use crate::cli::{Stage, args, exit_code};
 use crate::context::log::LogConfig;
 use crate::error::{ErrorKind, SkillError};
 use crate::events::{Bus, BusConfig, EventStore};
-use crate::events::{KernelBus, WithBus};
+use crate::events::KernelBus;
 use crate::kernel::{InvokeOptions, Kernel, ToolRef};
 use crate::skills::loader;
 use crate::skills::tool::Tool;
@@ -40,12 +40,7 @@ pub async fn run(
     cli: &RunArgs,
 ) -> ExitCode {
     let bus = Arc::new(Bus::new(store, bus));
-    let kernel = crate::builtins::builder(project)
-        .log_config(log)
-        .bus(bus)
-        .max_depth(limits.max_depth)
-        .budget(limits.budget)
-        .build();
+    let kernel = super::kernel_builder(project, log, bus, limits).build();
     let index = kernel.registry().current();
     // A name, a path to a skill file, or nothing (the project's main skill).
     let tool: Arc<Tool> = match resolve(&kernel, project, cli.skill.as_deref()) {

@@ -10,7 +10,6 @@ use crate::cli::{FAILED, USAGE};
 use crate::config::websocket::{WsConfig, WsSettings};
 use crate::config::{ConfigErrors, ConfigFile};
 use crate::context::log::LogConfig;
-use crate::events::WithBus;
 use crate::events::{Bus, BusConfig, EventStore};
 use crate::gateway::Gateway;
 use crate::gateway::http::routes;
@@ -55,11 +54,7 @@ pub async fn serve(
     let websocket = WsConfig::resolve(args.websocket.clone().or(file.websocket.clone()), &origin);
     let store_kind = store.kind();
     let bus = Arc::new(Bus::new(store, bus));
-    let kernel = crate::builtins::builder(project)
-        .log_config(log)
-        .bus(bus)
-        .max_depth(limits.max_depth)
-        .budget(limits.budget)
+    let kernel = super::kernel_builder(project, log, bus, limits)
         .extension(Arc::new(crate::reload::ReloadState::default()))
         .extension(Arc::new(crate::schedule::health::ScheduleHealth::default()))
         .build();

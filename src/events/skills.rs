@@ -63,34 +63,31 @@ fn check_topic(authority: &Authority, topic: &str) -> Result<()> {
     .with_data(json!({ "rule": "topic", "topic": topic })))
 }
 
-/// Refuses changing who consumes a reserved topic (`gateway-*` workers' queues, dead letters)
-/// below project level, `admin` included: a worker's queue dropped would lose deliveries that
-/// were already answered 2xx.
-fn check_reserved_subscription(authority: &Authority, topic: &str) -> Result<()> {
-    if authority.level == Level::Project || !is_reserved_topic(topic) {
-        return Ok(());
-    }
-    Err(SkillError::new(
-        ErrorKind::Denied,
-        format!("the subscriptions of the reserved topic `{topic}` are skillgate's own"),
-    )
-    .with_data(json!({ "rule": "topic", "topic": topic })))
+/// What of a reserved topic (`gateway-*` workers' queues, dead letters) only the project
+/// touches, `admin` included: who consumes it (a worker's queue dropped would lose deliveries
+/// that were already answered 2xx), and its queues (a delivery taken there was answered 2xx and
+/// would never run; an admin follows reserved topics instead, `GET /events/{topic}`).
+#[derive(Clone, Copy)]
+enum Reserved {
+    Subscriptions,
+    Queues,
 }
 
-/// Refuses consuming a reserved topic's queues (`event-wait`, `event-ack`) below project level,
-/// `admin` included: they are skillgate's workers' (a delivery taken there was answered 2xx and
-/// would never run). An admin follows reserved topics instead (`GET /events/{topic}`).
-fn check_reserved_queue(authority: &Authority, topic: &str) -> Result<()> {
+/// Refuses touching `what` of a reserved topic below project level.
+fn check_reserved(authority: &Authority, topic: &str, what: Reserved) -> Result<()> {
     if authority.level == Level::Project || !is_reserved_topic(topic) {
         return Ok(());
     }
-    Err(SkillError::new(
-        ErrorKind::Denied,
-        format!(
+    let message = match what {
+        Reserved::Subscriptions => {
+            format!("the subscriptions of the reserved topic `{topic}` are skillgate's own")
+        }
+        Reserved::Queues => format!(
             "the queues of the reserved topic `{topic}` are skillgate's own; follow it instead"
         ),
-    )
-    .with_data(json!({ "rule": "topic", "topic": topic })))
+    };
+    Err(SkillError::new(ErrorKind::Denied, message)
+        .with_data(json!({ "rule": "topic", "topic": topic })))
 }
 
 /// The queue `args.queue` (default `default`) names for the invoking authority: below project
@@ -172,7 +169,7 @@ metadata:
         |ctx, args| async move {
             let topic =
                 string(&args, "topic").ok_or_else(|| bad("event-subscribe needs a `topic`"))?;
-            check_reserved_subscription(ctx.authority(), topic)?;
+            check_reserved(ctx.authority(), topic, Reserved::Subscriptions)?;
             let replay = args.get("replay").and_then(Value::as_bool).unwrap_or(false);
             let bus = bus(&ctx)?;
             match string(&args, "ref") {
@@ -237,7 +234,7 @@ metadata:
         |ctx, args| async move {
             let topic =
                 string(&args, "topic").ok_or_else(|| bad("event-unsubscribe needs a `topic`"))?;
-            check_reserved_subscription(ctx.authority(), topic)?;
+            check_reserved(ctx.authority(), topic, Reserved::Subscriptions)?;
             let bus = bus(&ctx)?;
             let principal = &ctx.authority().principal;
             let removed = match string(&args, "queue") {
@@ -274,7 +271,7 @@ metadata:
         |ctx, args| async move {
             let topic = string(&args, "topic").ok_or_else(|| bad("event-wait needs a `topic`"))?;
             check_topic(ctx.authority(), topic)?;
-            check_reserved_queue(ctx.authority(), topic)?;
+            check_reserved(ctx.authority(), topic, Reserved::Queues)?;
             let queue = queue_of(&ctx, &args);
             let queue = queue.as_str();
             let timeout = match args.get("timeout") {
@@ -347,7 +344,7 @@ metadata:
         |ctx, args| async move {
             let topic = string(&args, "topic").ok_or_else(|| bad("event-ack needs a `topic`"))?;
             check_topic(ctx.authority(), topic)?;
-            check_reserved_queue(ctx.authority(), topic)?;
+            check_reserved(ctx.authority(), topic, Reserved::Queues)?;
             let queue = queue_of(&ctx, &args);
             let queue = queue.as_str();
             let mut ids: Vec<String> = args

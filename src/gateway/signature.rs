@@ -76,8 +76,15 @@ pub fn verify(
     now: u64,
     tolerance: u64,
 ) -> Result<Verified, VerifyError> {
+    let signed = Signed {
+        secret,
+        headers,
+        body,
+        now,
+        tolerance,
+    };
     match scheme {
-        Scheme::Standard => standard(secret, headers, body, now, tolerance),
+        Scheme::Standard => standard(&signed),
         Scheme::Github => {
             let given = header(headers, "x-hub-signature-256")?;
             let hex = given
@@ -89,8 +96,8 @@ pub fn verify(
                 .unwrap_or_else(|_| body_id(body));
             Ok(Verified { id })
         }
-        Scheme::Stripe => stripe(secret, headers, body, now, tolerance),
-        Scheme::Slack => slack(secret, headers, body, now, tolerance),
+        Scheme::Stripe => stripe(&signed),
+        Scheme::Slack => slack(&signed),
         Scheme::Hmac { header: name } => {
             let given = headers
                 .get(name.as_str())
@@ -108,27 +115,21 @@ pub fn verify(
     }
 }
 
-fn standard(
-    secret: &str,
-    headers: &HeaderMap,
-    body: &[u8],
-    now: u64,
-    tolerance: u64,
-) -> Result<Verified, VerifyError> {
-    let id = header(headers, "webhook-id")?;
-    let timestamp = header(headers, "webhook-timestamp")?;
-    let signatures = header(headers, "webhook-signature")?;
+fn standard(signed: &Signed) -> Result<Verified, VerifyError> {
+    let id = header(signed.headers, "webhook-id")?;
+    let timestamp = header(signed.headers, "webhook-timestamp")?;
+    let signatures = header(signed.headers, "webhook-signature")?;
     let ts = seconds(timestamp, "webhook-timestamp")?;
-    fresh(ts, now, tolerance)?;
-    let key = match secret.strip_prefix("whsec_") {
+    signed.fresh(ts)?;
+    let key = match signed.secret.strip_prefix("whsec_") {
         Some(encoded) => BASE64
             .decode(encoded)
-            .map_err(|_| VerifyError::Malformed("secret"))?,
-        None => secret.as_bytes().to_vec(),
+            .map_err(|_| VerifyError::Malformed("signed.secret"))?,
+        None => signed.secret.as_bytes().to_vec(),
     };
     let expected = mac(
         &key,
-        &[id.as_bytes(), b".", timestamp.as_bytes(), b".", body],
+        &[id.as_bytes(), b".", timestamp.as_bytes(), b".", signed.body],
     );
     // Several signatures (key rotation): any `v1` one that matches will do.
     let matched = signatures
@@ -143,41 +144,29 @@ fn standard(
     Ok(Verified { id: id.to_string() })
 }
 
-fn slack(
-    secret: &str,
-    headers: &HeaderMap,
-    body: &[u8],
-    now: u64,
-    tolerance: u64,
-) -> Result<Verified, VerifyError> {
-    let timestamp = header(headers, "x-slack-request-timestamp")?;
+fn slack(signed: &Signed) -> Result<Verified, VerifyError> {
+    let timestamp = header(signed.headers, "x-slack-request-timestamp")?;
     let ts = seconds(timestamp, "x-slack-request-timestamp")?;
-    let given = header(headers, "x-slack-signature")?;
+    let given = header(signed.headers, "x-slack-signature")?;
     let hex = given
         .strip_prefix("v0=")
         .ok_or(VerifyError::Malformed("x-slack-signature"))?;
-    fresh(ts, now, tolerance)?;
+    signed.fresh(ts)?;
     check_hex(
         &mac(
-            secret.as_bytes(),
-            &[b"v0:", timestamp.as_bytes(), b":", body],
+            signed.secret.as_bytes(),
+            &[b"v0:", timestamp.as_bytes(), b":", signed.body],
         ),
         hex,
     )?;
-    // Slack's event id is in the body (`event_id`); other payloads are deduplicated by hash.
+    // Slack's event id is in the signed.body (`event_id`); other payloads are deduplicated by hash.
     Ok(Verified {
-        id: id_in_body(body, "event_id"),
+        id: id_in_body(signed.body, "event_id"),
     })
 }
 
-fn stripe(
-    secret: &str,
-    headers: &HeaderMap,
-    body: &[u8],
-    now: u64,
-    tolerance: u64,
-) -> Result<Verified, VerifyError> {
-    let value = header(headers, "stripe-signature")?;
+fn stripe(signed: &Signed) -> Result<Verified, VerifyError> {
+    let value = header(signed.headers, "stripe-signature")?;
     let mut timestamp = None;
     let mut signatures = Vec::new();
     for part in value.split(',') {
@@ -189,17 +178,20 @@ fn stripe(
     }
     let timestamp = timestamp.ok_or(VerifyError::Malformed("stripe-signature"))?;
     let ts = seconds(timestamp, "stripe-signature")?;
-    fresh(ts, now, tolerance)?;
-    let expected = mac(secret.as_bytes(), &[timestamp.as_bytes(), b".", body]);
+    signed.fresh(ts)?;
+    let expected = mac(
+        signed.secret.as_bytes(),
+        &[timestamp.as_bytes(), b".", signed.body],
+    );
     let matched = signatures.iter().fold(false, |found, sig| {
         found | check_hex(&expected, sig).is_ok()
     });
     if !matched {
         return Err(VerifyError::Mismatch);
     }
-    // Stripe's event id is in the body; a body without one is deduplicated by its hash.
+    // Stripe's event id is in the signed.body; a signed.body without one is deduplicated by its hash.
     Ok(Verified {
-        id: id_in_body(body, "id"),
+        id: id_in_body(signed.body, "id"),
     })
 }
 
@@ -224,11 +216,25 @@ fn id_in_body(body: &[u8], field: &str) -> String {
         .unwrap_or_else(|| body_id(body))
 }
 
-fn fresh(ts: u64, now: u64, tolerance: u64) -> Result<(), VerifyError> {
-    if ts.abs_diff(now) > tolerance {
-        return Err(VerifyError::Stale(tolerance));
+/// One delivery to check and the clock to check its timestamp by: what every scheme reads.
+#[derive(Clone, Copy)]
+struct Signed<'a> {
+    secret: &'a str,
+    headers: &'a HeaderMap,
+    body: &'a [u8],
+    /// Seconds since the epoch.
+    now: u64,
+    /// Seconds a signed timestamp may be away from now.
+    tolerance: u64,
+}
+
+impl Signed<'_> {
+    fn fresh(&self, ts: u64) -> Result<(), VerifyError> {
+        if ts.abs_diff(self.now) > self.tolerance {
+            return Err(VerifyError::Stale(self.tolerance));
+        }
+        Ok(())
     }
-    Ok(())
 }
 
 fn mac(key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
