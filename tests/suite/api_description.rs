@@ -7,8 +7,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::model_fake::{ModelFake, Reply, openai_text};
-use crate::process::{Served, serve};
+use crate::support::model_fake::{ModelFake, Reply, openai_text};
+use crate::support::process::{Served, serve};
 
 /// The key the keys-on runs send (a plain key: the control plane is not listed to it).
 const KEY: &str = "sg_schema_key";

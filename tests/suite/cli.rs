@@ -4,7 +4,7 @@ use std::process::Output;
 
 use serde_json::Value;
 
-use crate::common::{fixture, skillgate_command, stderr, stdout};
+use crate::support::common::{fixture, skillgate_command, stderr, stdout};
 
 /// Runs the binary on the fixture tree `tests/fixtures/<project>`.
 fn skillgate(project: &str, args: &[&str]) -> Output {
@@ -206,7 +206,7 @@ fn bad_yaml_in_a_skill_names_file_line_and_column() {
         "---\nname: broken\nmetadata:\n  params: {type: object\n---\nbody\n",
     )
     .expect("write");
-    let out = crate::common::skillgate(dir.path(), &["run", "broken"]);
+    let out = crate::support::common::skillgate(dir.path(), &["run", "broken"]);
     assert_eq!(out.status.code(), Some(2));
     let err = stderr(&out);
     assert!(err.contains("broken.skill.md:4:"), "file and line: {err}");
@@ -215,7 +215,7 @@ fn bad_yaml_in_a_skill_names_file_line_and_column() {
 
 #[test]
 fn serve_help_groups_its_options_under_headings() {
-    let out = crate::common::skillgate(std::path::Path::new("."), &["serve", "--help"]);
+    let out = crate::support::common::skillgate(std::path::Path::new("."), &["serve", "--help"]);
     let help = String::from_utf8_lossy(&out.stdout);
     let at = |needle: &str| {
         help.find(needle)
@@ -256,7 +256,7 @@ fn serve_help_groups_its_options_under_headings() {
 fn init_writes_a_project_that_runs_at_once() {
     let parent = tempfile::tempdir().unwrap();
     let dir = parent.path().join("hello-project");
-    let out = crate::common::skillgate(parent.path(), &["init", dir.to_str().unwrap()]);
+    let out = crate::support::common::skillgate(parent.path(), &["init", dir.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     for file in [
         "main.skill.md",
@@ -273,13 +273,14 @@ fn init_writes_a_project_that_runs_at_once() {
             .contains("/.skillgate/")
     );
     // The main skill, the markdown example and the JavaScript example all run in it.
-    let out = crate::common::skillgate(&dir, &["run"]);
+    let out = crate::support::common::skillgate(&dir, &["run"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(stdout(&out).contains("Hello, world!"), "{}", stdout(&out));
-    let out = crate::common::skillgate(&dir, &["run", "greet", "--name", "Ada"]);
+    let out = crate::support::common::skillgate(&dir, &["run", "greet", "--name", "Ada"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(stdout(&out).contains("Hello, Ada!"), "{}", stdout(&out));
-    let out = crate::common::skillgate(&dir, &["run", "word-count", "--text", "one two three"]);
+    let out =
+        crate::support::common::skillgate(&dir, &["run", "word-count", "--text", "one two three"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(
         stdout(&out).contains("\"words\": 3") || stdout(&out).contains("\"words\":3"),
@@ -292,7 +293,7 @@ fn init_writes_a_project_that_runs_at_once() {
 fn init_refuses_to_overwrite_a_project_and_writes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("skillgate.yaml"), "# mine\n").unwrap();
-    let out = crate::common::skillgate(dir.path(), &["init"]);
+    let out = crate::support::common::skillgate(dir.path(), &["init"]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(stderr(&out).contains("skillgate.yaml"), "{}", stderr(&out));
     assert_eq!(
@@ -305,7 +306,7 @@ fn init_refuses_to_overwrite_a_project_and_writes_nothing() {
 #[test]
 fn init_config_reads_cleanly_with_every_transport_uncommented() {
     let dir = tempfile::tempdir().unwrap();
-    let out = crate::common::skillgate(dir.path(), &["init"]);
+    let out = crate::support::common::skillgate(dir.path(), &["init"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     // Uncomment each section as a user would: drop the `# ` before section headers and the
     // lines indented under them (comments inside stay comments).

@@ -4,7 +4,7 @@
 use serde_json::{Value, json};
 use skillgate::InvokeOptions;
 
-use crate::common::{Project, plain};
+use crate::support::common::{Project, plain};
 
 async fn run(p: &Project, name: &str) -> Result<Value, String> {
     p.kernel()

@@ -4,7 +4,7 @@ use serde_json::{Value, json};
 use skillgate::InvokeOptions;
 use skillgate::skills::tool::Tool;
 
-use crate::common::{Project, native, plain};
+use crate::support::common::{Project, native, plain};
 
 /// A skill that invokes itself `n` times and answers `n`: each level is a full pipeline with
 /// its own middleware invocations.
@@ -40,7 +40,7 @@ async fn a_skill_can_invoke_itself_two_hundred_levels_deep() {
 /// depth must still fit.
 #[tokio::test]
 async fn a_skill_invoked_over_http_can_invoke_itself_two_hundred_levels_deep() {
-    use crate::server::{TestServer, config};
+    use crate::support::server::{TestServer, config};
     let mut server =
         TestServer::start_with(Project::new(), config(), |b| b.native(countdown())).await;
     let response = server

@@ -3,7 +3,7 @@
 use serde_json::{Value, json};
 use skillgate::InvokeOptions;
 
-use crate::common::{Project, plain};
+use crate::support::common::{Project, plain};
 
 async fn expand(body: &str, args: Value) -> String {
     let p = Project::new();

@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use skillgate::skills::tool::Tool;
 use skillgate::{InvokeOptions, Kernel, SkillError, cascade};
 
-use crate::common::{Project, Trace, chain_of, native, passing, plain, skill, with_args};
+use crate::support::common::{Project, Trace, chain_of, native, passing, plain, skill, with_args};
 
 /// A hook `name` declared with `$hook: <binding>` that records `enter <entry|pipeline> <args>
 /// served=<tool>`, calls `target.next()`, then records `exit <entry|pipeline>`.

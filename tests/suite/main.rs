@@ -1,81 +1,60 @@
-//! The integration suite, one binary (one link) for all of it.
+//! The integration suite, one binary (one link) for all of it, a folder per feature.
 //!
-//! `common` holds the helpers the modules share: a throwaway project folder, recorders, the
-//! recording pipeline tools, and the `skillgate` binary run as a process.
+//! `support/` holds what the tests share: a throwaway project folder and the `skillgate` binary
+//! (`common`), a server on a real socket (`server`), a served process (`process`), where events
+//! are kept (`stores`), and local peers speaking the real protocols (DNS, the model APIs, Slack,
+//! SMTP, a WebSocket client).
 //!
 //! - `context/`: spec 01, one test per rule of the context object and its manager, a file per
-//!   part of the spec: `properties_envelope`, `properties_state`, `properties_run`,
-//!   `manager_chain`, `manager_invoke`, `manager_get_set`, `manager_logs`, `target_context`,
-//!   `serialization` (shared helpers in `context/mod.rs`).
+//!   part of the spec.
 //! - `orchestration/`: spec 02, invocation, cascade, chain, return and error rules, a file per
-//!   part of the spec: `invocation_step1_dollar_names`, `invocation_step2_resolve_ref`,
-//!   `invocation_steps3_to_5_child_context`, `invocation_step6_authority`,
-//!   `invocation_step7_cascade`, `middleware_sources`, `middleware_chain`, `dynamic_injection`,
-//!   `chain_cycles`, `automatic_static`, `execution_flow_and_returns`, `error_handling`.
+//!   part of the spec.
 //! - `hooks`: the Hooks part of spec 03.
-//! - `events`, `events_cli`, `durability`: the event store contract, its command line, and what
-//!   the durable stores promise under stress.
-//! - `directives`, `deep`, `smoke`: the directives of a markdown body, deep invocation chains on
-//!   an ordinary thread stack, a smoke test of the helpers.
-//! - `cli`: the command line end to end over the skill tree in `tests/fixtures/`.
-//! - `http_invoke`, `http_auth`, `http_ops`: the HTTP gateway on a real socket (`server` helps).
-//! - `serve_cli`: `skillgate serve` as a process: signals, config, OTLP export.
-//! - `sandbox/`: `.skill.js` skills, the ctx bridge, sandbox limits, escapes and sessions, a
-//!   file per part: `skill_js`, `js_middleware`, `cli`, `limits`, `escapes`, `sessions`,
-//!   `running_untrusted_code`.
-//! - `security`: one test per finding of the security probe, and bounded fuzzing.
-//! - `layers`: the bottom layers (context, cascade, skills, kernel) name nothing above them.
-//! - `transport`: the contract every transport passes, one harness per transport (the example
-//!   door of `examples/jsonl_door` included).
+//! - `agent/`: spec 05, the agent against the fake model server, and each model provider's
+//!   wire protocol (`model_openai`, `model_anthropic`, `model_bedrock`).
+//! - `events/`: the event store contract on every store, its command line, event routes, and
+//!   what the durable stores promise under stress; `schedules`, `sessions` beside it.
+//! - `http/`, `ws/`, `slack/`, `email/`, `webhook/`, `mcp/`: each door on real sockets against
+//!   real clients (or local peers speaking the real protocol).
+//! - `transport/`: the contract every door passes, one harness per door (the example door of
+//!   `examples/jsonl_door` included).
 //! - `no_http`: email and Slack Socket Mode without HTTP, and the operations listener.
-//! - `api_description`: schemathesis against both served API documents.
+//! - `serve_cli`, `cli`: `skillgate serve` as a process (signals, config, OTLP export), and the
+//!   command line over the skill tree in `tests/fixtures/`.
+//! - `sandbox/`: `.skill.js` skills, the ctx bridge, sandbox limits, escapes and sessions.
+//! - `security/`: one test per finding of the security probes, and bounded fuzzing.
+//! - `layers`: every module on its floor, no door naming another.
+//! - `directives`, `deep`, `smoke`, `config_middleware`, `reload`, `replicas`, `deploy`,
+//!   `api_description`: the directives of a markdown body, deep chains on an ordinary stack, a
+//!   smoke test of the helpers, config middleware, hot reload, replicas on one Postgres, the
+//!   deploy files, schemathesis against the served API documents.
 
 mod agent;
 mod api_description;
 mod cli;
-mod common;
 mod config_middleware;
 mod context;
 mod deep;
 mod deploy;
 mod directives;
-mod dns_fake;
-mod durability;
 pub(crate) mod email;
-mod event_routes;
 mod events;
-mod events_cli;
 mod hooks;
-mod http_auth;
-mod http_idempotency;
-mod http_invoke;
-mod http_ops;
-mod http_resume;
-mod http_topics;
-mod imap;
+mod http;
 mod layers;
 mod mcp;
-mod mcp_in;
-mod model_anthropic;
-mod model_bedrock;
-mod model_fake;
-mod model_openai;
 mod no_http;
 mod orchestration;
-mod process;
 mod reload;
 mod replicas;
 mod sandbox;
 mod schedules;
 mod security;
 mod serve_cli;
-mod server;
 mod sessions;
 mod slack;
-mod slack_fake;
 mod smoke;
-mod smtp_sink;
+mod support;
 mod transport;
 pub(crate) mod webhook;
-mod websocket;
-mod ws_client;
+mod ws;

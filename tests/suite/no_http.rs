@@ -9,10 +9,10 @@ use skillgate::gateway::Gateway;
 use skillgate::gateway::slack::SlackSettings;
 use skillgate::server::{DoorSettings, Doors};
 
-use crate::common::Project;
-use crate::server::{TestServer, config};
-use crate::slack_fake::{self, FakeSlack, mention};
-use crate::smtp_sink::Sink;
+use crate::support::common::Project;
+use crate::support::server::{TestServer, config};
+use crate::support::slack_fake::{self, FakeSlack, mention};
+use crate::support::smtp_sink::Sink;
 use crate::transport::email::send;
 
 fn project() -> Project {
@@ -118,9 +118,9 @@ async fn without_http_slack_with_only_its_events_api_is_refused_at_start() {
 async fn off_loopback_the_operations_metrics_ask_for_a_key_with_every_skill() {
     let settings = DoorSettings {
         ops: Some("0.0.0.0:0".parse().unwrap()),
-        ..DoorSettings::http(crate::server::with_keys())
+        ..DoorSettings::http(crate::support::server::with_keys())
     };
-    let project = crate::server::hello_and_admin();
+    let project = crate::support::server::hello_and_admin();
     let gateway = Gateway::new(
         project.kernel(),
         std::sync::Arc::new(skillgate::gateway::metrics::Metrics::new()),
@@ -130,7 +130,7 @@ async fn off_loopback_the_operations_metrics_ask_for_a_key_with_every_skill() {
         .unwrap();
     let port = doors.ops_addr().expect("the operations listener").port();
     tokio::spawn(doors.run_until(std::future::pending(), Duration::from_secs(1)));
-    let client = crate::common::http_client();
+    let client = crate::support::common::http_client();
     let url = |path: &str| format!("http://127.0.0.1:{port}{path}");
     let metrics = |key: Option<&'static str>| {
         let mut request = client.get(url("/metrics"));

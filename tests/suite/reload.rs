@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use skillgate::InvokeOptions;
 
-use crate::common::{Project, native};
-use crate::process::{Served, serve};
+use crate::support::common::{Project, native};
+use crate::support::process::{Served, serve};
 
 fn greet(version: &str) -> String {
     format!("---\nname: greet\ndescription: Greets.\n---\nHello from {version}.\n")

@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::common::Project;
-use crate::events_cli::Store;
-use crate::process::{Served, serve};
-use crate::ws_client::WsClient;
+use crate::support::common::Project;
+use crate::support::process::{Served, serve};
+use crate::support::stores::Store;
+use crate::support::ws_client::WsClient;
 
 fn start(project: &Project, store: &Store) -> Served {
     start_with_env(project, store, &[])
@@ -155,7 +155,7 @@ fn the_same_idempotency_key_on_two_replicas_runs_once() {
         let project = Project::new();
         let a = start(&project, &store);
         let b = start(&project, &store);
-        let client = crate::common::http_client();
+        let client = crate::support::common::http_client();
         let body = json!({ "topic": "paid", "data": { "order": 7 } });
         let send = |url: String| {
             client
@@ -210,7 +210,7 @@ fn the_same_webhook_delivery_sent_to_two_replicas_runs_once() {
             "v1,{}",
             base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes())
         );
-        let client = crate::common::http_client();
+        let client = crate::support::common::http_client();
         let mut statuses = Vec::new();
         for served in [&a, &b] {
             let response = client
@@ -250,7 +250,7 @@ async fn next_payment(client: &mut WsClient) -> (String, String) {
 
 #[test]
 fn a_streamed_run_started_on_one_replica_resumes_on_another() {
-    use crate::server::SseReader;
+    use crate::support::server::SseReader;
     let Some(store) = postgres() else {
         return;
     };
@@ -262,7 +262,7 @@ fn a_streamed_run_started_on_one_replica_resumes_on_another() {
         );
         let a = start(&project, &store);
         let b = start(&project, &store);
-        let client = crate::common::http_client();
+        let client = crate::support::common::http_client();
         let open = |url: String, last: Option<String>| {
             let mut request = client
                 .post(url)
@@ -305,7 +305,7 @@ fn a_streamed_run_started_on_one_replica_resumes_on_another() {
 
 #[test]
 fn the_same_slack_event_sent_to_two_replicas_and_retried_is_answered_once() {
-    use crate::slack_fake::{self, FakeSlack, mention, sign};
+    use crate::support::slack_fake::{self, FakeSlack, mention, sign};
     let Some(store) = postgres() else {
         return;
     };
@@ -332,7 +332,7 @@ fn the_same_slack_event_sent_to_two_replicas_and_retried_is_answered_once() {
         fake.wait_calls("auth.test", 2).await;
         let event = mention("EvRep1", "C9", "1700000030.000100", "hello");
         let body = event.to_string();
-        let client = crate::common::http_client();
+        let client = crate::support::common::http_client();
         // Slack retries (the first answer was slow), and a balancer sends them to both.
         for (n, served) in [&a, &b, &a, &b].into_iter().enumerate() {
             let mut request = client
@@ -379,7 +379,7 @@ async fn load(
         .map(|client| {
             let (addrs, seen, stop) = (addrs.clone(), seen.clone(), stop.clone());
             tokio::spawn(async move {
-                let http = crate::common::http_client();
+                let http = crate::support::common::http_client();
                 let mut n = client;
                 while !stop.is_cancelled() {
                     let i = n % addrs.len();
@@ -433,7 +433,7 @@ fn replicas_under_load_answer_every_request_they_take_when_one_is_killed_and_one
         return;
     };
     run(async {
-        let project = crate::common::hello_project();
+        let project = crate::support::common::hello_project();
         // The rate limit counts per client address, and every client here is 127.0.0.1.
         let unlimited = [("SKILLGATE_RATE_LIMIT", "0")];
         let replicas: Vec<Served> = (0..3)
@@ -518,7 +518,7 @@ struct Run {
 
 /// Every `done` event in the store so far.
 fn runs(project: &Project, store: &Store) -> Vec<Run> {
-    let mut command = crate::common::skillgate_command(project.path());
+    let mut command = crate::support::common::skillgate_command(project.path());
     command.args([
         "--store",
         store.url.as_deref().unwrap(),
@@ -527,8 +527,12 @@ fn runs(project: &Project, store: &Store) -> Vec<Run> {
         "done",
     ]);
     let out = command.output().expect("skillgate events replay");
-    assert!(out.status.success(), "{}", crate::common::stderr(&out));
-    crate::common::stdout(&out)
+    assert!(
+        out.status.success(),
+        "{}",
+        crate::support::common::stderr(&out)
+    );
+    crate::support::common::stdout(&out)
         .lines()
         .map(|line| {
             let e: Value = serde_json::from_str(line).expect("an envelope");
@@ -585,7 +589,7 @@ fn replicas_handle_every_event_at_least_once_and_no_event_on_two_at_once_when_on
             .map(|_| {
                 let (next, addrs) = (next.clone(), addrs.clone());
                 tokio::spawn(async move {
-                    let http = crate::common::http_client();
+                    let http = crate::support::common::http_client();
                     loop {
                         let n = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                         if n > total {

@@ -13,9 +13,9 @@ use skillgate::schedule::runner::fire_due;
 use skillgate::schedule::spec::Spec;
 use skillgate::{ErrorKind, InvokeOptions, Kernel};
 
-use crate::common::{Project, plain};
-use crate::events_cli::Store;
-use crate::process::{Served, serve};
+use crate::support::common::{Project, plain};
+use crate::support::process::{Served, serve};
+use crate::support::stores::Store;
 
 /// A kernel with a `tick` skill that records the `schedule` it was fired for and its args.
 fn ticking() -> (Kernel, Arc<Mutex<Vec<Value>>>) {
@@ -387,7 +387,7 @@ fn tick_project(declared: &str) -> Project {
 
 /// Every `ticked` event so far, as (schedule name, slot).
 fn ticks(project: &Project, store: &Store) -> Vec<(String, i64)> {
-    let mut command = crate::common::skillgate_command(project.path());
+    let mut command = crate::support::common::skillgate_command(project.path());
     if let Some(url) = &store.url {
         command.args(["--store", url.as_str()]);
     }
@@ -395,8 +395,12 @@ fn ticks(project: &Project, store: &Store) -> Vec<(String, i64)> {
         .args(["events", "replay", "ticked"])
         .output()
         .expect("skillgate events replay");
-    assert!(out.status.success(), "{}", crate::common::stderr(&out));
-    crate::common::stdout(&out)
+    assert!(
+        out.status.success(),
+        "{}",
+        crate::support::common::stderr(&out)
+    );
+    crate::support::common::stdout(&out)
         .lines()
         .map(|line| {
             let e: Value = serde_json::from_str(line).unwrap();
@@ -505,12 +509,12 @@ fn a_declared_schedule_fires_under_serve_and_keeps_its_grid_across_a_restart() {
 #[test]
 fn a_bad_declared_schedule_keeps_serve_from_starting_and_names_the_file() {
     let project = tick_project("schedule: { every: 'soon' }");
-    let out = crate::common::skillgate_command(project.path())
+    let out = crate::support::common::skillgate_command(project.path())
         .args(["serve", "--bind", "127.0.0.1:0"])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
-    let err = crate::common::stderr(&out);
+    let err = crate::support::common::stderr(&out);
     assert!(
         err.contains("tick.skill.js: metadata.schedule: `every`"),
         "{err}"

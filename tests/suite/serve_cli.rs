@@ -7,8 +7,8 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 
-use crate::common::{Project, hello_project, skillgate, stderr};
-use crate::process::serve;
+use crate::support::common::{Project, hello_project, skillgate, stderr};
+use crate::support::process::serve;
 
 #[tokio::test]
 async fn serve_runs_on_the_embedded_sqlite_store_and_stops_cleanly_on_sigterm() {
@@ -63,7 +63,7 @@ async fn environment_settings_override_the_config_file() {
             ("SKILLGATE_STORE", "memory"),
         ],
     );
-    let client = crate::common::http_client();
+    let client = crate::support::common::http_client();
     let refused = client
         .post(served.url("/invoke/hello"))
         .send()
@@ -93,7 +93,7 @@ async fn json_logs_carry_the_cause_of_a_500_with_its_request_id() {
         &["--bind", "127.0.0.1:0", "--log-format", "json"],
         &[("SKILLGATE_STORE", "memory")],
     );
-    let response = crate::common::http_client()
+    let response = crate::support::common::http_client()
         .post(served.url("/invoke/broken"))
         .header("x-request-id", "trace-me")
         .send()
@@ -169,7 +169,7 @@ async fn spans_for_the_request_the_invocation_and_each_chain_entry_reach_the_otl
             ("OTEL_SERVICE_NAME", "skillgate-test"),
         ],
     );
-    let response = crate::common::http_client()
+    let response = crate::support::common::http_client()
         .post(served.url("/invoke/hello"))
         .json(&json!({ "name": "Ada" }))
         .send()
@@ -208,7 +208,7 @@ async fn spans_for_the_request_the_invocation_and_each_chain_entry_reach_the_otl
 
 #[test]
 fn with_database_url_serve_uses_postgres_and_names_it_without_the_password() {
-    let Some(store) = crate::events_cli::Store::all()
+    let Some(store) = crate::support::stores::Store::all()
         .into_iter()
         .find(|s| s.url.is_some())
     else {
@@ -249,7 +249,7 @@ fn every_config_mistake_is_reported_at_once_with_its_path() {
             "skillgate.yaml",
             "http:\n  bind: 127.0.0.1:0\n  bnd: 127.0.0.1:1\nstore:\n  url: ${env.SKILLGATE_TEST_UNSET_STORE}\n",
         );
-    let out = crate::common::skillgate_command(project.path())
+    let out = crate::support::common::skillgate_command(project.path())
         .env_remove("SKILLGATE_TEST_UNSET_STORE")
         .arg("serve")
         .output()
@@ -287,7 +287,7 @@ fn every_doors_mistakes_are_reported_in_one_run_each_with_its_place_in_the_file(
             "skillgate.yaml",
             "http:\n  bind: 127.0.0.1:0\n  max-runs: 0\nslack:\n  routes:\n    - ref: triag\nemail:\n  smtp:\n    bind: 127.0.0.1:0\n  routes:\n    - ref: triage-bot\n      subject: '('\n",
         );
-    let out = crate::common::skillgate_command(project.path())
+    let out = crate::support::common::skillgate_command(project.path())
         .env_remove("SLACK_BOT_TOKEN")
         .env_remove("SLACK_SIGNING_SECRET")
         .env_remove("SLACK_APP_TOKEN")
@@ -312,7 +312,7 @@ fn a_transport_that_cannot_start_is_an_error_naming_it() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap().to_string();
     let project = hello_project();
-    let out = crate::common::skillgate_command(project.path())
+    let out = crate::support::common::skillgate_command(project.path())
         .args(["--store", "memory", "serve", "--bind", &addr])
         .output()
         .unwrap();

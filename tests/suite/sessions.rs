@@ -6,10 +6,10 @@ use serde_json::{Value, json};
 use skillgate::InvokeOptions;
 use skillgate::events::{KernelBus, Limits};
 
-use crate::common::Project;
-use crate::events::Backend;
-use crate::server::{TestServer, config};
-use crate::ws_client::WsClient;
+use crate::support::common::Project;
+use crate::support::server::{TestServer, config};
+use crate::support::stores::Backend;
+use crate::support::ws_client::WsClient;
 
 /// `turns`: answers with the session id the handler got and the history it sees.
 const TURNS: &str = "export const frontmatter = { metadata: { session: true, web: { route: 'GET /turns' } } };\n\
@@ -131,7 +131,7 @@ async fn a_websocket_connection_is_one_conversation() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_sees_its_earlier_turns_and_the_session_keeps_its_trace() {
     use crate::agent::{agent_skill, text_turn};
-    use crate::model_fake::ModelFake;
+    use crate::support::model_fake::ModelFake;
     let fake = ModelFake::start(vec![
         text_turn("Paris."),
         text_turn("About two million."),

@@ -1,6 +1,6 @@
 //! Smoke test of the helpers: a markdown skill in a project runs through the pipeline.
 
-use crate::common::{Project, Trace, native, plain};
+use crate::support::common::{Project, Trace, native, plain};
 use serde_json::json;
 use skillgate::InvokeOptions;
 

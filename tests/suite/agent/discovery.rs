@@ -4,7 +4,7 @@
 use serde_json::{Value, json};
 
 use super::*;
-use crate::model_fake::ModelFake;
+use crate::support::model_fake::ModelFake;
 
 const MUL: &str = r#"export const frontmatter = { name: 'mul', description: 'Multiplies.' };
 export default async function (ctx, args) { return args.a * args.b; }

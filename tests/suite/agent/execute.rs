@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use skillgate::middleware::native;
 use skillgate::{ErrorKind, InvokeOptions, Kernel};
 
-use crate::common::{Project, plain};
+use crate::support::common::{Project, plain};
 
 const SKILL: &str = "---\nname: summarize\nmetadata:\n  model: { model: openai/fake-1, temperature: 0 }\n  allowed-tools: [file-read, \"web-*\"]\n  returns:\n    type: object\n    properties:\n      summary: { type: string }\n    required: [summary]\n---\nSummarize :arg[topic].\n";
 

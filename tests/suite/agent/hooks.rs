@@ -5,7 +5,7 @@
 use serde_json::json;
 
 use super::*;
-use crate::model_fake::ModelFake;
+use crate::support::model_fake::ModelFake;
 
 fn hook(name: &str, body: &str) -> String {
     format!(

@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::*;
-use crate::model_fake::{ModelFake, Reply};
+use crate::support::model_fake::{ModelFake, Reply};
 
 async fn run_agent(fake: &ModelFake, model: Value, extra: Value) -> Result<Option<Value>> {
     let project = Project::new();
@@ -97,11 +97,9 @@ async fn max_steps_refuses_more_code_then_ends_the_run_at_the_turn_end() {
 async fn the_token_budget_ends_the_run_once_spent() {
     // Each turn reports 10 tokens in and 5 out.
     let fake = ModelFake::start(vec![code_turn("c1", "return 1;"), text_turn("done")]).await;
-    let fake_usage = ModelFake::start(vec![Reply::Stream(crate::model_fake::openai_text(
-        &["a"],
-        30,
-        20,
-    ))])
+    let fake_usage = ModelFake::start(vec![Reply::Stream(
+        crate::support::model_fake::openai_text(&["a"], 30, 20),
+    )])
     .await;
     let err = run_agent(&fake_usage, json!({ "tokenBudget": 40 }), json!({}))
         .await
@@ -292,7 +290,9 @@ async fn a_model_vendor_down_is_upstream_unavailable_and_a_refused_key_is_not() 
 
         let project = Project::new();
         project.skill("chat.skill.md", &agent_skill("chat", &fake, "", ""));
-        let mut server = crate::server::TestServer::start(project, crate::server::config()).await;
+        let mut server =
+            crate::support::server::TestServer::start(project, crate::support::server::config())
+                .await;
         let response = server.post_json("/invoke/chat", &json!({})).await;
         assert_eq!(response.status(), status, "{err}");
         let body: Value = response.json().await.unwrap();

@@ -5,7 +5,7 @@
 use serde_json::{Value, json};
 
 use super::*;
-use crate::model_fake::{ModelFake, Reply, openai_text};
+use crate::support::model_fake::{ModelFake, Reply, openai_text};
 
 #[tokio::test]
 async fn a_tool_call_runs_code_whose_result_goes_back_to_the_model_before_its_answer() {
@@ -248,12 +248,13 @@ async fn skillgate_run_streams_tokens_on_a_terminal_and_prints_only_the_result_o
     );
 
     // Not a terminal: stdout is the result alone and nothing is streamed.
-    let plain =
-        tokio::task::spawn_blocking(move || crate::common::skillgate(&dir, &["run", "talker"]))
-            .await
-            .unwrap();
-    assert_eq!(crate::common::stdout(&plain).trim(), answer);
-    assert!(!crate::common::stderr(&plain).contains(answer));
+    let plain = tokio::task::spawn_blocking(move || {
+        crate::support::common::skillgate(&dir, &["run", "talker"])
+    })
+    .await
+    .unwrap();
+    assert_eq!(crate::support::common::stdout(&plain).trim(), answer);
+    assert!(!crate::support::common::stderr(&plain).contains(answer));
 }
 
 #[tokio::test]
@@ -294,7 +295,7 @@ async fn a_model_in_the_main_skill_is_the_project_default() {
 
 #[tokio::test]
 async fn an_sse_client_sees_the_tokens_the_tool_calls_and_the_result_as_they_happen() {
-    use crate::server::{TestServer, config};
+    use crate::support::server::{TestServer, config};
     let fake = ModelFake::start(vec![
         code_turn(
             "c1",

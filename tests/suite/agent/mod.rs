@@ -7,6 +7,9 @@ mod execute;
 mod hooks;
 mod limits;
 mod loop_;
+mod model_anthropic;
+mod model_bedrock;
+mod model_openai;
 mod provider;
 
 use std::sync::Arc;
@@ -17,8 +20,8 @@ use skillgate::kernel::Kernel;
 use skillgate::middleware::native;
 use skillgate::{InvokeOptions, Result};
 
-use crate::common::Project;
-use crate::model_fake::{ModelFake, Reply, openai_text, openai_tool_call};
+use crate::support::common::Project;
+use crate::support::model_fake::{ModelFake, Reply, openai_text, openai_tool_call};
 
 /// A JavaScript skill that adds `a` and `b`.
 pub const ADD: &str = r#"export const frontmatter = {

@@ -9,7 +9,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::*;
-use crate::model_fake::{ModelFake, Reply};
+use crate::support::model_fake::{ModelFake, Reply};
 
 /// A `.skill.js` provider named `name` that answers without a model: `<name> ran <skill>`.
 fn provider(name: &str) -> String {

@@ -9,7 +9,7 @@ use skillgate::Context;
 use skillgate::cascade::{Entry, EntryKind};
 
 use super::{mw_yaml, no_opts, skill_yaml};
-use crate::common::{Project, Seen, Trace, native, plain};
+use crate::support::common::{Project, Seen, Trace, native, plain};
 
 #[tokio::test]
 async fn next_returns_locals_result() {

@@ -3,7 +3,7 @@
 use serde_json::json;
 
 use super::{mw_yaml, no_opts, skill_yaml};
-use crate::common::{Project, Trace, native};
+use crate::support::common::{Project, Trace, native};
 
 #[tokio::test]
 async fn get_and_set_by_dotted_path() {

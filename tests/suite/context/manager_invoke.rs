@@ -8,7 +8,7 @@ use skillgate::{Context, InvokeOptions, SkillError, ToolRef};
 use tokio::sync::oneshot;
 
 use super::{HANG_GUARD, Shared, get, mw_yaml, no_opts, recorder, shared, skill_yaml, spy};
-use crate::common::{Project, Seen, Trace, native, plain};
+use crate::support::common::{Project, Seen, Trace, native, plain};
 
 #[tokio::test]
 async fn invoke_creates_an_isolated_child_context() {

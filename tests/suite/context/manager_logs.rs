@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 use skillgate::context::log::{Level, LogConfig};
 
 use super::{no_opts, skill_yaml};
-use crate::common::{Project, Seen, Trace, native, plain};
+use crate::support::common::{Project, Seen, Trace, native, plain};
 
 #[tokio::test]
 async fn log_defaults_type_message_tag_user_level_error() {

@@ -1,7 +1,7 @@
 //! Spec 01, the context object and its manager: one test per normative rule.
 //!
 //! Tool bodies record what they see (contexts in a [`Seen`], strings in a
-//! [`Trace`](crate::common::Trace)) and the assertions run on those records after the
+//! [`Trace`](crate::support::common::Trace)) and the assertions run on those records after the
 //! invocation, so a rule that breaks shows up as a wrong value rather than as a panic inside a
 //! pipeline.
 //!
@@ -41,7 +41,7 @@ use serde_json::{Value, json};
 use skillgate::skills::tool::Tool;
 use skillgate::{Context, ErrorKind, InvokeOptions};
 
-use crate::common::{Seen, native};
+use crate::support::common::{Seen, native};
 
 /// A generous bound on waits that only end if a rule holds, so a broken rule fails the test
 /// instead of hanging it. Never a timing assertion: passing runs finish long before it.

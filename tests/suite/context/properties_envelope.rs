@@ -4,7 +4,7 @@ use serde_json::{Value, json};
 use skillgate::Context;
 
 use super::{caller, get, immutable, no_opts, recorder, skill_yaml, spy};
-use crate::common::{Project, Seen, native};
+use crate::support::common::{Project, Seen, native};
 
 #[tokio::test]
 async fn envelope_id_is_unique() {

@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 use super::{
     HANG_GUARD, Shared, caller, get, immutable, mw_yaml, no_opts, recorder, shared, skill_yaml, spy,
 };
-use crate::common::{Project, Seen, Trace, native, plain};
+use crate::support::common::{Project, Seen, Trace, native, plain};
 
 #[tokio::test]
 async fn run_origin_uri_and_frontmatter() {

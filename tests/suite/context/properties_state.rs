@@ -5,7 +5,7 @@ use serde_json::{Value, json};
 use skillgate::{Context, SkillError};
 
 use super::{caller, get, immutable, mw_yaml, no_opts, recorder, skill_yaml, spy};
-use crate::common::{Project, Seen, Trace, native, plain};
+use crate::support::common::{Project, Seen, Trace, native, plain};
 
 #[tokio::test]
 async fn args_are_set_once() {

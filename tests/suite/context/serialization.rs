@@ -6,7 +6,7 @@ use std::sync::Arc;
 use serde_json::json;
 
 use super::{get, nested, no_opts, recorder, spy};
-use crate::common::{Project, Seen};
+use crate::support::common::{Project, Seen};
 
 #[tokio::test]
 async fn serialization_has_the_data_properties_and_no_manager() {

@@ -4,7 +4,7 @@
 use serde_json::json;
 
 use super::{get, mw_yaml, no_opts, recorder, spy};
-use crate::common::{Project, Seen, native};
+use crate::support::common::{Project, Seen, native};
 
 #[tokio::test]
 async fn ctx_target_throws_when_not_middleware() {

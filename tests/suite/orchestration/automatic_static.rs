@@ -4,7 +4,9 @@ use serde_json::{Value, json};
 use skillgate::{ErrorKind, InvokeOptions};
 
 use super::{out_of, probe, run_named};
-use crate::common::{Project, Trace, chain_of, merged_of, middleware, native, skill, with_target};
+use crate::support::common::{
+    Project, Trace, chain_of, merged_of, middleware, native, skill, with_target,
+};
 
 #[tokio::test]
 async fn a_middleware_in_the_default_pipeline_does_not_run_inside_its_own_pipeline() {

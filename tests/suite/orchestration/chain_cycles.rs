@@ -5,7 +5,7 @@ use serde_json::{Value, json};
 use skillgate::{ErrorKind, InvokeOptions};
 
 use super::{out_of, probe};
-use crate::common::{Project, Trace, middleware, native, passing, skill};
+use crate::support::common::{Project, Trace, middleware, native, passing, skill};
 
 #[tokio::test]
 async fn cycles_in_order_constraints_are_a_configuration_error_naming_the_cycle() {

@@ -4,7 +4,7 @@ use skillgate::Kernel;
 use skillgate::cascade::Entry;
 
 use super::{entry, injector, run_s};
-use crate::common::{Project, Trace, passing, skill, with_args};
+use crate::support::common::{Project, Trace, passing, skill, with_args};
 
 fn inject_kernel(trace: &Trace, make: fn() -> Vec<Entry>) -> Kernel {
     let p = Project::new();

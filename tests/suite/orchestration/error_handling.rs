@@ -5,7 +5,7 @@ use skillgate::skills::tool::Tool;
 use skillgate::{ErrorKind, SkillError};
 
 use super::{out_of, run_named};
-use crate::common::{Project, Trace, chain_of, native};
+use crate::support::common::{Project, Trace, chain_of, native};
 
 /// A middleware that catches errors of `next()`: records them, then rethrows or recovers.
 fn handler(name: &'static str, rethrow: bool, trace: &Trace) -> Tool {

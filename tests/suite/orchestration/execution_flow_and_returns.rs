@@ -9,7 +9,7 @@ use skillgate::skills::tool::Tool;
 use skillgate::{Context, ErrorKind, InvokeOptions, Kernel};
 
 use super::{out_of, run_named, run_s};
-use crate::common::{Project, Trace, chain_of, native, passing, plain, skill};
+use crate::support::common::{Project, Trace, chain_of, native, passing, plain, skill};
 
 /// A middleware `outer` that calls `next()` `times` times, recording what each call resolved to.
 fn outer(trace: &Trace, times: usize) -> Tool {

@@ -8,7 +8,7 @@ use serde_json::json;
 use skillgate::{Context, InvokeOptions};
 
 use super::{get, out_of, probe};
-use crate::common::{Project, native, plain};
+use crate::support::common::{Project, native, plain};
 
 #[tokio::test]
 async fn dollar_context_in_args_becomes_the_context_option() {

@@ -5,7 +5,7 @@ use serde_json::json;
 use skillgate::{ErrorKind, InvokeOptions};
 
 use super::out_of;
-use crate::common::Project;
+use crate::support::common::Project;
 
 #[tokio::test]
 async fn an_earlier_search_path_shadows_a_later_one() {

@@ -4,7 +4,7 @@ use serde_json::json;
 use skillgate::InvokeOptions;
 
 use super::out_of;
-use crate::common::{Project, Trace, skill, with_args};
+use crate::support::common::{Project, Trace, skill, with_args};
 
 #[tokio::test]
 async fn a_project_main_skill_governs_the_skills_under_skills() {

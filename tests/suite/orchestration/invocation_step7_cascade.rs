@@ -5,7 +5,7 @@ use serde_json::{Map, json};
 use skillgate::{InvokeOptions, Kernel};
 
 use super::{get, out_of, probe};
-use crate::common::{
+use crate::support::common::{
     Project, Trace, chain_of, merged_of, middleware, passing, skill, with_args, with_target,
 };
 

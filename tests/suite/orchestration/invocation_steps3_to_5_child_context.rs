@@ -6,7 +6,7 @@ use skillgate::skills::tool::Tool;
 use skillgate::{Context, InvokeOptions};
 
 use super::{get, out_of, probe};
-use crate::common::{Project, native};
+use crate::support::common::{Project, native};
 
 /// A runner that invokes `probe`, with itself as target when `as_target` is true.
 fn runner_of_probe(as_target: bool) -> Tool {

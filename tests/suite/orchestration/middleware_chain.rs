@@ -11,7 +11,9 @@ use skillgate::cascade::{self, Entry, EntryFn, EntryKind};
 use skillgate::{Context, InvokeOptions, Kernel};
 
 use super::{get, out_of, probe};
-use crate::common::{Project, Trace, chain_of, native, passing, skill, with_args, with_target};
+use crate::support::common::{
+    Project, Trace, chain_of, native, passing, skill, with_args, with_target,
+};
 
 #[tokio::test]
 async fn a_chain_entry_runs_through_the_orchestrator_in_its_own_context_serving_the_caller() {

@@ -5,7 +5,7 @@ use serde_json::json;
 use skillgate::InvokeOptions;
 
 use super::{get, out_of, probe, run_named};
-use crate::common::{Project, Trace, chain_of, passing, skill, with_args};
+use crate::support::common::{Project, Trace, chain_of, passing, skill, with_args};
 
 #[tokio::test]
 async fn keys_that_do_not_name_a_tool_are_skipped_silently() {

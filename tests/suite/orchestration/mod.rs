@@ -1,7 +1,7 @@
 //! Spec 02, the orchestration model: one test per normative rule of invocation, the cascade,
 //! the middleware chain, return values and error handling.
 //!
-//! Native test tools record what ran in a [`Trace`](crate::common::Trace) (the recording
+//! Native test tools record what ran in a [`Trace`](crate::support::common::Trace) (the recording
 //! middleware and skills are in `common`, shared with `hooks`); chains are also checked
 //! directly through `cascade::resolved_for` / `cascade::merged` where the rule is about the
 //! resolved pipeline. This file keeps the helpers only these tests use.
@@ -47,7 +47,7 @@ use skillgate::cascade::Entry;
 use skillgate::skills::tool::Tool;
 use skillgate::{Context, InvokeOptions, Kernel};
 
-use crate::common::{Trace, native, plain};
+use crate::support::common::{Trace, native, plain};
 
 /// An entry with ordering constraints.
 fn entry(name: &str, after: &[&str], before: &[&str]) -> Entry {

@@ -3,7 +3,7 @@
 use serde_json::{Value, json};
 
 use super::js_project;
-use crate::common::{fixture, skillgate, stderr, stdout};
+use crate::support::common::{fixture, skillgate, stderr, stdout};
 
 #[test]
 fn cli_runs_a_skill_js_with_flags_checked_against_its_params() {

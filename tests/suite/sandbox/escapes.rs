@@ -8,7 +8,7 @@ use skillgate::sandbox::{self, Untrusted};
 use skillgate::{ErrorKind, InvokeOptions, ToolRef};
 
 use super::{assert_healthy, js_project, kernel, run, untrusted};
-use crate::common::{Project, Seen, native, plain};
+use crate::support::common::{Project, Seen, native, plain};
 
 #[tokio::test]
 async fn host_objects_are_not_reachable() {

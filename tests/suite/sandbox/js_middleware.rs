@@ -3,7 +3,7 @@
 use serde_json::json;
 
 use super::{js_project, kernel, run};
-use crate::common::Seen;
+use crate::support::common::Seen;
 
 #[tokio::test]
 async fn js_middleware_wraps_the_served_skill_around_next() {

@@ -5,7 +5,7 @@ use serde_json::json;
 use skillgate::ErrorKind;
 
 use super::{assert_healthy, js_project, kernel, run, untrusted};
-use crate::common::{Project, Seen};
+use crate::support::common::{Project, Seen};
 
 #[tokio::test]
 async fn heap_exhaustion_by_array_growth_hits_the_memory_limit() {

@@ -29,7 +29,7 @@ use serde_json::{Map, Value, json};
 use skillgate::sandbox::{self, Session, Untrusted};
 use skillgate::{InvokeOptions, Kernel, SkillError};
 
-use crate::common::{Project, Seen, native, plain};
+use crate::support::common::{Project, Seen, native, plain};
 
 const HANG_GUARD: Duration = Duration::from_secs(60);
 

@@ -4,7 +4,7 @@ use serde_json::{Map, json};
 use skillgate::sandbox::{self, Untrusted};
 
 use super::{assert_healthy, js_project, kernel, run, untrusted};
-use crate::common::{Project, Seen, native};
+use crate::support::common::{Project, Seen, native};
 
 #[tokio::test]
 async fn run_untrusted_runs_code_as_an_anonymous_inline_skill_through_the_pipeline() {

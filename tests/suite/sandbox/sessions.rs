@@ -4,7 +4,7 @@ use serde_json::json;
 use skillgate::sandbox::Session;
 
 use super::{assert_healthy, kernel, untrusted};
-use crate::common::{Project, Seen};
+use crate::support::common::{Project, Seen};
 
 #[tokio::test]
 async fn a_session_keeps_its_memory_global_across_calls_seeded_from_json() {

@@ -5,7 +5,7 @@ use serde_json::json;
 use skillgate::ErrorKind;
 
 use super::{js_project, kernel, run};
-use crate::common::Seen;
+use crate::support::common::Seen;
 
 #[tokio::test]
 async fn a_skill_js_default_export_returns_the_result() {

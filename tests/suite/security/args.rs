@@ -8,8 +8,8 @@ use skillgate::Context;
 use skillgate::gateway::http::HttpConfig;
 use skillgate::gateway::keys::{ApiKey, KeyRing, hash_key};
 
-use crate::common::{Project, Trace, native, untrusted_probe};
-use crate::server::{TestServer, config, problem};
+use crate::support::common::{Project, Trace, native, untrusted_probe};
+use crate::support::server::{TestServer, config, problem};
 
 fn project() -> Project {
     let project = Project::new();

@@ -13,7 +13,7 @@ use skillgate::schedule::runner::{Firing, run_firing};
 use skillgate::schedule::spec::Spec;
 use skillgate::{Context, ErrorKind, InvokeOptions, Kernel};
 
-use crate::common::{Project, native, untrusted_probe};
+use crate::support::common::{Project, native, untrusted_probe};
 
 /// Where a directive key goes: a path of object keys and array indices below the args.
 #[derive(Debug, Clone)]

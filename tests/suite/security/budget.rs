@@ -14,8 +14,8 @@ use skillgate::events::{Bus, BusConfig, Limits, WithBus};
 use skillgate::kernel::budget::BudgetLimits;
 use skillgate::{Context, InvokeOptions};
 
-use crate::common::{Project, native};
-use crate::server::{TestServer, config, problem};
+use crate::support::common::{Project, native};
+use crate::support::server::{TestServer, config, problem};
 
 fn fanout() -> Project {
     let p = Project::new();

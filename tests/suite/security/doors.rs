@@ -10,8 +10,8 @@ use rmcp::service::RunningService;
 use serde_json::{Value, json};
 use skillgate::events::KernelBus;
 
-use crate::mcp::{Client, args, connect, text};
-use crate::server::{TestServer, with_keys};
+use crate::mcp::served::{Client, args, connect, text};
+use crate::support::server::{TestServer, with_keys};
 
 /// What `tools/call` answered: the text of a result or of a refusal.
 async fn attempt(client: &RunningService<RoleClient, Client>, tool: &str, a: Value) -> String {
@@ -33,7 +33,7 @@ async fn attempt(client: &RunningService<RoleClient, Client>, tool: &str, a: Val
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mcp_callers_cannot_seed_schedule_or_name_hidden_and_internal_skills() {
-    let project = crate::mcp::project();
+    let project = crate::mcp::served::project();
     let marker = project.path().join("pwned");
     let mut server = TestServer::start(project, with_keys()).await;
     let client = connect(&server, "sg_ci_key").await.unwrap();

@@ -9,10 +9,10 @@ use std::time::Duration;
 use lettre::Message;
 use serde_json::{Value, json};
 
-use crate::common::Project;
-use crate::dns_fake::dns;
-use crate::server::{TestServer, config};
-use crate::smtp_sink::{Received, Sink};
+use crate::support::common::Project;
+use crate::support::dns_fake::dns;
+use crate::support::server::{TestServer, config};
+use crate::support::smtp_sink::{Received, Sink};
 use crate::transport::Outcome;
 use crate::transport::email::{outcome, send_raw, settings};
 use skillgate::config::email::RouteSettings;

@@ -9,8 +9,8 @@ use serde_json::{Map, Value, json};
 use skillgate::skills::Source;
 use skillgate::skills::loader::parse_skill;
 
-use crate::common::{Project, hello_project};
-use crate::server::{TestServer, config};
+use crate::support::common::{Project, hello_project};
+use crate::support::server::{TestServer, config};
 
 /// Any JSON value, a few levels deep, with keys that are often `$`-prefixed.
 fn json_value() -> impl Strategy<Value = Value> {

@@ -13,11 +13,11 @@ use skillgate::gateway::email::parse::{Caps, read};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio_tungstenite::tungstenite::Message;
 
-use crate::common::Project;
-use crate::server::{TestServer, config, hello_and_admin};
-use crate::slack_fake::{self, FakeSlack, sign};
-use crate::smtp_sink::Sink;
-use crate::ws_client::{Frame, WsClient};
+use crate::support::common::Project;
+use crate::support::server::{TestServer, config, hello_and_admin};
+use crate::support::slack_fake::{self, FakeSlack, sign};
+use crate::support::smtp_sink::Sink;
+use crate::support::ws_client::{Frame, WsClient};
 
 /// Header lines of the kinds a MIME parser must survive, well-formed or not.
 fn header() -> impl Strategy<Value = String> {
@@ -104,7 +104,7 @@ fn any_smtp_command_sequence_gets_an_answer_per_line_and_the_listener_goes_on() 
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let (sink, server) = runtime.block_on(async {
         let sink = Sink::start().await;
-        let server = crate::email::start(&sink).await;
+        let server = crate::email::smtp::start(&sink).await;
         (sink, server)
     });
     let smtp = server.email_addr().unwrap();

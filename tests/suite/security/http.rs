@@ -13,9 +13,9 @@ use skillgate::gateway::http::{HttpConfig, HttpSettings};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::common::{Project, native};
-use crate::server::{TestServer, config, problem};
-use crate::server::{hello_and_admin as project, with_keys};
+use crate::support::common::{Project, native};
+use crate::support::server::{TestServer, config, problem};
+use crate::support::server::{hello_and_admin as project, with_keys};
 
 /// A bound on every wait, only so a broken server fails the test instead of hanging it.
 const PATIENCE: Duration = Duration::from_secs(15);
@@ -71,7 +71,7 @@ async fn idle_sockets_filling_the_connection_cap_are_closed_and_healthz_answers_
     // Waits in the backlog until an idle socket is closed, then is served.
     let health = tokio::time::timeout(
         PATIENCE,
-        crate::common::http_client()
+        crate::support::common::http_client()
             .get(server.url("/healthz"))
             .send(),
     )

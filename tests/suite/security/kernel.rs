@@ -11,8 +11,8 @@ use skillgate::events::{Bus, BusConfig, Limits};
 use skillgate::events::{KernelBus, WithBus};
 use skillgate::{Context, InvokeOptions};
 
-use crate::common::{Project, Trace, native};
-use crate::server::{TestServer, config, problem};
+use crate::support::common::{Project, Trace, native};
+use crate::support::server::{TestServer, config, problem};
 
 /// Long enough for anything that should happen; only reached when something is broken.
 const GUARD: Duration = Duration::from_secs(20);
@@ -345,7 +345,7 @@ async fn the_system_still_announces_shutdown_on_its_reserved_topic() {
 #[tokio::test]
 async fn caller_mistakes_with_event_skills_are_422_not_500() {
     // `event-subscribe` is the control plane: an admin key's mistakes are 422 too.
-    let mut server = TestServer::start(Project::new(), crate::server::with_keys()).await;
+    let mut server = TestServer::start(Project::new(), crate::support::server::with_keys()).await;
     let cases = [
         ("event-emit", json!({ "topic": "Not A Topic" })),
         (

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 
-use crate::server::{TestServer, config, hello_and_admin};
+use crate::support::server::{TestServer, config, hello_and_admin};
 
 /// A connection to `server` from the local address `from`.
 async fn connect_from(from: &str, server: SocketAddr) -> TcpStream {

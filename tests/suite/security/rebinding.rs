@@ -5,7 +5,7 @@
 
 use serde_json::json;
 
-use crate::server::{TestServer, config, hello_and_admin, problem};
+use crate::support::server::{TestServer, config, hello_and_admin, problem};
 
 /// What the server answers to `method path` sent with `headers`.
 async fn send(

@@ -13,8 +13,8 @@ use skillgate::kernel::KernelBuilder;
 use skillgate::{InvokeOptions, Kernel, SkillError, ToolRef};
 use tokio::sync::Semaphore;
 
-use crate::common::{Project, native, plain};
-use crate::server::{TestServer, config, problem};
+use crate::support::common::{Project, native, plain};
+use crate::support::server::{TestServer, config, problem};
 
 /// Only turns a broken rule into a failure instead of a hang; never a timing assertion.
 const HANG_GUARD: Duration = Duration::from_secs(60);

@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
-use crate::common::Project;
-use crate::email::{at_data, greeting, start};
-use crate::server::{TestServer, config};
-use crate::smtp_sink::Sink;
+use crate::email::smtp::{at_data, greeting, start};
+use crate::support::common::Project;
+use crate::support::server::{TestServer, config};
+use crate::support::smtp_sink::Sink;
 use crate::transport::email::{send, settings};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

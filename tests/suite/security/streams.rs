@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::common::Project;
-use crate::server::{SseReader, TestServer, config, problem};
+use crate::support::common::Project;
+use crate::support::server::{SseReader, TestServer, config, problem};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn parts_a_slow_stream_reader_missed_are_counted_in_a_gap_before_the_result() {
@@ -83,7 +83,7 @@ async fn at_once(
 
 /// `slow`: answers after 400 ms.
 fn slow() -> skillgate::skills::tool::Tool {
-    crate::common::native(
+    crate::support::common::native(
         "name: slow\ndescription: Takes a moment.\n",
         |_ctx: skillgate::Context, _args| async {
             tokio::time::sleep(Duration::from_millis(400)).await;
@@ -164,7 +164,7 @@ async fn runs_whose_args_pass_the_bytes_in_flight_are_refused_as_busy() {
 /// stream's run cannot read.)
 #[tokio::test]
 async fn a_burst_of_other_runs_events_costs_a_streamed_run_none_of_its_parts() {
-    use crate::common::{event, native};
+    use crate::support::common::{event, native};
     use skillgate::events::KernelBus;
     let started = std::sync::Arc::new(tokio::sync::Notify::new());
     let go = std::sync::Arc::new(tokio::sync::Notify::new());

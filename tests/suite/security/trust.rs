@@ -13,8 +13,8 @@ use skillgate::schedule::runner::{Firing, run_firing};
 use skillgate::schedule::spec::Spec;
 use skillgate::{Context, ErrorKind, InvokeOptions, Kernel};
 
-use crate::common::{Project, native, untrusted_probe};
-use crate::server::{TestServer, problem, with_keys};
+use crate::support::common::{Project, native, untrusted_probe};
+use crate::support::server::{TestServer, problem, with_keys};
 
 fn project() -> Project {
     let project = Project::new();
@@ -422,8 +422,8 @@ async fn a_session_key_from_args_never_crosses_principals() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_websocket_group_is_the_callers_own_queue_and_reserved_topics_are_refused() {
-    use crate::ws_client::WsClient;
-    let mut server = TestServer::start(project(), crate::server::config()).await;
+    use crate::support::ws_client::WsClient;
+    let mut server = TestServer::start(project(), crate::support::server::config()).await;
     let bus = server.kernel.bus().clone();
     bus.subscribe_queue("jobs", "handler:worker", false)
         .await
@@ -528,7 +528,7 @@ async fn a_revoked_keys_handlers_pause_and_go_on_when_a_key_of_that_name_returns
 #[tokio::test]
 async fn a_web_session_id_the_server_did_not_sign_is_replaced_not_adopted() {
     use crate::sessions::{cookie_of, turns_project};
-    let mut server = TestServer::start(turns_project(), crate::server::config()).await;
+    let mut server = TestServer::start(turns_project(), crate::support::server::config()).await;
     // Fixation: the attacker plants a well-formed id in the victim's browser.
     let planted = "0123456789abcdef0123456789abcdef";
     for cookie in [

@@ -4,7 +4,7 @@
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
-use crate::webhook::{Seen, runtime, secret, start, wait_runs};
+use crate::webhook::routes::{Seen, runtime, secret, start, wait_runs};
 
 /// `(path, signature header, delivery id header)` of the schemes without a signed timestamp.
 const UNTIMED: [(&str, &str, &str); 2] = [

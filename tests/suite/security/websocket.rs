@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::common::Project;
-use crate::server::{TestServer, config};
-use crate::ws_client::{Frame, WsClient};
+use crate::support::common::Project;
+use crate::support::server::{TestServer, config};
+use crate::support::ws_client::{Frame, WsClient};
 
 fn echo() -> Project {
     let p = Project::new();

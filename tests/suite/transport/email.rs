@@ -15,9 +15,9 @@ use skillgate::config::values::Seconds;
 use skillgate::gateway::email::EmailSettings;
 
 use super::{Credential, Harness, Outcome, Part, Refusal, Setup};
-use crate::common::Project;
-use crate::server::{TestServer, config};
-use crate::smtp_sink::{Received, Sink};
+use crate::support::common::Project;
+use crate::support::server::{TestServer, config};
+use crate::support::smtp_sink::{Received, Sink};
 
 static NEXT: AtomicU64 = AtomicU64::new(1);
 
@@ -44,7 +44,7 @@ pub fn settings(sink: &Sink) -> EmailSettings {
             ..RouteSettings::default()
         }]),
         reply_window: Some(Seconds(Duration::ZERO)),
-        dns_resolver: Some(crate::dns_fake::dns().addr.to_string()),
+        dns_resolver: Some(crate::support::dns_fake::dns().addr.to_string()),
         ..EmailSettings::default()
     }
 }
@@ -62,7 +62,7 @@ pub async fn send(smtp: std::net::SocketAddr, from: &str, subject: &str, body: &
         .body(body.to_string())
         .unwrap();
     let domain = from.rsplit_once('@').unwrap().1;
-    let signed = crate::dns_fake::dns().sign(domain, &message.formatted());
+    let signed = crate::support::dns_fake::dns().sign(domain, &message.formatted());
     send_raw(smtp, message.envelope(), &signed).await;
     id
 }

@@ -6,8 +6,8 @@ use skillgate::Kernel;
 use skillgate::gateway::keys::{ApiKey, KeyRing, hash_key};
 
 use super::{Credential, Harness, Outcome, Part, Refusal, Setup};
-use crate::common::Project;
-use crate::server::{TestServer, config};
+use crate::support::common::Project;
+use crate::support::server::{TestServer, config};
 
 const KEY: &str = "sg_contract_key";
 

@@ -14,16 +14,16 @@ mod websocket;
 
 pub use skillgate::contract::{Credential, Harness, Outcome, Part, Refusal, Setup, natives};
 
-use crate::common::Project;
+use crate::support::common::Project;
 
 /// A test server for a harness: `project` with the natives the rules use, on `http`.
 pub async fn start_server(
     project: Project,
     doors: skillgate::server::DoorSettings,
     setup: &Setup,
-) -> crate::server::TestServer {
+) -> crate::support::server::TestServer {
     let tools = natives(&setup.held);
-    crate::server::TestServer::start_doors(project, doors, move |mut b| {
+    crate::support::server::TestServer::start_doors(project, doors, move |mut b| {
         for tool in tools {
             b = b.native(tool);
         }

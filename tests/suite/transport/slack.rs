@@ -13,9 +13,9 @@ use skillgate::config::values::Seconds;
 use skillgate::gateway::slack::SlackSettings;
 
 use super::{Credential, Harness, Outcome, Part, Refusal, Setup};
-use crate::common::Project;
-use crate::server::{TestServer, config};
-use crate::slack_fake::{self, FakeSlack};
+use crate::support::common::Project;
+use crate::support::server::{TestServer, config};
+use crate::support::slack_fake::{self, FakeSlack};
 
 static NEXT: AtomicU64 = AtomicU64::new(1);
 
@@ -56,7 +56,7 @@ async fn send(
         &format!("{skill} {args}"),
     );
     let body = payload.to_string();
-    let mut request = crate::common::http_client()
+    let mut request = crate::support::common::http_client()
         .post(format!("{server_url}/slack/events"))
         .header("content-type", "application/json")
         .body(body.clone());

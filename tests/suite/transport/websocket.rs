@@ -7,9 +7,9 @@ use skillgate::Kernel;
 use skillgate::gateway::keys::{ApiKey, KeyRing, hash_key};
 
 use super::{Credential, Harness, Outcome, Part, Refusal, Setup};
-use crate::common::Project;
-use crate::server::{TestServer, config};
-use crate::ws_client::{Frame, WsClient, request};
+use crate::support::common::Project;
+use crate::support::server::{TestServer, config};
+use crate::support::ws_client::{Frame, WsClient, request};
 
 const KEY: &str = "sg_contract_key";
 

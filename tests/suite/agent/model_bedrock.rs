@@ -16,7 +16,7 @@ use skillgate::agent::provider::{
     Delta, Message, ModelRequest, Provider, ProviderError, StopReason, ToolDef,
 };
 
-use crate::model_fake::{ModelFake, Reply, Request, bedrock_text, bedrock_tool_use};
+use crate::support::model_fake::{ModelFake, Reply, Request, bedrock_text, bedrock_tool_use};
 
 const ACCESS: &str = "AKIDTESTKEY";
 const SECRET: &str = "test-secret-key";
@@ -266,12 +266,12 @@ async fn an_agent_skill_runs_on_bedrock_end_to_end_from_the_aws_variables() {
         bedrock_text(&["The answer is 42."], 30, 6),
     ])
     .await;
-    let project = crate::common::Project::new();
+    let project = crate::support::common::Project::new();
     project.skill(
         "answer.skill.md",
         &format!("---\nname: answer\ndescription: Answers.\nmetadata:\n  model: bedrock/{MODEL}\n---\nAnswer.\n"),
     );
-    let mut command = crate::common::skillgate_command(project.path());
+    let mut command = crate::support::common::skillgate_command(project.path());
     command
         .args(["run", "answer"])
         .env("AWS_ACCESS_KEY_ID", ACCESS)
@@ -284,11 +284,11 @@ async fn an_agent_skill_runs_on_bedrock_end_to_end_from_the_aws_variables() {
     let out = tokio::task::spawn_blocking(move || command.output().unwrap())
         .await
         .unwrap();
-    let stdout = crate::common::stdout(&out);
+    let stdout = crate::support::common::stdout(&out);
     assert!(
         out.status.success(),
         "{stdout}\n{}",
-        crate::common::stderr(&out)
+        crate::support::common::stderr(&out)
     );
     assert_eq!(stdout.trim(), "The answer is 42.");
     let requests = fake.requests();

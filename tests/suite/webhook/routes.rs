@@ -17,8 +17,8 @@ use skillgate::gateway::keys::{ApiKey, KeyRing, hash_key};
 use skillgate::{Context, SkillError};
 use tokio::sync::Notify;
 
-use crate::common::{Project, native};
-use crate::server::{TestServer, config, problem};
+use crate::support::common::{Project, native};
+use crate::support::server::{TestServer, config, problem};
 
 /// The routes read their secrets from this variable, which cargo and nextest set for every
 /// test process (tests cannot set variables: the crate allows no `unsafe`).

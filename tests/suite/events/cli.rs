@@ -7,72 +7,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::common::{skillgate_command, stderr, stdout};
-use crate::events::Backend;
-
-/// Where the command line keeps events: the project's embedded SQLite file (`url` none), or a
-/// Postgres database of its own, dropped with the value.
-pub(crate) struct Store {
-    pub(crate) url: Option<String>,
-    admin: Option<(String, String)>,
-}
-
-impl Store {
-    pub(crate) fn sqlite() -> Store {
-        Store {
-            url: None,
-            admin: None,
-        }
-    }
-
-    /// The embedded store, and a Postgres one when `DATABASE_URL` is set.
-    pub(crate) fn all() -> Vec<Store> {
-        let mut stores = vec![Store::sqlite()];
-        if let Some(Backend::Postgres { url, schema }) = Backend::postgres() {
-            let database = schema;
-            admin_query(&url, &format!("CREATE DATABASE {database}"));
-            let (base, _) = url.rsplit_once('/').expect("DATABASE_URL names a database");
-            stores.push(Store {
-                url: Some(format!("{base}/{database}")),
-                admin: Some((url.clone(), database)),
-            });
-        }
-        stores
-    }
-
-    fn name(&self) -> &str {
-        if self.url.is_some() {
-            "postgres"
-        } else {
-            "sqlite"
-        }
-    }
-}
-
-impl Drop for Store {
-    fn drop(&mut self) {
-        if let Some((url, database)) = &self.admin {
-            admin_query(
-                url,
-                &format!("DROP DATABASE IF EXISTS {database} WITH (FORCE)"),
-            );
-        }
-    }
-}
-
-fn admin_query(url: &str, sql: &str) {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    runtime.block_on(async {
-        let pool = sqlx::PgPool::connect(url)
-            .await
-            .expect("connect to DATABASE_URL");
-        sqlx::query(sql).execute(&pool).await.expect(sql);
-        pool.close().await;
-    });
-}
+use crate::support::common::{skillgate_command, stderr, stdout};
+use crate::support::stores::{Store, admin_query};
 
 fn skillgate(project: &std::path::Path, args: &[&str]) -> Output {
     skillgate_on(project, &Store::sqlite(), args)

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use skillgate::events::KernelBus;
 
-use crate::common::{Project, event};
-use crate::server::{SseReader, TestServer, config, with_keys};
+use crate::support::common::{Project, event};
+use crate::support::server::{SseReader, TestServer, config, with_keys};
 
 async fn follow(server: &TestServer, last: Option<&str>) -> SseReader {
     let mut request = server.client.get(server.url("/events/orders"));

@@ -12,7 +12,7 @@ use skillgate::agent::provider::{
     Delta, Message, ModelRequest, ModelResponse, ProviderError, StopReason, ToolCall, ToolDef,
 };
 
-use crate::model_fake::{ModelFake, Reply, anthropic, anthropic_text, anthropic_tool_use};
+use crate::support::model_fake::{ModelFake, Reply, anthropic, anthropic_text, anthropic_tool_use};
 
 fn request() -> ModelRequest {
     ModelRequest {

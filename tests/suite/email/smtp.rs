@@ -15,9 +15,9 @@ use skillgate::config::email::TlsSettings;
 use skillgate::events::{KernelBus, WithBus};
 use skillgate::gateway::email::tls::acceptor;
 
-use crate::common::Project;
-use crate::server::{TestServer, config};
-use crate::smtp_sink::Sink;
+use crate::support::common::Project;
+use crate::support::server::{TestServer, config};
+use crate::support::smtp_sink::Sink;
 use crate::transport::email::{send, settings};
 
 /// A server whose default skill answers in markdown.
@@ -239,12 +239,12 @@ fn a_mail_answered_250_survives_a_sigkill_and_runs_after_restart() {
             // The embedded SQLite store in the project: the same one after the restart. A mail
             // the killed process had claimed comes back after the visibility timeout (3 s).
             let args = ["--bind", "127.0.0.1:0", "--visibility", "3000"];
-            let first = crate::process::serve(project.path(), &args, &[]);
+            let first = crate::support::process::serve(project.path(), &args, &[]);
             let smtp = smtp_addr(&first);
             let id = send(smtp, "ada@example.org", "kept", "please").await;
             first.kill();
             assert!(sink.answer_to(&id, Duration::from_millis(200)).await.is_none());
-            let second = crate::process::serve(project.path(), &args, &[]);
+            let second = crate::support::process::serve(project.path(), &args, &[]);
             let _ = smtp_addr(&second);
             let answer = sink.answer_to(&id, Duration::from_secs(30)).await.expect("answered after the restart");
             assert_eq!(answer.text(), "answered kept");
@@ -253,10 +253,10 @@ fn a_mail_answered_250_survives_a_sigkill_and_runs_after_restart() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mail_sent_while_the_store_is_down_gets_451_and_runs_when_sent_again() {
-    let Some(backend) = crate::events::Backend::postgres() else {
+    let Some(backend) = crate::support::stores::Backend::postgres() else {
         return;
     };
-    let Some(pg) = crate::common::PgCtl::from_env() else {
+    let Some(pg) = crate::support::common::PgCtl::from_env() else {
         return;
     };
     let store = backend.open(skillgate::events::Limits::default()).await;
@@ -447,7 +447,7 @@ fn a_certificate_that_cannot_be_read_or_does_not_fit_its_key_is_named_at_start()
 }
 
 /// The SMTP address a `serve` process printed.
-fn smtp_addr(served: &crate::process::Served) -> std::net::SocketAddr {
+fn smtp_addr(served: &crate::support::process::Served) -> std::net::SocketAddr {
     served
         .started
         .split("smtp://")

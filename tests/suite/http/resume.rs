@@ -9,8 +9,8 @@ use serde_json::{Value, json};
 use skillgate::Context;
 use tokio::sync::Notify;
 
-use crate::common::{Project, native};
-use crate::server::{Sse, SseReader, TestServer, config, problem};
+use crate::support::common::{Project, native};
+use crate::support::server::{Sse, SseReader, TestServer, config, problem};
 
 /// `steps` sends `part 0`, then waits for `go` before each of `part 1` and `part 2`, and
 /// answers how many times it ran.

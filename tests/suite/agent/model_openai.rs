@@ -14,7 +14,7 @@ use skillgate::agent::provider::{
     Delta, Message, ModelRequest, ModelResponse, ProviderError, StopReason, ToolCall, ToolDef,
 };
 
-use crate::model_fake::{ModelFake, Reply, openai_text, openai_tool_call};
+use crate::support::model_fake::{ModelFake, Reply, openai_text, openai_tool_call};
 
 fn request() -> ModelRequest {
     ModelRequest {

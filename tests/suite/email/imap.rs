@@ -13,9 +13,9 @@ use tokio::net::TcpStream;
 use skillgate::config::email::ImapSettings;
 use skillgate::config::values::Seconds;
 
-use crate::common::Project;
-use crate::server::{TestServer, config};
-use crate::smtp_sink::Sink;
+use crate::support::common::Project;
+use crate::support::server::{TestServer, config};
+use crate::support::smtp_sink::Sink;
 use crate::transport::email::settings;
 
 static NEXT: AtomicUsize = AtomicUsize::new(0);
@@ -179,7 +179,7 @@ fn an_imap_restart_after_a_sigkill_neither_misses_nor_repeats_a_mail() {
             // The project's embedded SQLite store keeps the folder's position across the kill.
             let args = ["--bind", "127.0.0.1:0"];
             let env = [("TEST_IMAP_PASSWORD", "secret")];
-            let first = crate::process::serve(project.path(), &args, &env);
+            let first = crate::support::process::serve(project.path(), &args, &env);
             let before = deliver(&host, port, &user, "before", false).await;
             sink.answer_to(&before, Duration::from_secs(20))
                 .await
@@ -188,7 +188,7 @@ fn an_imap_restart_after_a_sigkill_neither_misses_nor_repeats_a_mail() {
 
             // Read in a mail client while the service was down: only the remembered UID finds it.
             let meanwhile = deliver(&host, port, &user, "meanwhile", true).await;
-            let second = crate::process::serve(project.path(), &args, &env);
+            let second = crate::support::process::serve(project.path(), &args, &env);
             let answer = sink
                 .answer_to(&meanwhile, Duration::from_secs(20))
                 .await

@@ -10,8 +10,8 @@ use parking_lot::Mutex;
 use skillgate::events::postgres::PostgresStore;
 use skillgate::events::{Event, EventStore, Limits};
 
-use crate::common::{event, skillgate_command};
-use crate::events::Backend;
+use crate::support::common::{event, skillgate_command};
+use crate::support::stores::Backend;
 
 fn n_of(e: &Event) -> u64 {
     e.data
@@ -263,7 +263,7 @@ async fn a_postgres_restart_during_consumption_loses_no_event() {
     let Some(backend) = Backend::postgres() else {
         return;
     };
-    let Some(pg) = crate::common::PgCtl::from_env() else {
+    let Some(pg) = crate::support::common::PgCtl::from_env() else {
         return;
     };
     let store = backend.open(Limits::default()).await;

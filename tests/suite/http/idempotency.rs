@@ -8,8 +8,8 @@ use serde_json::{Value, json};
 use skillgate::Context;
 use tokio::sync::Notify;
 
-use crate::common::{Project, native};
-use crate::server::{TestServer, config, problem};
+use crate::support::common::{Project, native};
+use crate::support::server::{TestServer, config, problem};
 
 /// `count` answers how many times it ran; `held` says when it started and answers
 /// once released.

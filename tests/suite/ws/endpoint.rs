@@ -13,9 +13,9 @@ use skillgate::{Context, SkillError};
 use tokio::sync::Notify;
 use tokio_tungstenite::tungstenite::Message;
 
-use crate::common::{Project, event, native};
-use crate::server::{TestServer, config, with_keys};
-use crate::ws_client::{WsClient, request};
+use crate::support::common::{Project, event, native};
+use crate::support::server::{TestServer, config, with_keys};
+use crate::support::ws_client::{WsClient, request};
 
 /// `hello` (a template), `talk` (logs, sends two messages, answers), `held` (answers once
 /// released), `echo` (answers with what the client sends it next).
@@ -74,7 +74,7 @@ async fn start(settings: HttpConfig) -> (TestServer, Arc<Notify>) {
 fn ws(config: WsConfig) -> HttpConfig {
     HttpConfig {
         websocket: config,
-        ..crate::server::config()
+        ..crate::support::server::config()
     }
 }
 

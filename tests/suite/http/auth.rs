@@ -9,8 +9,8 @@ use skillgate::gateway::keys::{ApiKey, KeyRing, hash_key};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::server::{TestServer, config, problem};
-use crate::server::{hello_and_admin as project, with_keys};
+use crate::support::server::{TestServer, config, problem};
+use crate::support::server::{hello_and_admin as project, with_keys};
 
 #[tokio::test]
 async fn without_a_key_a_protected_path_is_401_and_healthz_stays_public() {

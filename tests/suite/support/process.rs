@@ -8,7 +8,7 @@ use std::process::{Child, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use crate::common::{sigterm, skillgate_command};
+use crate::support::common::{sigterm, skillgate_command};
 
 /// A running `skillgate serve` and its stderr lines.
 pub struct Served {
@@ -74,7 +74,9 @@ impl Served {
         path: &str,
         body: &serde_json::Value,
     ) -> (u16, serde_json::Value) {
-        let mut request = crate::common::http_client().post(self.url(path)).json(body);
+        let mut request = crate::support::common::http_client()
+            .post(self.url(path))
+            .json(body);
         if let Some(key) = key {
             request = request.bearer_auth(key);
         }
@@ -85,7 +87,7 @@ impl Served {
 
     /// GETs `path`: its JSON answer.
     pub async fn get(&self, path: &str) -> serde_json::Value {
-        crate::common::http_client()
+        crate::support::common::http_client()
             .get(self.url(path))
             .send()
             .await

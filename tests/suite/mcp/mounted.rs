@@ -8,8 +8,8 @@ use serde_json::{Value, json};
 use skillgate::error::ErrorKind;
 use skillgate::{InvokeOptions, Kernel};
 
-use crate::common::{Project, plain};
-use crate::server::{TestServer, config, with_keys};
+use crate::support::common::{Project, plain};
+use crate::support::server::{TestServer, config, with_keys};
 
 /// The fixture server, built beside the test binaries (`cargo test` builds the examples).
 fn fixture() -> String {
@@ -320,7 +320,7 @@ async fn a_server_that_cannot_start_is_named() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_is_shown_a_mounted_tool_and_its_code_calls_it() {
     use crate::agent::{agent_skill, code_turn, text_turn, tool_result};
-    use crate::model_fake::ModelFake;
+    use crate::support::model_fake::ModelFake;
     let fake = ModelFake::start(vec![
         code_turn(
             "c1",
@@ -379,7 +379,10 @@ async fn mounted_tools_stay_when_paths_resolves_the_skill_again() {
 async fn untrusted_code_cannot_mount_a_server_of_its_choosing() {
     let p = project(stdio());
     let marker = p.path().join("started");
-    let kernel = p.builder().native(crate::common::untrusted_probe()).build();
+    let kernel = p
+        .builder()
+        .native(crate::support::common::untrusted_probe())
+        .build();
     let mount = json!({ "evil": { "command": "touch", "args": [marker.display().to_string()] } });
     let attempts = [
         format!("return await ctx.manager.invoke('mcp', {mount});"),
@@ -517,7 +520,7 @@ async fn a_skill_invoked_by_a_mounting_skill_keeps_its_mounts_and_adds_its_own()
 
 /// A `serve` process with a skill `pid` answering the pid of a stdio server that does not end
 /// when its client goes away, and that pid.
-async fn serving_an_outliving_server() -> (crate::process::Served, Project, String) {
+async fn serving_an_outliving_server() -> (crate::support::process::Served, Project, String) {
     let p = Project::new();
     let mcp = json!({ "fx": { "command": fixture(), "env": { "FIXTURE_OUTLIVE_CLIENT": "1" } } });
     p.skill(
@@ -527,7 +530,7 @@ async fn serving_an_outliving_server() -> (crate::process::Served, Project, Stri
              export default async (ctx) => ctx.manager.invoke('fx-pid', {{}});\n"
         ),
     );
-    let served = crate::process::serve(
+    let served = crate::support::process::serve(
         p.path(),
         &["--bind", "127.0.0.1:0", "--watch", "false"],
         &[],

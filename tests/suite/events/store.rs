@@ -8,90 +8,15 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 use skillgate::events::WithBus;
-use skillgate::events::memory::MemoryStore;
 use skillgate::events::postgres::PostgresStore;
-use skillgate::events::sqlite::SqliteStore;
-use skillgate::events::{Bus, BusConfig, EventStore, Limits};
+use skillgate::events::{Bus, EventStore, Limits};
 use skillgate::{ErrorKind, InvokeOptions, Kernel};
 
-use crate::common::{Project, event, native, plain};
+use crate::support::common::{Project, event, native, plain};
+use crate::support::stores::Backend;
 
 /// Generous bound on waits that only end if a rule holds (a hang guard, not a timing check).
 const GUARD: Duration = Duration::from_secs(30);
-
-/// Where a store's data lives, so a test can open a second store on the same data.
-pub enum Backend {
-    Memory(Mutex<Option<Arc<MemoryStore>>>),
-    Sqlite(tempfile::TempDir),
-    Postgres { url: String, schema: String },
-}
-
-impl Backend {
-    pub fn memory() -> Option<Backend> {
-        Some(Backend::Memory(Mutex::new(None)))
-    }
-
-    pub fn sqlite() -> Option<Backend> {
-        Some(Backend::Sqlite(tempfile::tempdir().expect("temp dir")))
-    }
-
-    /// `None` (skip) when no Postgres is configured, unless the run requires it.
-    pub fn postgres() -> Option<Backend> {
-        match std::env::var("DATABASE_URL") {
-            Ok(url) if !url.is_empty() => Some(Backend::Postgres {
-                url,
-                schema: format!(
-                    "t{}",
-                    skillgate::context::id::format(skillgate::context::id::next_id())
-                ),
-            }),
-            _ if std::env::var("SKILLGATE_REQUIRE_PG").is_ok() => {
-                panic!("SKILLGATE_REQUIRE_PG is set but DATABASE_URL is not")
-            }
-            _ => {
-                eprintln!("skipped: DATABASE_URL is not set (scripts/test sets it)");
-                None
-            }
-        }
-    }
-
-    pub async fn open(&self, limits: Limits) -> Arc<dyn EventStore> {
-        match self {
-            Backend::Memory(slot) => {
-                let mut slot = slot.lock();
-                slot.get_or_insert_with(|| Arc::new(MemoryStore::new(limits)))
-                    .clone()
-            }
-            Backend::Sqlite(dir) => Arc::new(
-                SqliteStore::open(&dir.path().join("events.db"), limits, false)
-                    .await
-                    .expect("open sqlite"),
-            ),
-            Backend::Postgres { url, schema } => Arc::new(
-                PostgresStore::connect(url, Some(schema), limits)
-                    .await
-                    .expect("connect postgres"),
-            ),
-        }
-    }
-
-    pub async fn bus(&self, limits: Limits, visibility: Duration) -> Arc<Bus> {
-        Arc::new(Bus::new(
-            self.open(limits).await,
-            BusConfig::with_visibility(visibility),
-        ))
-    }
-
-    pub async fn cleanup(&self) {
-        if let Backend::Postgres { url, schema } = self
-            && let Ok(pool) = sqlx::PgPool::connect(url).await
-        {
-            let _ = sqlx::query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
-                .execute(&pool)
-                .await;
-        }
-    }
-}
 
 macro_rules! contract {
     ($($rule:ident),* $(,)?) => {

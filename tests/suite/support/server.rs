@@ -15,7 +15,7 @@ use skillgate::kernel::KernelBuilder;
 use skillgate::server::{DoorSettings, Doors, ShutdownReport};
 use tokio::sync::oneshot;
 
-use crate::common::Project;
+use crate::support::common::Project;
 
 pub struct TestServer {
     pub addr: SocketAddr,
@@ -114,7 +114,7 @@ impl TestServer {
         ));
         TestServer {
             addr,
-            client: crate::common::http_client(),
+            client: crate::support::common::http_client(),
             kernel,
             gateway,
             stop: Some(stop),

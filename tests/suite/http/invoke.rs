@@ -9,8 +9,8 @@ use skillgate::Context;
 use skillgate::events::KernelBus;
 use tokio::sync::Notify;
 
-use crate::common::{Project, native};
-use crate::server::{TestServer, config, problem};
+use crate::support::common::{Project, native};
+use crate::support::server::{TestServer, config, problem};
 
 /// The `hello` skill with a strict schema: `name` is required and `age`, when given, is an
 /// integer of 0 or more.

@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::common::{Project, skillgate_command, stderr, stdout};
-use crate::events_cli::Store;
-use crate::process::{Served, serve};
+use crate::support::common::{Project, skillgate_command, stderr, stdout};
+use crate::support::process::{Served, serve};
+use crate::support::stores::Store;
 
 /// A project whose main skill routes `orders` to `on-order`, and whose `on-refund` routes
 /// `refunds` to itself; both handlers emit `handled` with what they saw.

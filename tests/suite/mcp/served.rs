@@ -13,8 +13,8 @@ use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use serde_json::{Value, json};
 
-use crate::common::Project;
-use crate::server::{TestServer, with_keys};
+use crate::support::common::Project;
+use crate::support::server::{TestServer, with_keys};
 
 /// A client that keeps the notifications it gets.
 #[derive(Clone, Default)]
@@ -219,7 +219,7 @@ async fn the_events_of_a_call_reach_the_client_as_notifications_while_it_runs() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_called_over_mcp_streams_its_agent_events() {
     use crate::agent::{agent_skill, text_turn};
-    use crate::model_fake::ModelFake;
+    use crate::support::model_fake::ModelFake;
     let fake = ModelFake::start(vec![text_turn("Done for Ada.")]).await;
     let p = project();
     p.skill("helper.skill.md", &agent_skill("helper", &fake, "", ""));

@@ -10,9 +10,9 @@ use serde_json::{Value, json};
 use skillgate::config::slack::RouteSettings;
 use skillgate::gateway::slack::SlackSettings;
 
-use crate::common::Project;
-use crate::server::{TestServer, config};
-use crate::slack_fake::{self, FakeSlack, mention, sign};
+use crate::support::common::Project;
+use crate::support::server::{TestServer, config};
+use crate::support::slack_fake::{self, FakeSlack, mention, sign};
 use crate::transport::slack::settings;
 
 /// A project whose `brief` answers in markdown, and a server whose Slack default is `brief`.
@@ -300,7 +300,7 @@ async fn socket_mode_acks_after_queueing_and_reconnects_losing_and_doubling_noth
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_streamed_answer_is_one_message_updated_at_a_bounded_rate() {
-    use crate::common::native;
+    use crate::support::common::native;
     let fake = FakeSlack::start().await;
     let pieces: Vec<String> = (0..12).map(|n| format!("w{n} ")).collect();
     let whole: String = pieces.concat();
@@ -365,7 +365,7 @@ async fn a_streamed_answer_is_one_message_updated_at_a_bounded_rate() {
 }
 
 fn check(project: &Project, env: &[(&str, String)]) -> std::process::Output {
-    let mut command = crate::common::skillgate_command(project.path());
+    let mut command = crate::support::common::skillgate_command(project.path());
     command.args(["slack", "check"]);
     for (k, v) in env {
         command.env(k, v);

@@ -10,8 +10,8 @@ use skillgate::events::KernelBus;
 use skillgate::gateway::transport::State;
 use tokio::sync::Notify;
 
-use crate::common::{Project, native};
-use crate::server::{TestServer, config, problem};
+use crate::support::common::{Project, native};
+use crate::support::server::{TestServer, config, problem};
 
 fn project() -> Project {
     let project = Project::new();
@@ -490,7 +490,7 @@ fn the_documented_topic_pattern_is_what_the_server_accepts() {
 #[tokio::test]
 async fn the_project_document_has_one_operation_per_skill_the_key_may_invoke_and_is_valid_openapi()
 {
-    let mut server = TestServer::start(project(), crate::server::with_keys()).await;
+    let mut server = TestServer::start(project(), crate::support::server::with_keys()).await;
     let document = |key: &'static str| {
         let server = &server;
         async move {

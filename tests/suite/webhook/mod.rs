@@ -1,0 +1,3 @@
+//! Signed webhooks (`routes`): each scheme, replays, queued deliveries across restarts.
+
+pub(crate) mod routes;

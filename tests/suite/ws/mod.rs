@@ -1,0 +1,3 @@
+//! The WebSocket door (`endpoint`): the protocol, subscriptions, limits and keys.
+
+mod endpoint;
