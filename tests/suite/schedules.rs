@@ -5,7 +5,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
 use serde_json::{Value, json};
 use skillgate::events::KernelBus;
 use skillgate::middleware::native;
@@ -15,11 +14,12 @@ use skillgate::{ErrorKind, InvokeOptions, Kernel};
 
 use crate::support::common::{Project, plain};
 use crate::support::process::{Served, serve};
+use crate::support::record::Record;
 use crate::support::stores::Store;
 
 /// A kernel with a `tick` skill that records the `schedule` it was fired for and its args.
-fn ticking() -> (Kernel, Arc<Mutex<Vec<Value>>>) {
-    let seen: Arc<Mutex<Vec<Value>>> = Arc::default();
+fn ticking() -> (Kernel, Record) {
+    let seen = Record::default();
     let kernel = {
         let seen = seen.clone();
         Project::new()
@@ -28,8 +28,7 @@ fn ticking() -> (Kernel, Arc<Mutex<Vec<Value>>>) {
                 let seen = seen.clone();
                 async move {
                     let schedule = ctx.get("nonlocals.schedule")?.unwrap_or(Value::Null);
-                    seen.lock()
-                        .push(json!({ "schedule": schedule, "args": *args }));
+                    seen.push(json!({ "schedule": schedule, "args": *args }));
                     Ok(None)
                 }
             }))
@@ -174,11 +173,7 @@ async fn firings_missed_while_down_run_once_or_are_skipped_as_the_schedule_says(
     assert_eq!(fire_due(&kernel, &store).await.unwrap(), 1);
     // Nothing is due now: a second pass takes nothing.
     assert_eq!(fire_due(&kernel, &store).await.unwrap(), 0);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while seen.lock().is_empty() && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    let runs = seen.lock().clone();
+    let runs = seen.at_least(1).await;
     assert_eq!(runs.len(), 1, "{runs:?}");
     assert_eq!(runs[0]["schedule"]["name"], "catch-up");
     assert_eq!(runs[0]["schedule"]["missed"], true);
@@ -218,18 +213,18 @@ async fn a_schedule_with_times_stops_after_its_last_run() {
     let left = &store.schedules().await.unwrap()[0];
     assert_eq!((left.next_ms, left.runs), (None, 2));
     assert_eq!(fire_due(&kernel, &store).await.unwrap(), 0);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while seen.lock().len() < 2 && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert!(seen.lock().iter().all(|r| r["args"] == json!({ "k": 1 })));
+    let runs = seen.at_least(2).await;
+    assert!(
+        runs.iter().all(|r| r["args"] == json!({ "k": 1 })),
+        "{runs:?}"
+    );
 }
 
 #[tokio::test]
 async fn a_schedule_whose_skill_is_gone_is_paused_shown_and_resumes_when_it_is_back() {
     let health = Arc::new(skillgate::schedule::health::ScheduleHealth::default());
     let (kernel, seen) = {
-        let seen: Arc<Mutex<Vec<Value>>> = Arc::default();
+        let seen = Record::default();
         let kernel = Project::new().builder().extension(health.clone()).build();
         (kernel, seen)
     };
@@ -279,7 +274,7 @@ async fn a_schedule_whose_skill_is_gone_is_paused_shown_and_resumes_when_it_is_b
         .register(native("name: gone\n", move |_ctx, _args| {
             let ran = ran.clone();
             async move {
-                ran.lock().push(json!(true));
+                ran.push(json!(true));
                 Ok(None)
             }
         }));
@@ -288,11 +283,7 @@ async fn a_schedule_whose_skill_is_gone_is_paused_shown_and_resumes_when_it_is_b
         health.to_json()["held"],
         json!([{ "name": "garbled", "reason": "its stored spec cannot be read; the cause is in the log" }])
     );
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while seen.lock().is_empty() && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert_eq!(seen.lock().len(), 1);
+    assert_eq!(seen.at_least(1).await.len(), 1);
 }
 
 /// The names of the stored schedules.

@@ -137,9 +137,7 @@ async fn aborting_the_pipeline_stops_the_built_in_provider_in_the_middle_of_a_mo
     let mut options = InvokeOptions::default();
     options.context.signal = Some(signal.clone());
     let call = tokio::spawn(async move { kernel.invoke("task", json!({}), options).await });
-    while fake.requests().is_empty() {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    fake.asked().await;
     signal.cancel();
     let out = tokio::time::timeout(Duration::from_secs(30), call)
         .await

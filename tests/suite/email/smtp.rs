@@ -13,6 +13,7 @@ use lettre::transport::smtp::client::{Certificate, Tls, TlsParameters};
 use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
 use skillgate::config::email::TlsSettings;
 use skillgate::events::{KernelBus, WithBus};
+use skillgate::gateway::email::intake::TOPIC;
 use skillgate::gateway::email::tls::acceptor;
 
 use crate::support::common::Project;
@@ -116,7 +117,7 @@ async fn a_mail_gets_one_threaded_answer_marked_auto_replied() {
     let parsed = answer.parsed();
     let html = parsed.body_html(0).expect("an HTML alternative");
     assert!(html.contains("<strong>Re</strong>"), "{html}");
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(server.queued(TOPIC).await.len(), 1, "one mail queued");
     assert_eq!(sink.count(), 1);
 }
 
@@ -166,7 +167,7 @@ async fn the_same_message_id_delivered_twice_runs_once() {
     sink.answer_to("twice@example.org", Duration::from_secs(20))
         .await
         .expect("an answer");
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(server.queued(TOPIC).await.len(), 1, "queued once");
     assert_eq!(sink.count(), 1);
 }
 

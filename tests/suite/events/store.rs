@@ -13,6 +13,7 @@ use skillgate::events::{Bus, EventStore, Limits};
 use skillgate::{ErrorKind, InvokeOptions, Kernel};
 
 use crate::support::common::{Project, event, native, plain};
+use crate::support::record::Record;
 use crate::support::stores::Backend;
 
 /// Generous bound on waits that only end if a rule holds (a hang guard, not a timing check).
@@ -594,18 +595,18 @@ async fn event_skills_work_through_the_pipeline(b: &Backend) {
 
 async fn the_event_middleware_routes_topics_to_skills(b: &Backend) {
     let bus = b.bus(Limits::default(), LONG).await;
-    let seen: Arc<Mutex<Vec<(String, String)>>> = Arc::default();
+    let seen = Record::default();
     let p = Project::new();
     p.skill(
         "router.skill.md",
         "---\nname: router\nmetadata:\n  event:\n    routes:\n      - { topic: deploy, ref: on-deploy }\n---\nrouted",
     );
-    let record = |name: &'static str, seen: Arc<Mutex<Vec<(String, String)>>>| {
+    let record = |name: &'static str, seen: Record| {
         move |_ctx: skillgate::Context, args: Arc<Value>| {
             let seen = seen.clone();
             async move {
                 if let Some(topic) = args.get("topic").and_then(Value::as_str) {
-                    seen.lock().push((name.to_string(), topic.to_string()));
+                    seen.push(json!([name, topic]));
                 }
                 Ok(None)
             }
@@ -638,34 +639,31 @@ async fn the_event_middleware_routes_topics_to_skills(b: &Backend) {
         .unwrap();
     bus.emit(&event("deploy", 1)).await.unwrap();
     bus.emit(&event("rollback", 2)).await.unwrap();
-    let deadline = tokio::time::Instant::now() + GUARD;
-    while seen.lock().len() < 2 && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let mut seen = seen.lock().clone();
-    seen.sort();
+    let mut seen = seen.at_least(2).await;
+    seen.sort_by_key(|pair| pair[0].as_str().unwrap_or_default().to_string());
     assert_eq!(
         seen,
         [
-            ("listener".to_string(), "rollback".to_string()),
-            ("on-deploy".to_string(), "deploy".to_string())
+            json!(["listener", "rollback"]),
+            json!(["on-deploy", "deploy"])
         ]
     );
+    // Each route subscribed once: one queue a topic, so no event can run twice.
+    for topic in ["deploy", "rollback"] {
+        assert_eq!(bus.store().queues(topic).await.unwrap().len(), 1, "{topic}");
+    }
     bus.shutdown();
 }
 
 async fn event_unsubscribe_removes_one_handler_a_queue_or_every_handler(b: &Backend) {
     let bus = b.bus(Limits::default(), LONG).await;
-    let handled: Arc<Mutex<Vec<(String, u64)>>> = Arc::default();
+    let handled = Record::default();
     let record = |name: &'static str| {
         let handled = handled.clone();
         move |_ctx: skillgate::Context, args: Arc<Value>| {
             let handled = handled.clone();
             async move {
-                handled
-                    .lock()
-                    .push((name.to_string(), args["data"]["n"].as_u64().unwrap()));
+                handled.push(json!([name, args["data"]["n"]]));
                 Ok(None)
             }
         }
@@ -699,11 +697,7 @@ async fn event_unsubscribe_removes_one_handler_a_queue_or_every_handler(b: &Back
     let out = call("event-unsubscribe", json!({"topic": "u", "ref": "first"})).await;
     assert_eq!(out, json!({"removed": 1}));
     bus.emit(&event("u", 1)).await.unwrap();
-    let deadline = tokio::time::Instant::now() + GUARD;
-    while handled.lock().is_empty() && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert_eq!(*handled.lock(), [("second".to_string(), 1)]);
+    assert_eq!(handled.at_least(1).await, [json!(["second", 1])]);
     // A named queue: gone, with what it held.
     let out = call("event-unsubscribe", json!({"topic": "u", "queue": "inbox"})).await;
     assert_eq!(out, json!({"removed": 1}));

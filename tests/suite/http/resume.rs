@@ -7,15 +7,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde_json::{Value, json};
 use skillgate::Context;
-use tokio::sync::Notify;
+use tokio::sync::Semaphore;
 
 use crate::support::common::{Project, native};
 use crate::support::server::{Sse, SseReader, TestServer, config, problem};
 
-/// `steps` sends `part 0`, then waits for `go` before each of `part 1` and `part 2`, and
-/// answers how many times it ran.
-async fn start() -> (TestServer, Arc<Notify>, Arc<AtomicU64>) {
-    let go = Arc::new(Notify::new());
+/// `steps` sends `part 0`, then takes a permit of `go` before each of `part 1` and `part 2`,
+/// and answers how many times it ran.
+async fn start() -> (TestServer, Arc<Semaphore>, Arc<AtomicU64>) {
+    let go = Arc::new(Semaphore::new(0));
     let runs = Arc::new(AtomicU64::new(0));
     let (gate, counted) = (go.clone(), runs.clone());
     let tool = native(
@@ -26,7 +26,7 @@ async fn start() -> (TestServer, Arc<Notify>, Arc<AtomicU64>) {
                 let run = counted.fetch_add(1, Ordering::SeqCst) + 1;
                 for i in 0..3 {
                     if i > 0 {
-                        gate.notified().await;
+                        gate.acquire().await.expect("open").forget();
                     }
                     ctx.invoke(
                         "gateway-send",
@@ -109,11 +109,11 @@ async fn a_keyed_stream_goes_on_without_its_client_and_resumes_after_last_event_
     let last = seen.last().unwrap().id.clone().unwrap();
     drop(first);
     // With nobody reading, the run still goes on to its next part.
-    go.notify_one();
+    go.add_permits(1);
     let mut resumed = open(&server, "job-1", Some(&last)).await;
     let mut after = until_message(&mut resumed).await;
     assert_eq!(messages(&after), ["part 1"]);
-    go.notify_one();
+    go.add_permits(1);
     after.extend(rest(&mut resumed).await);
     assert_eq!(messages(&after), ["part 1", "part 2"]);
     let end = after.last().unwrap();
@@ -132,9 +132,9 @@ async fn the_same_keyed_stream_without_last_event_id_replays_every_frame_and_run
     let (server, go, runs) = start().await;
     let mut first = open(&server, "job-2", None).await;
     let mut original = until_message(&mut first).await;
-    go.notify_one();
+    go.add_permits(1);
     original.extend(until_message(&mut first).await);
-    go.notify_one();
+    go.add_permits(1);
     original.extend(rest(&mut first).await);
     assert_eq!(original.last().unwrap().event, "result");
     let replayed = rest(&mut open(&server, "job-2", None).await).await;
@@ -166,7 +166,8 @@ async fn last_event_id_without_an_idempotency_key_is_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_that_got_a_json_answer_is_refused_for_a_stream() {
     let (server, go, _) = start().await;
-    go.notify_one();
+    // Both steps may go: the JSON request runs to its end.
+    go.add_permits(2);
     let json_first = tokio::spawn({
         let client = server.client.clone();
         let url = server.url("/invoke/steps");
@@ -180,9 +181,6 @@ async fn a_key_that_got_a_json_answer_is_refused_for_a_stream() {
                 .unwrap()
         }
     });
-    // Let the JSON request take the key, then release its steps.
-    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    go.notify_one();
     assert_eq!(json_first.await.unwrap().status(), 200);
     let body = problem(stream(&server, Some("job-3"), None).await, 422).await;
     assert_eq!(body["type"], "/docs#problem-idempotency-key-reused");

@@ -1,9 +1,6 @@
 //! MCP out, with the official SDK's client (`rmcp`) speaking the published protocol: `/mcp`
 //! over Streamable HTTP under the gateway's keys and policy, and `skillgate mcp` over stdio.
 
-use std::sync::Arc;
-
-use parking_lot::Mutex;
 #[allow(deprecated)] // logging notifications are what skillgate sends today
 use rmcp::model::LoggingMessageNotificationParam;
 use rmcp::model::{CallToolRequestParams, CallToolResult, JsonObject};
@@ -14,11 +11,12 @@ use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use serde_json::{Value, json};
 
 use crate::support::common::Project;
+use crate::support::record::Record;
 use crate::support::server::{TestServer, with_keys};
 
 /// A client that keeps the notifications it gets.
 #[derive(Clone, Default)]
-pub(crate) struct Client(Arc<Mutex<Vec<Value>>>);
+pub(crate) struct Client(Record);
 
 impl ClientHandler for Client {
     #[allow(deprecated)]
@@ -27,11 +25,11 @@ impl ClientHandler for Client {
         params: LoggingMessageNotificationParam,
         _context: NotificationContext<RoleClient>,
     ) {
-        self.0.lock().push(params.data);
+        self.0.push(params.data);
     }
 
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
-        self.0.lock().push(json!({ "toolListChanged": true }));
+        self.0.push(json!({ "toolListChanged": true }));
     }
 }
 
@@ -87,20 +85,12 @@ async fn call(client: &RunningService<RoleClient, Client>, tool: &str, a: Value)
 }
 
 /// The notifications the client has handled once `done` holds of them (the client handles a
-/// notification on its own task, so the last ones may land just after the call's answer);
-/// a hang guard of 10 s.
+/// notification on its own task, so the last ones may land just after the call's answer).
 async fn notifications_until(
     client: &RunningService<RoleClient, Client>,
     done: impl Fn(&[Value]) -> bool,
 ) -> Vec<Value> {
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
-    loop {
-        let seen = client.service().0.lock().clone();
-        if done(&seen) || tokio::time::Instant::now() > deadline {
-            return seen;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+    client.service().0.until(done).await
 }
 
 async fn tool_names(client: &RunningService<RoleClient, Client>) -> Vec<String> {
@@ -324,20 +314,11 @@ async fn an_mcp_client_over_stdio_is_told_when_an_edit_changes_the_skills() {
         "added.skill.md",
         "---\nname: added\ndescription: New.\n---\nI am new.\n",
     );
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
-    while !client
+    client
         .service()
         .0
-        .lock()
-        .iter()
-        .any(|n| n["toolListChanged"] == true)
-    {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no notifications/tools/list_changed"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+        .until(|seen| seen.iter().any(|n| n["toolListChanged"] == true))
+        .await;
     assert!(tool_names(&client).await.contains(&"added".to_string()));
     client.cancel().await.unwrap();
 }

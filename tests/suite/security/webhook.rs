@@ -3,6 +3,7 @@
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
+use skillgate::gateway::webhook::routes::topic_for;
 
 use crate::webhook::routes::{Seen, runtime, secret, start, wait_runs};
 
@@ -48,7 +49,9 @@ fn replayed_once(path: &'static str, signature_header: &'static str, id_header: 
         assert_eq!(answer["duplicate"], true);
         // The sender's own retry of the first delivery is still the plain duplicate it was.
         assert_eq!(send("gh-1").await.unwrap().status(), 200);
-        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        let queued = server.queued(&topic_for(path)).await;
+        let ids: Vec<&serde_json::Value> = queued.iter().map(|d| &d["deliveryId"]).collect();
+        assert_eq!(ids, [&serde_json::json!("gh-1")], "queued once: {path}");
         assert_eq!(
             seen.runs.lock().len(),
             1,

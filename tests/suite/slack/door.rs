@@ -15,6 +15,17 @@ use crate::support::server::{TestServer, config};
 use crate::support::slack_fake::{self, FakeSlack, mention, sign};
 use crate::transport::slack::settings;
 
+/// The Slack event ids the door queued so far, in order (what can ever be answered).
+async fn queued_ids(server: &TestServer) -> Vec<String> {
+    let queued = server
+        .queued(skillgate::gateway::slack::intake::TOPIC)
+        .await;
+    queued
+        .iter()
+        .map(|data| data["eventId"].as_str().unwrap().to_string())
+        .collect()
+}
+
 /// A project whose `brief` answers in markdown, and a server whose Slack default is `brief`.
 async fn start(fake: &FakeSlack, tune: impl FnOnce(&mut SlackSettings)) -> TestServer {
     let project = Project::new();
@@ -82,7 +93,11 @@ async fn a_bad_or_stale_signature_is_401_and_nothing_runs() {
     let good = mention("Ev3", "C1", "1700000002.000200", "ok");
     assert_eq!(post_event(&server, &good, signed(&good)).await, 200);
     fake.answer_in("C1", "1700000002.000200").await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        queued_ids(&server).await,
+        ["Ev3"],
+        "only the signed event is queued"
+    );
     assert_eq!(fake.calls("chat.postMessage").len(), 1);
 }
 
@@ -124,7 +139,11 @@ async fn the_same_event_retried_three_times_is_answered_once() {
         assert_eq!(post_event(&server, &event, headers).await, 200);
     }
     fake.answer_in("C1", "1700000004.000100").await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        queued_ids(&server).await.len(),
+        1,
+        "the retries are not queued"
+    );
     assert_eq!(fake.calls("chat.postMessage").len(), 1);
 }
 
@@ -144,7 +163,11 @@ async fn the_bots_own_messages_other_bots_and_edits_are_ignored() {
     let person = slack_fake::dm("Ev8", "UHUMAN", "1700000005.000400", "a person");
     assert_eq!(post_event(&server, &person, signed(&person)).await, 200);
     fake.answer_in("D1", "1700000005.000400").await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        queued_ids(&server).await,
+        ["Ev8"],
+        "only the person's message is queued"
+    );
     let posts = fake.calls("chat.postMessage");
     assert_eq!(posts.len(), 1, "only the person is answered: {posts:?}");
 }
@@ -293,7 +316,11 @@ async fn socket_mode_acks_after_queueing_and_reconnects_losing_and_doubling_noth
         mention("Ev21", "C3", "1700000021.000100", "second"),
     );
     acked("env-3").await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        queued_ids(&server).await.len(),
+        2,
+        "the repeated event is not queued"
+    );
     assert_eq!(fake.calls("chat.postMessage").len(), 2);
     drop(server);
 }

@@ -7,6 +7,7 @@ pub(crate) mod common;
 pub(crate) mod dns_fake;
 pub(crate) mod model_fake;
 pub(crate) mod process;
+pub(crate) mod record;
 pub(crate) mod server;
 pub(crate) mod slack_fake;
 pub(crate) mod smtp_sink;

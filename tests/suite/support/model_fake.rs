@@ -51,6 +51,8 @@ struct Inner {
     /// What every request gets once the script is done, if anything.
     always: Option<Reply>,
     requests: Mutex<Vec<Request>>,
+    /// Woken at each request.
+    asked: tokio::sync::Notify,
 }
 
 pub struct ModelFake {
@@ -93,6 +95,24 @@ impl ModelFake {
     pub fn requests(&self) -> Vec<Request> {
         self.inner.requests.lock().clone()
     }
+
+    /// Waits until the fake has been asked at least once (woken by the request itself).
+    pub async fn asked(&self) {
+        let wait = async {
+            loop {
+                let asked = self.inner.asked.notified();
+                tokio::pin!(asked);
+                asked.as_mut().enable();
+                if !self.inner.requests.lock().is_empty() {
+                    return;
+                }
+                asked.await;
+            }
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(30), wait)
+            .await
+            .expect("the model was asked");
+    }
 }
 
 async fn answer(
@@ -107,6 +127,7 @@ async fn answer(
         body: serde_json::from_slice(&body).unwrap_or(Value::Null),
         raw: body.to_vec(),
     });
+    inner.asked.notify_waiters();
     let reply = inner
         .script
         .lock()

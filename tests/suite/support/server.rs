@@ -185,6 +185,16 @@ impl TestServer {
             .expect("request sent")
     }
 
+    /// The payloads of the events queued on `topic` so far (its replay buffer, in order): what
+    /// a door's intake let through. Nothing refused or deduplicated at the door is among them,
+    /// so a test sees at once what can ever run, without waiting for what does not come.
+    pub async fn queued(&self, topic: &str) -> Vec<Value> {
+        use skillgate::events::KernelBus;
+        let store = self.kernel.bus().store();
+        let events = store.buffered(topic, None, 1000).await.expect("the buffer");
+        events.into_iter().filter_map(|e| e.data).collect()
+    }
+
     /// Triggers shutdown; `finish` waits for the report.
     pub fn begin_shutdown(&mut self, reason: &str) {
         if let Some(stop) = self.stop.take() {

@@ -14,6 +14,7 @@ use sha2::Sha256;
 use skillgate::events::memory::MemoryStore;
 use skillgate::events::{Bus, BusConfig, KernelBus, Limits, WithBus};
 use skillgate::gateway::keys::{ApiKey, KeyRing, hash_key};
+use skillgate::gateway::webhook::routes::topic_for;
 use skillgate::{Context, SkillError};
 use tokio::sync::Notify;
 
@@ -198,7 +199,9 @@ fn a_signed_delivery_is_queued_answered_202_and_runs_its_skill_once_even_when_re
             again.json::<Value>().await.unwrap(),
             json!({ "deliveryId": "msg_1", "duplicate": true })
         );
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        let queued = server.queued(&topic_for("/hooks/std")).await;
+        let ids: Vec<&Value> = queued.iter().map(|data| &data["deliveryId"]).collect();
+        assert_eq!(ids, [&json!("msg_1")], "queued once");
         assert_eq!(seen.runs.lock().len(), 1, "ran once");
     });
 }

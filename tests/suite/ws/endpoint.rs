@@ -27,6 +27,7 @@ async fn start(settings: HttpConfig) -> (TestServer, Arc<Notify>) {
     );
     let release = Arc::new(Notify::new());
     let released = release.clone();
+    let released_holding = release.clone();
     let server = TestServer::start_with(project, settings, move |b| {
         b.native(native(
             "name: talk\ndescription: Talks.\n",
@@ -44,6 +45,17 @@ async fn start(settings: HttpConfig) -> (TestServer, Arc<Notify>) {
             move |_ctx: Context, _| {
                 let released = released.clone();
                 async move {
+                    released.notified().await;
+                    Ok(Some(json!("released")))
+                }
+            },
+        ))
+        .native(native(
+            "name: holding\ndescription: Says it holds, then waits.\n",
+            move |ctx: Context, _| {
+                let released = released_holding.clone();
+                async move {
+                    ctx.log(json!({ "type": "note", "text": "holding" }))?;
                     released.notified().await;
                     Ok(Some(json!("released")))
                 }
@@ -579,10 +591,11 @@ async fn shutdown_lets_running_invocations_answer_then_closes_with_1001() {
     let (mut server, release) = start(config()).await;
     let (mut client, _) = WsClient::connect(server.addr, None).await;
     client
-        .send(json!({ "type": "invoke", "id": "h", "skill": "held" }))
+        .send(json!({ "type": "invoke", "id": "h", "skill": "holding" }))
         .await;
-    // The run is in flight before the shutdown starts.
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The run is in flight (it said so) before the shutdown starts.
+    let said = client.until(|f| f["type"] == "log").await;
+    assert_eq!(said.last().unwrap()["log"]["text"], "holding", "{said:?}");
     server.begin_shutdown("test");
     // Once the server is stopping, new work is refused (503) while the run goes on.
     let mut refused = false;
