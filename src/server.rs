@@ -141,9 +141,21 @@ impl Doors {
         project: &Path,
     ) -> Result<Doors, StartError> {
         let index = gateway.kernel.registry().current();
-        let Resolved { slack, email } = settings
+        let resolved = settings
             .resolve(&index, project)
             .map_err(|errors| StartError::config(door_of(&errors), errors.to_string()))?;
+        Doors::open(gateway, settings, resolved, project).await
+    }
+
+    /// Binds every door `settings` ask for, with the doors beside HTTP already resolved
+    /// ([`DoorSettings::resolve`], which reported every mistake at once).
+    pub async fn open(
+        gateway: Gateway,
+        settings: DoorSettings,
+        Resolved { slack, email }: Resolved,
+        project: &Path,
+    ) -> Result<Doors, StartError> {
+        let index = gateway.kernel.registry().current();
         let DoorSettings {
             http: config,
             serve_http,

@@ -77,19 +77,19 @@ pub async fn serve(
         email: file.email.clone(),
         ..DoorSettings::http(HttpConfig::default())
     };
-    if let Err(more) = settings.resolve(&index, project) {
-        errors.extend(more.located(&origin));
-    }
+    let resolved = settings
+        .resolve(&index, project)
+        .map_err(|more| errors.extend(more.located(&origin)));
     errors.extend(route_mistakes(&index, project));
-    let config = match (config, websocket) {
-        (Ok(mut config), Ok(websocket)) if errors.is_empty() => {
+    let (config, resolved) = match (config, websocket, resolved) {
+        (Ok(mut config), Ok(websocket), Ok(resolved)) if errors.is_empty() => {
             config.websocket = websocket;
             // Without HTTP, the probes find the operations listener where HTTP would be.
             settings.ops = args
                 .ops_bind
                 .or_else(|| args.no_http.then_some(config.bind));
             settings.http = config;
-            settings
+            (settings, resolved)
         }
         _ => {
             for error in &errors.0 {
@@ -106,7 +106,7 @@ pub async fn serve(
     let gateway = Gateway::new(kernel.clone(), Arc::new(Metrics::new()))
         .with_max_runs(config.http.max_runs)
         .with_max_arg_bytes(config.http.max_args_in_flight);
-    let doors = match Doors::bind(gateway, config, project).await {
+    let doors = match Doors::open(gateway, config, resolved, project).await {
         Ok(doors) => doors,
         Err(err) => {
             eprintln!("error: {err}");

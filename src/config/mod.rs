@@ -96,7 +96,7 @@ impl ConfigFile {
                 }
                 if let Some(refused) = written
                     .and_then(Value::as_str)
-                    .and_then(|text| secret.refuses(text))
+                    .and_then(|text| secret.refuses(text, "the file"))
                 {
                     let path = format!("{section}.{}", secret.key);
                     errors.push(file.origin(&path), path, refused);

@@ -227,8 +227,9 @@ pub struct Secret {
 }
 
 impl Secret {
-    /// What is wrong with `written` at this key, if it gives the secret away.
-    pub fn refuses(&self, written: &str) -> Option<String> {
+    /// What is wrong with `written` at this key in `place` ("the file"), if it gives the
+    /// secret away.
+    pub fn refuses(&self, written: &str, place: &str) -> Option<String> {
         if written.contains("${env.") || (self.url && !has_password(written)) {
             return None;
         }
@@ -238,7 +239,7 @@ impl Secret {
             "a secret"
         };
         Some(format!(
-            "{what} is written in the file; use a reference such as `${{env.{}}}`",
+            "{what} is written in {place}; use a reference such as `${{env.{}}}`",
             self.example
         ))
     }

@@ -58,6 +58,39 @@ pub enum ReplyPart {
     Done(Result<Output>),
 }
 
+/// What a run said, gathered for a door that answers once the run is over (a mail, a webhook
+/// delivery's outcome): its messages, its partial answer, and how it ended.
+#[derive(Debug, Default)]
+pub struct Gathered {
+    pub messages: Vec<Value>,
+    /// The `partial` pieces, in order, joined.
+    pub partial: String,
+    /// `None`: the run ended without an outcome.
+    pub outcome: Option<Result<Output>>,
+}
+
+/// Reads `parts` to the run's end, keeping what [`Gathered`] holds (logs, bus events and raw
+/// `web-send` parts are not kept).
+pub async fn gather(parts: &mut ReplyParts) -> Gathered {
+    let mut gathered = Gathered::default();
+    while let Some(part) = parts.recv().await {
+        match part {
+            ReplyPart::Message(message) => gathered.messages.push(message),
+            ReplyPart::Partial(piece) => gathered.partial.push_str(&piece),
+            ReplyPart::Done(done) => {
+                gathered.outcome = Some(done);
+                break;
+            }
+            ReplyPart::Head { .. }
+            | ReplyPart::Chunk(_)
+            | ReplyPart::Log(_)
+            | ReplyPart::Event(_)
+            | ReplyPart::Gap(_) => {}
+        }
+    }
+    gathered
+}
+
 /// The sending side, stored on the root context at [`RESPONSE_PATH`].
 #[derive(Debug)]
 pub struct Reply {
@@ -238,5 +271,48 @@ pub fn chunk_bytes(chunk: Value) -> Bytes {
     match chunk {
         Value::String(s) => Bytes::from(s),
         other => Bytes::from(other.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn gather_keeps_messages_and_partial_pieces_in_order_and_ends_at_the_outcome() {
+        let (reply, mut parts) = Reply::channel("test");
+        reply.offer(ReplyPart::Log(Arc::new(Value::from("noise"))));
+        reply
+            .send(ReplyPart::Message(Value::from("one")))
+            .await
+            .unwrap();
+        reply.offer(ReplyPart::Partial("Hel".into()));
+        reply.offer(ReplyPart::Partial("lo".into()));
+        reply
+            .send(ReplyPart::Message(Value::from("two")))
+            .await
+            .unwrap();
+        assert!(reply.offer_done(Ok(Some(Arc::new(Value::from("done"))))));
+        // Nothing after the outcome is read.
+        reply.offer(ReplyPart::Message(Value::from("late")));
+        let gathered = gather(&mut parts).await;
+        assert_eq!(gathered.messages, [Value::from("one"), Value::from("two")]);
+        assert_eq!(gathered.partial, "Hello");
+        let outcome = gathered.outcome.expect("an outcome").expect("ok");
+        assert_eq!(outcome.as_deref(), Some(&Value::from("done")));
+        assert_eq!(parts.recv().await.map(|_| "late"), Some("late"));
+    }
+
+    #[tokio::test]
+    async fn gather_of_a_run_that_ended_without_an_outcome_has_none() {
+        let (reply, mut parts) = Reply::channel("test");
+        reply
+            .send(ReplyPart::Message(Value::from("said")))
+            .await
+            .unwrap();
+        drop(reply);
+        let gathered = gather(&mut parts).await;
+        assert_eq!(gathered.messages, [Value::from("said")]);
+        assert!(gathered.outcome.is_none());
     }
 }

@@ -19,8 +19,8 @@ use crate::gateway::email::parse::Mail;
 use crate::gateway::email::thread;
 use crate::gateway::problem::Problem;
 use crate::gateway::queue::Routed;
-use crate::gateway::reply::as_markdown;
-use crate::gateway::{Gateway, GatewayError, Inbound, ReplyPart};
+use crate::gateway::reply::{Gathered, as_markdown, gather};
+use crate::gateway::{Gateway, GatewayError, Inbound};
 use crate::kernel::ToolRef;
 use crate::kernel::authority::Authority;
 
@@ -113,20 +113,12 @@ async fn run(host: &Host, email: &Email, queued: Queued, delivery: Delivery) {
                 session: thread.as_ref().map(|t| format!("email:{t}")),
             };
             let mut dispatch = gateway.dispatch(inbound);
-            let mut said = Vec::new();
-            let mut partial = String::new();
-            let mut outcome = None;
-            while let Some(part) = dispatch.parts.recv().await {
-                match part {
-                    ReplyPart::Message(message) => said.push(as_markdown(&message)),
-                    ReplyPart::Partial(piece) => partial.push_str(&piece),
-                    ReplyPart::Done(done) => {
-                        outcome = Some(done);
-                        break;
-                    }
-                    _ => {}
-                }
-            }
+            let Gathered {
+                messages,
+                partial,
+                outcome,
+            } = gather(&mut dispatch.parts).await;
+            let mut said: Vec<String> = messages.iter().map(as_markdown).collect();
             match outcome {
                 Some(Ok(result)) => {
                     let value = result.map_or(Value::Null, Arc::unwrap_or_clone);

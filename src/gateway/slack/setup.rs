@@ -65,14 +65,10 @@ fn from_main_skill(index: &SearchIndex, project: &Path) -> Result<SlackSettings,
     let written = main.metadata.get("slack");
     for secret in SECRETS {
         if let Some(Value::String(raw)) = written.and_then(|w| w.get(secret.key))
-            && let Some(refused) = secret.refuses(raw)
+            && let Some(refused) = secret.refuses(raw, "the skill file")
         {
             let path = format!("metadata.slack.{}", secret.key);
-            errors.push(
-                skill.clone(),
-                path,
-                refused.replace("the file", "the skill file"),
-            );
+            errors.push(skill.clone(), path, refused);
         }
     }
     match serde_json::from_value::<SlackSettings>(section.clone()) {

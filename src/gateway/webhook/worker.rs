@@ -13,8 +13,9 @@ use serde_json::{Map, Value, json};
 use crate::context::id;
 use crate::events::{Delivery, KernelBus};
 use crate::gateway::Host;
+use crate::gateway::reply::gather;
 use crate::gateway::webhook::routes::WebhookRoute;
-use crate::gateway::{Gateway, Inbound, ReplyPart};
+use crate::gateway::{Gateway, Inbound};
 use crate::kernel::ToolRef;
 use crate::kernel::authority::Authority;
 
@@ -111,13 +112,7 @@ async fn run(
         session: None,
     };
     let mut dispatch = gateway.dispatch(inbound);
-    let outcome = loop {
-        match dispatch.parts.recv().await {
-            Some(ReplyPart::Done(outcome)) => break Some(outcome),
-            Some(_) => {}
-            None => break None,
-        }
-    };
+    let outcome = gather(&mut dispatch.parts).await.outcome;
     match outcome {
         Some(Ok(_)) => {
             let receipts = [delivery.receipt];
