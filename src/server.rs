@@ -202,7 +202,7 @@ impl Doors {
                 )));
             }
             let web_routes = http::routes::collect(&index, project)
-                .map_err(|e| http::StartError::from(e).for_transport())?;
+                .map_err(|e| http::BindError::from(e).for_transport())?;
             let taken = |path: &str| http::routes::is_served(&web_routes, path);
             if let Some(webhooks) =
                 webhook::Webhooks::configure(&gateway, &index, project, &taken).await?
@@ -212,7 +212,7 @@ impl Doors {
             served.push(Arc::new(McpDoor));
             let server = http::Server::bind(gateway.clone(), config, web_routes, served)
                 .await
-                .map_err(http::StartError::for_transport)?;
+                .map_err(http::BindError::for_transport)?;
             doors.http = Some(server.local_addr());
             doors.transports.push(Box::new(server));
         } else if let Some(slack) = slack {

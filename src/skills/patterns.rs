@@ -41,7 +41,7 @@ pub struct AllowedTools {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum PatternError {
+pub enum AllowedToolsError {
     #[error("allowed-tools pattern `{pattern}`: {reason}")]
     Invalid { pattern: String, reason: String },
     #[error("allowed-tools must be a string or an array of strings, got {0}")]
@@ -86,14 +86,14 @@ const GLOB_CHARS: &[char] = &['*', '?', '[', ']', '{', '}', '\\'];
 
 impl AllowedTools {
     /// Parses a JSON string or array of strings.
-    pub fn parse(spec: &Value) -> Result<Self, PatternError> {
+    pub fn parse(spec: &Value) -> Result<Self, AllowedToolsError> {
         match spec {
             Value::String(s) => Self::parse_str(s),
             Value::Array(items) => {
                 let mut rules = Vec::new();
                 for item in items {
                     let Value::String(s) = item else {
-                        return Err(PatternError::NotStringOrArray(format!(
+                        return Err(AllowedToolsError::NotStringOrArray(format!(
                             "an array containing {}",
                             kind(item)
                         )));
@@ -102,12 +102,12 @@ impl AllowedTools {
                 }
                 Ok(Self { rules })
             }
-            other => Err(PatternError::NotStringOrArray(kind(other).to_string())),
+            other => Err(AllowedToolsError::NotStringOrArray(kind(other).to_string())),
         }
     }
 
     /// Parses a string of space-delimited patterns.
-    pub fn parse_str(spec: &str) -> Result<Self, PatternError> {
+    pub fn parse_str(spec: &str) -> Result<Self, AllowedToolsError> {
         let rules = split_patterns(spec)
             .into_iter()
             .map(parse_rule)
@@ -297,8 +297,8 @@ macro_rules! bail {
     ($($fmt:tt)*) => { return Err(format!($($fmt)*)) };
 }
 
-fn parse_rule(source: &str) -> Result<Rule, PatternError> {
-    parse_rule_inner(source).map_err(|reason| PatternError::Invalid {
+fn parse_rule(source: &str) -> Result<Rule, AllowedToolsError> {
+    parse_rule_inner(source).map_err(|reason| AllowedToolsError::Invalid {
         pattern: source.to_string(),
         reason,
     })
@@ -609,7 +609,7 @@ mod tests {
     #[test]
     fn non_string_specs_are_rejected() {
         let err = AllowedTools::parse(&json!(3)).expect_err("number");
-        assert_eq!(err, PatternError::NotStringOrArray("a number".into()));
+        assert_eq!(err, AllowedToolsError::NotStringOrArray("a number".into()));
         let err = AllowedTools::parse(&json!(["a", {"b": 1}])).expect_err("object item");
         assert!(
             err.to_string()

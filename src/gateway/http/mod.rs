@@ -38,4 +38,4 @@ pub mod topics;
 pub use crate::config::http::{HttpConfig, HttpSettings};
 pub use ops_listener::OpsListener;
 pub use server::{NAME, Server};
-pub use startup::StartError;
+pub use startup::BindError;

@@ -13,7 +13,7 @@ use tower::ServiceExt;
 use tower_http::services::ServeDir;
 
 use crate::gateway::http::ops;
-use crate::gateway::http::startup::StartError;
+use crate::gateway::http::startup::BindError;
 
 /// The folder, resolved, and the file server over it.
 #[derive(Clone)]
@@ -24,8 +24,8 @@ pub struct PublicDir {
 
 impl PublicDir {
     /// Serves `dir`, which must exist; folders are answered with their `index.html`.
-    pub fn new(dir: &Path) -> Result<PublicDir, StartError> {
-        let root = std::fs::canonicalize(dir).map_err(|source| StartError::PublicDir {
+    pub fn new(dir: &Path) -> Result<PublicDir, BindError> {
+        let root = std::fs::canonicalize(dir).map_err(|source| BindError::PublicDir {
             path: dir.to_path_buf(),
             source,
         })?;

@@ -21,7 +21,7 @@ use tower_http::cors::{AllowOrigin, CorsLayer};
 use crate::config::http::HttpConfig;
 use crate::gateway::http::auth::{self, CallerKey};
 use crate::gateway::http::public::PublicDir;
-use crate::gateway::http::startup::StartError;
+use crate::gateway::http::startup::BindError;
 use crate::gateway::http::state::AppState;
 use crate::gateway::http::{
     descriptors, hosts, idempotency, invoke, listen, ops, request_id, routes, skills, topics,
@@ -46,7 +46,7 @@ impl Server {
         config: HttpConfig,
         web_routes: Vec<routes::WebRoute>,
         doors: Vec<Arc<dyn HttpDoor>>,
-    ) -> Result<Server, StartError> {
+    ) -> Result<Server, BindError> {
         let mut clashes = Vec::new();
         let mut served: Vec<String> = Vec::new();
         for (setting, path) in doors.iter().flat_map(|door| door.paths()) {
@@ -56,14 +56,14 @@ impl Server {
             served.push(path);
         }
         if !clashes.is_empty() {
-            return Err(StartError::DoorPath(clashes));
+            return Err(BindError::DoorPath(clashes));
         }
         let bind = config.bind;
         let state = AppState::new(gateway, config, doors)?;
         let router = build_router(&state, &web_routes)?;
         let listener = TcpListener::bind(bind)
             .await
-            .map_err(|source| StartError::Listen { addr: bind, source })?;
+            .map_err(|source| BindError::Listen { addr: bind, source })?;
         state.gateway.readiness.set(NAME, State::Starting);
         Ok(Server {
             listener,
@@ -187,7 +187,7 @@ impl Transport for Server {
     }
 }
 
-fn build_router(state: &AppState, web_routes: &[routes::WebRoute]) -> Result<Router, StartError> {
+fn build_router(state: &AppState, web_routes: &[routes::WebRoute]) -> Result<Router, BindError> {
     let config = &state.config;
     let mut router: Router<AppState> = Router::new()
         .route("/invoke/{skill}", post(invoke::invoke))
@@ -228,7 +228,7 @@ fn build_router(state: &AppState, web_routes: &[routes::WebRoute]) -> Result<Rou
             .period(period)
             .burst_size(config.rate_burst)
             .finish()
-            .ok_or(StartError::RateLimit)?;
+            .ok_or(BindError::RateLimit)?;
         let governor = Arc::new(governor);
         let limiter = governor.limiter().clone();
         // Forget idle callers now and then so the limiter does not grow without bound.
@@ -280,7 +280,7 @@ fn rate_limited(err: GovernorError) -> Response<Body> {
     }
 }
 
-fn cors(origins: &[String]) -> Result<CorsLayer, StartError> {
+fn cors(origins: &[String]) -> Result<CorsLayer, BindError> {
     let layer = CorsLayer::new()
         .allow_methods([
             Method::GET,
@@ -307,7 +307,7 @@ fn cors(origins: &[String]) -> Result<CorsLayer, StartError> {
     let mut list = Vec::new();
     for origin in origins {
         list.push(
-            HeaderValue::from_str(origin).map_err(|_| StartError::CorsOrigin(origin.clone()))?,
+            HeaderValue::from_str(origin).map_err(|_| BindError::CorsOrigin(origin.clone()))?,
         );
     }
     Ok(layer.allow_origin(AllowOrigin::list(list)))

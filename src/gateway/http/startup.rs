@@ -10,7 +10,7 @@ use crate::gateway::http::routes::RouteError;
 use crate::gateway::policy::PatternError;
 
 #[derive(Debug, thiserror::Error)]
-pub enum StartError {
+pub enum BindError {
     #[error(transparent)]
     Route(#[from] RouteError),
     #[error(transparent)]
@@ -38,13 +38,13 @@ pub enum StartError {
     },
 }
 
-impl StartError {
+impl BindError {
     /// As a transport's start error: a setting it refuses is the configuration's mistake
     /// (exit 2); an address it cannot listen on is the world's (exit 1).
     pub fn for_transport(self) -> crate::gateway::transport::StartError {
         use crate::gateway::transport::StartError as Transport;
         match self {
-            StartError::Listen { .. } | StartError::PublicDir { .. } => {
+            BindError::Listen { .. } | BindError::PublicDir { .. } => {
                 Transport::runtime("http", self.to_string())
             }
             _ => Transport::config("http", self.to_string()),

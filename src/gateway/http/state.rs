@@ -6,7 +6,7 @@ use crate::config::http::HttpConfig;
 use crate::gateway::Gateway;
 use crate::gateway::http::auth::PublicPaths;
 use crate::gateway::http::hosts::AllowedHosts;
-use crate::gateway::http::startup::StartError;
+use crate::gateway::http::startup::BindError;
 use crate::gateway::policy::Policy;
 use crate::gateway::served::HttpDoor;
 
@@ -58,7 +58,7 @@ impl AppState {
         gateway: Gateway,
         config: HttpConfig,
         doors: Vec<Arc<dyn HttpDoor>>,
-    ) -> Result<AppState, StartError> {
+    ) -> Result<AppState, BindError> {
         let public = PublicPaths::new(&config.public)?;
         // On loopback with no names given, only loopback names: a rebinding page is not served.
         let hosts = match AllowedHosts::new(&config.allowed_hosts)? {
@@ -68,7 +68,7 @@ impl AppState {
         let policy = Policy::new(&config.expose_hidden)?;
         let trusted = crate::gateway::peers::TrustedProxies::new(&config.trusted_proxies)
             .map(Arc::new)
-            .map_err(StartError::TrustedProxies)?;
+            .map_err(BindError::TrustedProxies)?;
         let gateway_store = {
             use crate::events::KernelBus;
             gateway.kernel.bus().store().clone()
