@@ -13,8 +13,10 @@
 //! - [`middleware`]: the built-in middleware and native tools, one module each.
 //! - [`sandbox`]: the embedded JavaScript engine: `.skill.js` skills, the ctx bridge, limits,
 //!   the untrusted-ref rule and sessions for untrusted code.
-//! - [`events`]: the event bus: envelopes, the store trait and its memory, SQLite and Postgres
-//!   stores, handler workers, and the `event-*` skills.
+//! - [`events`]: the event bus: envelopes, the store traits (topics and queues, and the records
+//!   beside them: claimed keys, schedules, subscriptions, sessions) with the memory store and
+//!   one SQL implementation of the records for SQLite and Postgres, handler workers, and the
+//!   `event-*` skills.
 //! - [`mcp`]: MCP out: the skills as the tools of an MCP server over Streamable HTTP (`/mcp`)
 //!   and stdio (`skillgate mcp`).
 //! - [`session`]: the `session` middleware: per-key history of a skill's invocations, durable
@@ -38,6 +40,11 @@
 //! - [`error`]: the one error type that unwinds through the onion.
 //! - [`trust_table`]: who may run each built-in tool, as SECURITY.md shows it.
 //! - [`shutdown`]: SIGINT/SIGTERM and the `shutdown` topic.
+//! - [`schedule`]: skills fired on cron expressions or intervals, kept in the event store and
+//!   fired once across replicas by `skillgate serve`.
+//! - [`reload`]: hot reload of the skills, the main skill and the config file under `serve`.
+//! - [`digest`]: hex text of bytes and of their SHA-256.
+//! - [`tls`]: rustls for outbound connections, installed once for the process.
 
 pub mod agent;
 pub mod builtins;
