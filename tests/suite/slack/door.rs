@@ -4,6 +4,7 @@
 //! its `Retry-After`; Socket Mode acks after queueing and reconnects on `disconnect` with no
 //! event lost or doubled; a refused token shows in `/readyz`.
 
+use std::sync::atomic::Ordering::SeqCst;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -274,16 +275,9 @@ async fn socket_mode_acks_after_queueing_and_reconnects_losing_and_doubling_noth
     let connected = |n: u32| {
         let fake = fake.clone();
         async move {
-            let deadline = std::time::Instant::now() + Duration::from_secs(20);
-            while fake
-                .inner
-                .connections
-                .load(std::sync::atomic::Ordering::SeqCst)
-                < n
-            {
-                assert!(std::time::Instant::now() < deadline, "no connection {n}");
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
+            let what = format!("connection {n}");
+            fake.until(&what, |inner| inner.connections.load(SeqCst) >= n)
+                .await;
         }
     };
     // The ack goes out once the event is queued; the answer may be posted before the fake
@@ -291,11 +285,11 @@ async fn socket_mode_acks_after_queueing_and_reconnects_losing_and_doubling_noth
     let acked = |envelope: &'static str| {
         let fake = fake.clone();
         async move {
-            let deadline = std::time::Instant::now() + Duration::from_secs(20);
-            while !fake.inner.acks.lock().contains(&envelope.to_string()) {
-                assert!(std::time::Instant::now() < deadline, "{envelope} not acked");
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
+            let what = format!("the ack of {envelope}");
+            fake.until(&what, |inner| {
+                inner.acks.lock().iter().any(|a| a == envelope)
+            })
+            .await;
         }
     };
     connected(1).await;
@@ -361,18 +355,15 @@ async fn a_streamed_answer_is_one_message_updated_at_a_bounded_rate() {
     let server = TestServer::start_doors(Project::new(), http, |b| b.native(writer)).await;
     let event = mention("Ev30", "C4", "1700000030.000900", "write");
     assert_eq!(post_event(&server, &event, signed(&event)).await, 200);
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    let updates = loop {
-        let updates = fake.calls("chat.update");
-        if updates
-            .last()
+    let last_is_the_result = |inner: &slack_fake::Inner| {
+        let calls = inner.calls.lock();
+        let mut updates = calls.iter().filter(|c| c.method == "chat.update");
+        updates
+            .next_back()
             .is_some_and(|u| u.body["metadata"]["event_type"] == "skillgate_result")
-        {
-            break updates;
-        }
-        assert!(std::time::Instant::now() < deadline, "{updates:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
     };
+    fake.until("the result's update", last_is_the_result).await;
+    let updates = fake.calls("chat.update");
     // One message: the placeholder, then updates of it, the last with the whole answer.
     let posts = fake.calls("chat.postMessage");
     assert_eq!(posts.len(), 1, "{posts:?}");

@@ -90,6 +90,24 @@ impl FakeSlack {
             .collect()
     }
 
+    /// Waits until `holds` is true of the fake, woken by each call, connection and ack it
+    /// records (a hang guard of 20 s names `what`).
+    pub async fn until(&self, what: &str, holds: impl Fn(&Inner) -> bool) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let changed = self.inner.changed.notified();
+            tokio::pin!(changed);
+            // Registered before looking, so a change in between is not missed.
+            changed.as_mut().enable();
+            if holds(&self.inner) {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                panic!("waited 20 s for {what}");
+            }
+        }
+    }
+
     /// Waits until `count` calls of `method` were made, and returns them.
     pub async fn wait_calls(&self, method: &str, count: usize) -> Vec<Call> {
         let deadline = Instant::now() + Duration::from_secs(20);
