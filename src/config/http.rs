@@ -163,7 +163,7 @@ pub struct HttpSettings {
     #[arg(long, env = "SKILLGATE_MAX_RUNS")]
     pub max_runs: Option<usize>,
     /// Bytes of args (their JSON size) of the invocations running at once, every door
-    /// together; one that does not fit is refused as busy [default: 33554432].
+    /// together; one that does not fit is refused as busy [default: 8388608].
     #[arg(long, env = "SKILLGATE_MAX_ARGS_IN_FLIGHT")]
     pub max_args_in_flight: Option<usize>,
     /// Proxies in front whose `X-Forwarded-For` / `Forwarded` name the client, comma-separated

@@ -86,8 +86,11 @@ pub struct Gateway {
 /// Runs at once unless configured otherwise.
 pub const DEFAULT_MAX_RUNS: usize = 1024;
 
-/// Bytes of args in flight unless configured otherwise.
-pub const DEFAULT_MAX_ARG_BYTES: usize = 32 * 1024 * 1024;
+/// Bytes of args in flight unless configured otherwise: eight invocations of the largest body
+/// (1 MiB) at once, and any number of small ones. A run holds its args several times over (the
+/// frame, the parsed value, the sandbox's copy, the result), so this is what bounds the memory
+/// of a flood of large invocations (`benches/hostile.rs`, `ws-unread`).
+pub const DEFAULT_MAX_ARG_BYTES: usize = 8 * 1024 * 1024;
 
 /// The semaphore counts KiB (its permits are `u32`).
 const KIB: usize = 1024;
