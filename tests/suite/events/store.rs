@@ -410,7 +410,7 @@ async fn a_skill_handler_gets_each_event_and_a_failing_one_is_retried_then_dead(
         ..Limits::default()
     };
     let bus = b.bus(limits, LONG).await;
-    let seen: Arc<Mutex<Vec<(u64, u64)>>> = Arc::default();
+    let seen = Record::default();
     let s = seen.clone();
     let p = Project::new();
     let kernel = p
@@ -420,8 +420,7 @@ async fn a_skill_handler_gets_each_event_and_a_failing_one_is_retried_then_dead(
             let s = s.clone();
             async move {
                 let n = args["data"]["n"].as_u64().unwrap_or_default();
-                let attempt = s.lock().iter().filter(|(m, _)| *m == n).count() as u64 + 1;
-                s.lock().push((n, attempt));
+                s.push(json!(n));
                 if n == 13 {
                     return Err(skillgate::SkillError::failed("unlucky"));
                 }
@@ -449,20 +448,13 @@ async fn a_skill_handler_gets_each_event_and_a_failing_one_is_retried_then_dead(
         dead[0].event.data.as_ref().unwrap()["event"]["data"]["n"],
         13
     );
-    let deadline = tokio::time::Instant::now() + GUARD;
-    while seen.lock().iter().filter(|(n, _)| *n != 13).count() < 2
-        && tokio::time::Instant::now() < deadline
-    {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let seen = seen.lock().clone();
-    assert_eq!(
-        seen.iter().filter(|(n, _)| *n == 13).count(),
-        3,
-        "three deliveries: {seen:?}"
-    );
-    assert_eq!(seen.iter().filter(|(n, _)| *n == 1).count(), 1, "{seen:?}");
-    assert_eq!(seen.iter().filter(|(n, _)| *n == 2).count(), 1, "{seen:?}");
+    let seen = seen
+        .until(|ran| ran.iter().filter(|n| **n != 13).count() >= 2)
+        .await;
+    let runs_of = |n: u64| seen.iter().filter(|m| **m == n).count();
+    assert_eq!(runs_of(13), 3, "three deliveries: {seen:?}");
+    assert_eq!(runs_of(1), 1, "{seen:?}");
+    assert_eq!(runs_of(2), 1, "{seen:?}");
     bus.shutdown();
 }
 
@@ -473,7 +465,7 @@ async fn emit_returns_before_a_ref_handler_finishes(b: &Backend) {
     let (started_tx, started_rx) = tokio::sync::oneshot::channel::<()>();
     let started_tx = Arc::new(Mutex::new(Some(started_tx)));
     let release = Arc::new(tokio::sync::Notify::new());
-    let finished = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let finished = Record::default();
     let p = Project::new();
     let kernel = {
         let (release, finished) = (release.clone(), finished.clone());
@@ -487,7 +479,7 @@ async fn emit_returns_before_a_ref_handler_finishes(b: &Backend) {
                         let _ = tx.send(());
                     }
                     release.notified().await;
-                    finished.store(true, std::sync::atomic::Ordering::SeqCst);
+                    finished.push(json!("finished"));
                     Ok(None)
                 }
             }))
@@ -504,24 +496,14 @@ async fn emit_returns_before_a_ref_handler_finishes(b: &Backend) {
         )
         .await
         .expect("emit returns while the handler waits");
-    assert!(
-        !finished.load(std::sync::atomic::Ordering::SeqCst),
-        "emit waited for the handler"
-    );
+    assert!(finished.all().is_empty(), "emit waited for the handler");
     // The handler does run (and, released, finishes).
     tokio::time::timeout(GUARD, started_rx)
         .await
         .expect("the handler started")
         .unwrap();
     release.notify_one();
-    let deadline = tokio::time::Instant::now() + GUARD;
-    while !finished.load(std::sync::atomic::Ordering::SeqCst) {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the handler never finished"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    finished.at_least(1).await;
     bus.shutdown();
 }
 
