@@ -40,24 +40,22 @@ pub fn counters() -> &'static Counters {
 /// Adds the model counters to a registry (the gateway's `/metrics`).
 pub fn register(registry: &mut Registry) {
     let c = counters();
-    registry.register(
-        "model_calls",
-        "Model calls by provider and model",
-        c.calls.clone(),
-    );
-    registry.register(
-        "model_errors",
-        "Model calls that failed after their retries",
-        c.errors.clone(),
-    );
-    registry.register(
-        "model_retries",
-        "Model call attempts retried (429, 5xx, timeouts)",
-        c.retries.clone(),
-    );
-    registry.register(
-        "model_tokens",
-        "Tokens sent to (input) and received from (output) models",
-        c.tokens.clone(),
-    );
+    let per_model = [
+        ("model_calls", "Model calls by provider and model", &c.calls),
+        (
+            "model_errors",
+            "Model calls that failed after their retries",
+            &c.errors,
+        ),
+        (
+            "model_retries",
+            "Model call attempts retried (429, 5xx, timeouts)",
+            &c.retries,
+        ),
+    ];
+    for (name, help, family) in per_model {
+        registry.register(name, help, family.clone());
+    }
+    let tokens = "Tokens sent to (input) and received from (output) models";
+    registry.register("model_tokens", tokens, c.tokens.clone());
 }

@@ -54,6 +54,22 @@ impl MemoryStore {
             wake: broadcast::channel(1024).0,
         }
     }
+
+    /// `read` of the entries of `queue` of `topic` in queue order (nothing read when there
+    /// is no such queue).
+    fn entries<T: Default>(
+        &self,
+        topic: &str,
+        queue: &str,
+        read: impl FnOnce(&mut dyn Iterator<Item = &Entry>) -> T,
+    ) -> T {
+        let inner = self.inner.lock();
+        let key = (topic.to_string(), queue.to_string());
+        match inner.queues.get(&key) {
+            Some(q) => read(&mut q.entries.values()),
+            None => T::default(),
+        }
+    }
 }
 
 impl Inner {
@@ -262,19 +278,12 @@ impl EventStore for MemoryStore {
         queue: &str,
         ids: &[String],
     ) -> StoreResult<Vec<(String, u64)>> {
-        let inner = self.inner.lock();
-        let key = (topic.to_string(), queue.to_string());
-        Ok(inner
-            .queues
-            .get(&key)
-            .map(|q| {
-                q.entries
-                    .values()
-                    .filter(|e| ids.contains(&e.event.id))
-                    .map(|e| (e.event.id.clone(), e.receipt))
-                    .collect()
-            })
-            .unwrap_or_default())
+        Ok(self.entries(topic, queue, |entries| {
+            entries
+                .filter(|e| ids.contains(&e.event.id))
+                .map(|e| (e.event.id.clone(), e.receipt))
+                .collect()
+        }))
     }
 
     async fn buffered(
@@ -316,23 +325,16 @@ impl EventStore for MemoryStore {
     }
 
     async fn peek(&self, topic: &str, queue: &str, limit: usize) -> StoreResult<Vec<Delivery>> {
-        let inner = self.inner.lock();
-        let key = (topic.to_string(), queue.to_string());
-        Ok(inner
-            .queues
-            .get(&key)
-            .map(|q| {
-                q.entries
-                    .values()
-                    .take(limit)
-                    .map(|e| Delivery {
-                        event: e.event.clone(),
-                        attempts: e.attempts,
-                        receipt: e.receipt,
-                    })
-                    .collect()
-            })
-            .unwrap_or_default())
+        Ok(self.entries(topic, queue, |entries| {
+            entries
+                .take(limit)
+                .map(|e| Delivery {
+                    event: e.event.clone(),
+                    attempts: e.attempts,
+                    receipt: e.receipt,
+                })
+                .collect()
+        }))
     }
 
     async fn enqueue(&self, topic: &str, queue: &str, event: &Event) -> StoreResult<()> {

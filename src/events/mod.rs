@@ -199,6 +199,16 @@ pub fn check_name(what: &str, name: &str) -> Result<()> {
     }
 }
 
+/// A handler to subscribe: the topic it takes events of, the skill it runs, the args it is
+/// given, the principal it runs as, and whether its new queue starts with the topic's buffer.
+pub struct Handler {
+    pub topic: String,
+    pub reference: String,
+    pub args: Option<Value>,
+    pub principal: crate::kernel::authority::Principal,
+    pub replay: bool,
+}
+
 /// Bus settings.
 #[derive(Debug, Clone)]
 pub struct BusConfig {
@@ -376,29 +386,32 @@ impl Bus {
         args: Option<Value>,
         replay: bool,
     ) -> Result<bool> {
-        self.subscribe_handler_as(
-            kernel,
-            topic,
-            reference,
+        let handler = Handler {
+            topic: topic.to_string(),
+            reference: reference.to_string(),
             args,
+            principal: crate::kernel::authority::Principal::project(),
             replay,
-            crate::kernel::authority::Principal::project(),
-        )
-        .await
+        };
+        self.subscribe_handler_as(kernel, handler).await
     }
 
-    /// [`Bus::subscribe_handler`] for `principal`: the handler runs as its call (named under
-    /// its grants, args as data), on a queue of its own.
+    /// [`Bus::subscribe_handler`] for `handler.principal`: the handler runs as its call (named
+    /// under its grants, args as data), on a queue of its own.
     pub async fn subscribe_handler_as(
         self: &Arc<Self>,
         kernel: &Kernel,
-        topic: &str,
-        reference: &str,
-        args: Option<Value>,
-        replay: bool,
-        principal: crate::kernel::authority::Principal,
+        handler: Handler,
     ) -> Result<bool> {
-        let queue = handler_queue_for(&principal, reference);
+        let Handler {
+            topic,
+            reference,
+            args,
+            principal,
+            replay,
+        } = handler;
+        let topic = topic.as_str();
+        let queue = handler_queue_for(&principal, &reference);
         self.subscribe_queue(topic, &queue, replay).await?;
         let key = (topic.to_string(), queue.clone());
         let token = {
@@ -415,7 +428,7 @@ impl Bus {
             kernel: kernel.clone(),
             topic: topic.to_string(),
             queue,
-            reference: reference.to_string(),
+            reference,
             args,
             authority: crate::kernel::authority::Authority::caller(principal),
             stop: token,
@@ -429,19 +442,18 @@ impl Bus {
     pub async fn subscribe_kept(
         self: &Arc<Self>,
         kernel: &Kernel,
-        topic: &str,
-        reference: &str,
-        args: Option<Value>,
-        replay: bool,
-        principal: crate::kernel::authority::Principal,
+        handler: Handler,
     ) -> Result<bool> {
-        let spec = json!({ "ref": reference, "args": args, "principal": principal.to_json() });
-        let queue = handler_queue_for(&principal, reference);
-        let created = self
-            .subscribe_handler_as(kernel, topic, reference, args, replay, principal)
-            .await?;
+        let spec = json!({
+            "ref": handler.reference,
+            "args": handler.args,
+            "principal": handler.principal.to_json(),
+        });
+        let queue = handler_queue_for(&handler.principal, &handler.reference);
+        let topic = handler.topic.clone();
+        let created = self.subscribe_handler_as(kernel, handler).await?;
         self.store
-            .put_subscription(topic, &queue, &spec.to_string())
+            .put_subscription(&topic, &queue, &spec.to_string())
             .await
             .map_err(store_error)?;
         Ok(created)
@@ -795,11 +807,14 @@ pub async fn restore_subscriptions(kernel: &Kernel) -> usize {
             tracing::error!(topic = %sub.topic, queue = %sub.queue, "an unreadable kept subscription was skipped");
             continue;
         };
-        let args = Some(spec["args"].clone()).filter(|a| !a.is_null());
-        match bus
-            .subscribe_handler_as(kernel, &sub.topic, reference, args, false, principal)
-            .await
-        {
+        let handler = Handler {
+            topic: sub.topic.clone(),
+            reference: reference.to_string(),
+            args: Some(spec["args"].clone()).filter(|a| !a.is_null()),
+            principal,
+            replay: false,
+        };
+        match bus.subscribe_handler_as(kernel, handler).await {
             Ok(true) => started += 1,
             Ok(false) => {}
             Err(e) => {

@@ -1,6 +1,7 @@
 //! The event skills (`event-emit`, `event-subscribe`, `event-unsubscribe`, `event-wait`,
 //! `event-ack`) and the `event` metadata middleware.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -9,7 +10,7 @@ use serde_json::{Value, json};
 use crate::context::Context;
 use crate::error::{ErrorKind, Result, SkillError};
 use crate::events::{
-    Bus, DEFAULT_QUEUE, SYSTEM_EMIT_PATH, SystemEmit, event_from_args, is_reserved_topic,
+    Bus, DEFAULT_QUEUE, Handler, SYSTEM_EMIT_PATH, SystemEmit, event_from_args, is_reserved_topic,
 };
 use crate::kernel::authority::{Authority, Level, ToolClass, check_stored};
 use crate::skills::native::{native, pass};
@@ -102,22 +103,57 @@ fn queue_of(ctx: &Context, args: &Value) -> String {
     }
 }
 
+/// The topic and queue `tool` (`event-wait`, `event-ack`) takes from, once the caller may.
+fn queue_taken<'a>(ctx: &Context, args: &'a Value, tool: &str) -> Result<(&'a str, String)> {
+    let topic = string(args, "topic").ok_or_else(|| bad(format!("{tool} needs a `topic`")))?;
+    check_topic(ctx.authority(), topic)?;
+    check_reserved(ctx.authority(), topic, Reserved::Queues)?;
+    Ok((topic, queue_of(ctx, args)))
+}
+
+/// A skill name, as `ref` takes it.
+const SKILL_NAME: &str =
+    r#"{ type: string, pattern: "^[a-z0-9][a-z0-9-]*$", description: "A skill name." }"#;
+/// A queue name (`crate::events::NAME_PATTERN`).
+const QUEUE_NAME: &str = r#"{ type: string, pattern: "^[a-z0-9][a-z0-9._:-]{0,199}$" }"#;
+
+/// An event skill: its params an object with a required `topic` (a name the bus takes) and
+/// `properties` (name, YAML schema), then `schema`, more of the params schema (YAML lines
+/// indented by four).
+fn event_tool<F, Fut>(
+    name: &str,
+    description: &str,
+    properties: &[(&str, &str)],
+    schema: &str,
+    body: F,
+) -> Tool
+where
+    F: Fn(Context, Arc<Value>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Option<Value>>> + Send + 'static,
+{
+    let mut yaml = format!(
+        "name: {name}\ndescription: {}\nmetadata:\n  tags: [events]\n  params:\n    type: object\n    properties:\n      topic: {{ type: string, pattern: {}, description: \"1 to 200 lowercase letters, digits, -, _, . or :, starting with a letter or digit.\" }}\n",
+        Value::from(description),
+        Value::from(crate::events::NAME_PATTERN),
+    );
+    for (key, property) in properties {
+        yaml.push_str(&format!("      {key}: {property}\n"));
+    }
+    yaml.push_str("    required: [topic]\n");
+    yaml.push_str(schema);
+    native(&yaml, body)
+}
+
 fn emit() -> Tool {
-    native(
-        r#"
-name: event-emit
-description: Publish an event to a topic; returns the envelope (durable once this returns).
-metadata:
-  tags: [events]
-  params:
-    type: object
-    properties:
-      topic: { type: string, pattern: "^[a-z0-9][a-z0-9._:-]{0,199}$", description: "1 to 200 lowercase letters, digits, -, _, . or :, starting with a letter or digit." }
-      type: { type: string }
-      source: { type: string }
-      data: {}
-    required: [topic]
-"#,
+    event_tool(
+        "event-emit",
+        "Publish an event to a topic; returns the envelope (durable once this returns).",
+        &[
+            ("type", "{ type: string }"),
+            ("source", "{ type: string }"),
+            ("data", "{}"),
+        ],
+        "",
         |ctx, args| async move {
             let source = ctx.parent().map_or_else(
                 || ctx.tool_name().to_string(),
@@ -150,22 +186,16 @@ metadata:
 }
 
 fn subscribe() -> Tool {
-    native(
-        r#"
-name: event-subscribe
-description: "Subscribe to a topic: `ref` invokes a skill with each event; without it, a queue for event-wait. Idempotent."
-metadata:
-  tags: [events]
-  params:
-    type: object
-    properties:
-      topic: { type: string, pattern: "^[a-z0-9][a-z0-9._:-]{0,199}$", description: "1 to 200 lowercase letters, digits, -, _, . or :, starting with a letter or digit." }
-      ref: { type: string, pattern: "^[a-z0-9][a-z0-9-]*$", description: "A skill name." }
-      args: { type: object }
-      queue: { type: string, pattern: "^[a-z0-9][a-z0-9._:-]{0,199}$" }
-      replay: { type: boolean }
-    required: [topic]
-"#,
+    event_tool(
+        "event-subscribe",
+        "Subscribe to a topic: `ref` invokes a skill with each event; without it, a queue for event-wait. Idempotent.",
+        &[
+            ("ref", SKILL_NAME),
+            ("args", "{ type: object }"),
+            ("queue", QUEUE_NAME),
+            ("replay", "{ type: boolean }"),
+        ],
+        "",
         |ctx, args| async move {
             let topic =
                 string(&args, "topic").ok_or_else(|| bad("event-subscribe needs a `topic`"))?;
@@ -192,11 +222,13 @@ metadata:
                     let created = bus
                         .subscribe_kept(
                             ctx.kernel(),
-                            topic,
-                            reference,
-                            args.get("args").cloned(),
-                            replay,
-                            principal,
+                            Handler {
+                                topic: topic.to_string(),
+                                reference: reference.to_string(),
+                                args: args.get("args").cloned(),
+                                principal,
+                                replay,
+                            },
                         )
                         .await?;
                     Ok(Some(
@@ -217,20 +249,11 @@ metadata:
 }
 
 fn unsubscribe() -> Tool {
-    native(
-        r#"
-name: event-unsubscribe
-description: "Remove a skill handler (`ref`) from a topic, a named `queue`, or every handler of the topic."
-metadata:
-  tags: [events]
-  params:
-    type: object
-    properties:
-      topic: { type: string, pattern: "^[a-z0-9][a-z0-9._:-]{0,199}$", description: "1 to 200 lowercase letters, digits, -, _, . or :, starting with a letter or digit." }
-      ref: { type: string, pattern: "^[a-z0-9][a-z0-9-]*$", description: "A skill name." }
-      queue: { type: string, pattern: "^[a-z0-9][a-z0-9._:-]{0,199}$" }
-    required: [topic]
-"#,
+    event_tool(
+        "event-unsubscribe",
+        "Remove a skill handler (`ref`) from a topic, a named `queue`, or every handler of the topic.",
+        &[("ref", SKILL_NAME), ("queue", QUEUE_NAME)],
+        "",
         |ctx, args| async move {
             let topic =
                 string(&args, "topic").ok_or_else(|| bad("event-unsubscribe needs a `topic`"))?;
@@ -252,27 +275,21 @@ metadata:
 }
 
 fn wait() -> Tool {
-    native(
-        r#"
-name: event-wait
-description: "Wait for events on a topic's queue: returns at once with what is there, else the first to arrive, or [] after `timeout` ms."
-metadata:
-  tags: [events]
-  params:
-    type: object
-    properties:
-      topic: { type: string, pattern: "^[a-z0-9][a-z0-9._:-]{0,199}$", description: "1 to 200 lowercase letters, digits, -, _, . or :, starting with a letter or digit." }
-      queue: { type: string, pattern: "^[a-z0-9][a-z0-9._:-]{0,199}$" }
-      timeout: { type: number, minimum: 0, description: "Milliseconds to wait when the queue is empty (default 30000)." }
-      max: { type: integer, minimum: 1 }
-      ack: { type: boolean }
-    required: [topic]
-"#,
+    event_tool(
+        "event-wait",
+        "Wait for events on a topic's queue: returns at once with what is there, else the first to arrive, or [] after `timeout` ms.",
+        &[
+            ("queue", QUEUE_NAME),
+            (
+                "timeout",
+                r#"{ type: number, minimum: 0, description: "Milliseconds to wait when the queue is empty (default 30000)." }"#,
+            ),
+            ("max", "{ type: integer, minimum: 1 }"),
+            ("ack", "{ type: boolean }"),
+        ],
+        "",
         |ctx, args| async move {
-            let topic = string(&args, "topic").ok_or_else(|| bad("event-wait needs a `topic`"))?;
-            check_topic(ctx.authority(), topic)?;
-            check_reserved(ctx.authority(), topic, Reserved::Queues)?;
-            let queue = queue_of(&ctx, &args);
+            let (topic, queue) = queue_taken(&ctx, &args, "event-wait")?;
             let queue = queue.as_str();
             let timeout = match args.get("timeout") {
                 None | Some(Value::Null) => 30_000.0,
@@ -318,34 +335,31 @@ metadata:
 }
 
 fn ack() -> Tool {
-    native(
-        r#"
-name: event-ack
-description: "Acknowledge events taken with `ack: false` (removes them), or `nack: true` to return them to the front of the queue. Name them by `receipts` (from event-wait: exact) or by event `ids`. Returns how many were settled and the `unknown` ones the queue no longer holds (settled already)."
-metadata:
-  tags: [events]
-  params:
-    type: object
-    properties:
-      topic: { type: string, pattern: "^[a-z0-9][a-z0-9._:-]{0,199}$", description: "1 to 200 lowercase letters, digits, -, _, . or :, starting with a letter or digit." }
-      queue: { type: string, pattern: "^[a-z0-9][a-z0-9._:-]{0,199}$" }
-      receipts: { type: array, minItems: 1, items: { type: integer, minimum: 0 } }
-      receipt: { type: integer, minimum: 0 }
-      ids: { type: array, minItems: 1, items: { type: string } }
-      id: { type: string }
-      nack: { type: boolean }
-    required: [topic]
-    anyOf:
+    event_tool(
+        "event-ack",
+        "Acknowledge events taken with `ack: false` (removes them), or `nack: true` to return them to the front of the queue. Name them by `receipts` (from event-wait: exact) or by event `ids`. Returns how many were settled and the `unknown` ones the queue no longer holds (settled already).",
+        &[
+            ("queue", QUEUE_NAME),
+            (
+                "receipts",
+                "{ type: array, minItems: 1, items: { type: integer, minimum: 0 } }",
+            ),
+            ("receipt", "{ type: integer, minimum: 0 }"),
+            (
+                "ids",
+                "{ type: array, minItems: 1, items: { type: string } }",
+            ),
+            ("id", "{ type: string }"),
+            ("nack", "{ type: boolean }"),
+        ],
+        r#"    anyOf:
       - { required: [receipts] }
       - { required: [receipt] }
       - { required: [ids] }
       - { required: [id] }
 "#,
         |ctx, args| async move {
-            let topic = string(&args, "topic").ok_or_else(|| bad("event-ack needs a `topic`"))?;
-            check_topic(ctx.authority(), topic)?;
-            check_reserved(ctx.authority(), topic, Reserved::Queues)?;
-            let queue = queue_of(&ctx, &args);
+            let (topic, queue) = queue_taken(&ctx, &args, "event-ack")?;
             let queue = queue.as_str();
             let mut ids: Vec<String> = args
                 .get("ids")

@@ -17,7 +17,7 @@ use serde_json::Value;
 use tokio::sync::Semaphore;
 
 use crate::events::{Bus, Delivery, Event, KernelBus, KeyClaim};
-use crate::gateway::Host;
+use crate::gateway::{Gateway, Host};
 
 /// How long one claim waits before it looks again.
 const CLAIM_WAIT: Duration = Duration::from_secs(5);
@@ -80,29 +80,43 @@ pub fn decode<J: Job>(data: Option<&Value>) -> Result<J, String> {
     }
 }
 
+/// Where a door's jobs wait: the topic, its queue, and how many of them run at once.
+pub struct Lane {
+    pub topic: String,
+    pub queue: &'static str,
+    pub concurrency: usize,
+}
+
+impl Lane {
+    pub fn new(topic: impl Into<String>, queue: &'static str, concurrency: usize) -> Lane {
+        Lane {
+            topic: topic.into(),
+            queue,
+            concurrency,
+        }
+    }
+}
+
 /// [`spawn`] for a door's typed jobs: each delivery's payload is read as `J` and run with the
-/// host. One that cannot be read is logged and not acked: it comes back until the delivery
-/// limit moves it to `<topic>.dead`, where an operator finds it.
-pub fn spawn_jobs<J, F, Fut>(
-    host: &Host,
-    topic: String,
-    queue: &'static str,
-    concurrency: usize,
-    run: F,
-) where
+/// host and the door's `state`, on the server's background tracker until the server stops (its
+/// runs are tracked there too). One that cannot be read is logged and not acked: it comes back
+/// until the delivery limit moves it to `<topic>.dead`, where an operator finds it.
+pub fn spawn_jobs<S, J, F, Fut>(host: &Host, lane: Lane, state: Arc<S>, run: F)
+where
+    S: Send + Sync + 'static,
     J: Job,
-    F: Fn(Host, J, Delivery) -> Fut + Send + Sync + 'static,
+    F: Fn(Host, Arc<S>, J, Delivery) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = ()> + Send + 'static,
 {
-    let name = topic.clone();
+    let name = lane.topic.clone();
     let worker = host.clone();
     spawn(
         host,
-        topic,
-        queue,
-        concurrency,
+        lane.topic,
+        lane.queue,
+        lane.concurrency,
         move |delivery| match decode::<J>(delivery.event.data.as_ref()) {
-            Ok(job) => Either::Left(run(worker.clone(), job, delivery)),
+            Ok(job) => Either::Left(run(worker.clone(), state.clone(), job, delivery)),
             Err(err) => {
                 tracing::error!(
                     topic = name,
@@ -160,8 +174,11 @@ pub async fn enqueue_once(
 
 /// Makes a transport's queue on `topic` before its intake takes anything (an event queued on a
 /// topic with no queue would only be in its buffer).
-pub async fn prepare(bus: &Bus, topic: &str, queue: &str) -> Result<(), String> {
-    bus.subscribe_queue(topic, queue, false)
+pub async fn prepare(gateway: &Gateway, lane: &Lane) -> Result<(), String> {
+    gateway
+        .kernel
+        .bus()
+        .subscribe_queue(&lane.topic, lane.queue, false)
         .await
         .map(|_| ())
         .map_err(|e| e.to_string())

@@ -5,23 +5,14 @@
 use serde_json::{Value, json};
 
 use crate::context::Context;
-use crate::skills::native::native;
+use crate::skills::native::hook_middleware;
 use crate::skills::tool::Tool;
 
 pub fn tool() -> Tool {
-    native(
-        r#"
-name: debug
-description: "Pipeline debugging hook: logs pipeline and chain entry events. Activate with `debug: true`."
-metadata:
-  role: middleware
-  visibility: hidden
-  tags: [meta-internal, hook]
-  $hook: { $self: [$invoke, $next] }
-"#,
-        |ctx, _args| async move {
-            let target = ctx.ctx_target()?;
-            let hook = ctx.get("locals.hook")?.unwrap_or(Value::Null);
+    hook_middleware(
+        "debug",
+        "Pipeline debugging hook: logs pipeline and chain entry events. Activate with `debug: true`.",
+        |target, hook| async move {
             let entry = hook
                 .get("entry")
                 .and_then(Value::as_str)

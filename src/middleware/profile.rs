@@ -6,27 +6,17 @@ use std::time::Instant;
 
 use serde_json::{Value, json};
 
-use crate::skills::native::native;
+use crate::skills::native::hook_middleware;
 use crate::skills::tool::Tool;
 
 pub fn tool() -> Tool {
-    native(
-        r#"
-name: profile
-description: "Timing hook: records pipeline and chain entry durations. Activate with `profile: true`."
-metadata:
-  role: middleware
-  visibility: hidden
-  tags: [meta-internal, hook]
-  $hook: { $self: [$invoke, $next] }
-"#,
-        |ctx, _args| async move {
-            let target = ctx.ctx_target()?;
-            let entry = ctx
-                .get("locals.hook.entry")?
-                .and_then(|v| v.as_str().map(str::to_string));
+    hook_middleware(
+        "profile",
+        "Timing hook: records pipeline and chain entry durations. Activate with `profile: true`.",
+        |target, hook| async move {
             let started = Instant::now();
             let out = target.next().await;
+            let entry = hook.get("entry").and_then(Value::as_str);
             let ms = started.elapsed().as_secs_f64() * 1000.0;
             match entry {
                 Some(name) => {

@@ -153,7 +153,7 @@ metadata:
   params:
     type: object
     properties:
-      name: { type: string }
+      name: { type: string, description: "The schedule's name, as schedule-list shows it." }
     required: [name]
 "#,
         |ctx, args| async move {

@@ -54,15 +54,38 @@ where
     F: Fn(Context, Arc<Value>) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<Option<Value>>> + Send + 'static,
 {
-    let yaml = format!(
-        "name: {name}\ndescription: {}\nmetadata:\n  role: middleware\n  visibility: hidden\n  tags: [meta-internal, {tag}]\n",
-        Value::String(description.to_string())
-    );
     let body = Arc::new(body);
-    native(&yaml, move |ctx, args| {
+    native(&hidden(name, description, tag), move |ctx, args| {
         let body = body.clone();
         async move { body(ctx.ctx_target()?, args).await }
     })
+}
+
+/// A hook on `$invoke` and `$next` (`debug`, `profile`): hidden, tagged `hook`, switched on by
+/// the metadata key of its name. Its body gets the served context and `locals.hook`: `entry`,
+/// the chain entry it wraps (none around the whole pipeline), and `config`, the key's value.
+pub fn hook_middleware<F, Fut>(name: &str, description: &str, body: F) -> Tool
+where
+    F: Fn(Context, Value) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Option<Value>>> + Send + 'static,
+{
+    let yaml = hidden(name, description, "hook") + "  $hook: { $self: [$invoke, $next] }\n";
+    let body = Arc::new(body);
+    native(&yaml, move |ctx, _args| {
+        let body = body.clone();
+        async move {
+            let hook = ctx.get("locals.hook")?.unwrap_or(Value::Null);
+            body(ctx.ctx_target()?, hook).await
+        }
+    })
+}
+
+/// The frontmatter of a hidden middleware tagged `meta-internal` and `tag`.
+fn hidden(name: &str, description: &str, tag: &str) -> String {
+    format!(
+        "name: {name}\ndescription: {}\nmetadata:\n  role: middleware\n  visibility: hidden\n  tags: [meta-internal, {tag}]\n",
+        Value::String(description.to_string())
+    )
 }
 
 /// Builds a native tool from frontmatter and an already boxed body.

@@ -81,7 +81,7 @@ impl Email {
             };
             host.background.spawn(poller.run(host.stopping.clone()));
         }
-        worker::spawn(host, self.clone());
+        crate::gateway::queue::spawn_jobs(host, worker::lane(), self.clone(), worker::run);
     }
 }
 

@@ -65,7 +65,7 @@ pub async fn open(gateway: &Gateway, resolved: Resolved) -> Result<Arc<Email>, S
         mailer,
         tls,
     } = resolved;
-    worker::prepare(gateway)
+    crate::gateway::queue::prepare(gateway, &worker::lane())
         .await
         .map_err(|e| format!("email: the mail queue could not be made: {e}"))?;
     let (listener, addr) = match config.bind {

@@ -18,36 +18,14 @@ use crate::gateway::email::intake::{QUEUE, Queued, TOPIC};
 use crate::gateway::email::parse::Mail;
 use crate::gateway::email::thread;
 use crate::gateway::problem::Problem;
-use crate::gateway::queue::Routed;
+use crate::gateway::queue::{Lane, Routed};
 use crate::gateway::reply::{Gathered, as_markdown, gather};
 use crate::gateway::{Gateway, GatewayError, Inbound};
 use crate::kernel::ToolRef;
 use crate::kernel::authority::Authority;
 
-/// Mails answered at once.
-const CONCURRENCY: usize = 8;
-
-/// Makes the queue before any mail is taken.
-pub async fn prepare(gateway: &Gateway) -> Result<(), String> {
-    crate::gateway::queue::prepare(gateway.kernel.bus(), TOPIC, QUEUE).await
-}
-
-/// Starts the worker on the server's background tracker until the server stops; its runs are
-/// tracked there too.
-pub fn spawn(host: &Host, email: Arc<Email>) {
-    crate::gateway::queue::spawn_jobs(
-        host,
-        TOPIC.into(),
-        QUEUE,
-        CONCURRENCY,
-        move |host, queued: Queued, delivery| {
-            let email = email.clone();
-            async move { run(&host, &email, queued, delivery).await }
-        },
-    );
-}
-
-async fn run(host: &Host, email: &Email, queued: Queued, delivery: Delivery) {
+/// Answers one mail (see the module's note), then acks it.
+pub async fn run(host: Host, email: Arc<Email>, queued: Queued, delivery: Delivery) {
     let (gateway, policy, timeout) = (&host.gateway, &host.policy, host.timeout);
     let bus = gateway.kernel.bus().clone();
     let id = delivery.event.id.clone();
@@ -233,4 +211,9 @@ fn failure(error: &GatewayError, skill: &str, request_id: &str) -> (String, Stri
         format!("`{skill}` could not answer: {detail}\n\n({slug}, request {request_id})"),
         slug,
     )
+}
+
+/// Where queued mail waits, and how many mails are answered at once.
+pub fn lane() -> Lane {
+    Lane::new(TOPIC, QUEUE, 8)
 }

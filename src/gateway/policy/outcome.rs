@@ -68,33 +68,30 @@ impl Failure {
     }
 }
 
+/// Whether the kernel or the gateway marked `err` with `key: value` in its data.
+fn marked(err: &SkillError, key: &str, value: impl Into<serde_json::Value>) -> bool {
+    err.data().and_then(|d| d.get(key)) == Some(&value.into())
+}
+
 /// The kernel marks a ref refused to an authority below the project's (see
 /// `kernel::authority::Authority::reach`).
 fn unreachable(err: &SkillError) -> bool {
-    err.data()
-        .and_then(|d| d.get("rule"))
-        .is_some_and(|r| r == "unreachable")
+    marked(err, "rule", "unreachable")
 }
 
 /// The kernel marks a run over its budget with `{"limit": "budget"}`.
 fn over_budget(err: &SkillError) -> bool {
-    err.data()
-        .and_then(|d| d.get("limit"))
-        .is_some_and(|l| l == "budget")
+    marked(err, "limit", "budget")
 }
 
 /// A call refused because the server is full is marked `{"limit": "busy"}` (`SkillError::busy`).
 fn busy(err: &SkillError) -> bool {
-    err.data()
-        .and_then(|d| d.get("limit"))
-        .is_some_and(|l| l == "busy")
+    marked(err, "limit", "busy")
 }
 
 /// The gateway marks the abort of a run that ran out of time with `{"timeout": true}`.
 fn timed_out(err: &SkillError) -> bool {
-    err.data()
-        .and_then(|d| d.get("timeout"))
-        .is_some_and(|t| t == true)
+    marked(err, "timeout", true)
 }
 
 #[cfg(test)]

@@ -73,7 +73,7 @@ impl Slack {
                 stop.clone(),
             ));
         }
-        worker::spawn(host, self.clone());
+        crate::gateway::queue::spawn_jobs(host, worker::lane(), self.clone(), worker::run);
     }
 
     /// `auth.test` until it answers: the bot's user id (to ignore its own messages and remove

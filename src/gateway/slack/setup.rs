@@ -39,7 +39,7 @@ pub fn resolve(
 
 /// The Slack door for `config`, its event queue made.
 pub async fn open(gateway: &Gateway, config: SlackConfig) -> Result<Arc<Slack>, String> {
-    worker::prepare(gateway)
+    crate::gateway::queue::prepare(gateway, &worker::lane())
         .await
         .map_err(|e| format!("slack: the event queue could not be made: {e}"))?;
     Ok(Arc::new(Slack::new(gateway, config)))

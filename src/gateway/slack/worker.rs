@@ -13,6 +13,7 @@ use serde_json::{Map, json};
 use crate::events::{Delivery, KernelBus};
 use crate::gateway::Host;
 use crate::gateway::policy::{Policy, Refusal};
+use crate::gateway::queue::Lane;
 use crate::gateway::slack::Slack;
 use crate::gateway::slack::intake::{QUEUE, Queued, TOPIC};
 use crate::gateway::slack::reply::{self, Thread};
@@ -20,38 +21,14 @@ use crate::gateway::{Gateway, GatewayError, Inbound};
 use crate::kernel::ToolRef;
 use crate::kernel::authority::Authority;
 
-/// Events answered at once.
-const CONCURRENCY: usize = 8;
-
-/// Makes the queue before any event is taken.
-pub async fn prepare(gateway: &Gateway) -> Result<(), String> {
-    crate::gateway::queue::prepare(gateway.kernel.bus(), TOPIC, QUEUE).await
-}
-
-/// Starts the worker on the server's background tracker until the server stops; its runs are
-/// tracked there too.
-pub fn spawn(host: &Host, slack: Arc<Slack>) {
-    crate::gateway::queue::spawn_jobs(
-        host,
-        TOPIC.into(),
-        QUEUE,
-        CONCURRENCY,
-        move |host, queued: Queued, delivery| {
-            let slack = slack.clone();
-            async move { run(&host, &slack, queued, delivery).await }
-        },
-    );
-}
-
 /// Answers one event, then acks it.
-async fn run(host: &Host, slack: &Slack, queued: Queued, delivery: Delivery) {
+pub async fn run(host: Host, slack: Arc<Slack>, queued: Queued, delivery: Delivery) {
     let (gateway, policy, timeout) = (&host.gateway, &host.policy, host.timeout);
     let bus = gateway.kernel.bus().clone();
-    let id = delivery.event.id.clone();
-    let receipt = delivery.receipt;
+    // The queue's event id where Slack's own was not kept (payloads of earlier releases).
     let event_id = Some(queued.event_id.clone())
         .filter(|e| !e.is_empty())
-        .unwrap_or(id);
+        .unwrap_or_else(|| delivery.event.id.clone());
     let skill = queued.routed.skill.clone();
     let message = &queued.message;
     let channel = message.channel.clone();
@@ -129,7 +106,7 @@ async fn run(host: &Host, slack: &Slack, queued: Queued, delivery: Delivery) {
             slack.auth_failed(gateway);
         }
     }
-    if let Err(err) = bus.ack(TOPIC, QUEUE, &[receipt], false).await {
+    if let Err(err) = bus.ack(TOPIC, QUEUE, &[delivery.receipt], false).await {
         tracing::warn!(event_id, error = %err, "acking a Slack event failed; it may be answered again");
     }
 }
@@ -153,4 +130,9 @@ fn reach(
         .reach_message(&index, skill, queued.routed.named)
         .map(|tool| tool.name.clone())
         .map_err(GatewayError::from)
+}
+
+/// Where queued events wait, and how many are answered at once.
+pub fn lane() -> Lane {
+    Lane::new(TOPIC, QUEUE, 8)
 }

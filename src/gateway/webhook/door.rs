@@ -43,7 +43,7 @@ impl Webhooks {
         }
         let routes: Vec<Arc<WebhookRoute>> = found.into_iter().map(Arc::new).collect();
         for route in &routes {
-            worker::prepare(gateway, route)
+            crate::gateway::queue::prepare(gateway, &worker::lane(route))
                 .await
                 .map_err(|e| StartError::runtime(NAME, format!("webhook queue: {e}")))?;
         }
@@ -105,7 +105,12 @@ impl Door for Webhooks {
 
     fn start(self: Arc<Self>, host: &Host) {
         for route in &self.routes {
-            worker::spawn(host, route.clone());
+            crate::gateway::queue::spawn_jobs(
+                host,
+                worker::lane(route),
+                route.clone(),
+                worker::run,
+            );
         }
     }
 }

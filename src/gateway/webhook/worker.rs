@@ -5,7 +5,6 @@
 //! to `<topic>.dead`.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
@@ -13,9 +12,10 @@ use serde_json::{Map, Value, json};
 use crate::context::id;
 use crate::events::{Delivery, KernelBus};
 use crate::gateway::Host;
+use crate::gateway::Inbound;
+use crate::gateway::queue::Lane;
 use crate::gateway::reply::gather;
 use crate::gateway::webhook::routes::WebhookRoute;
-use crate::gateway::{Gateway, Inbound};
 use crate::kernel::ToolRef;
 use crate::kernel::authority::Authority;
 
@@ -42,35 +42,15 @@ impl crate::gateway::queue::Job for Queued {
     const VERSION: u64 = 1;
 }
 
-/// Makes the route's queue, before any delivery is taken (a delivery queued on a topic with
-/// no queue would only be in its buffer).
-pub async fn prepare(gateway: &Gateway, route: &WebhookRoute) -> Result<(), String> {
-    crate::gateway::queue::prepare(gateway.kernel.bus(), &route.topic, QUEUE).await
-}
-
-/// Starts the route's worker on the server's background tracker until the server stops; its
-/// runs are tracked there too.
-pub fn spawn(host: &Host, route: Arc<WebhookRoute>) {
-    crate::gateway::queue::spawn_jobs(
-        host,
-        route.topic.clone(),
-        QUEUE,
-        CONCURRENCY,
-        move |host, queued: Queued, delivery| {
-            let route = route.clone();
-            async move { run(&host.gateway, &route, queued, delivery, host.timeout).await }
-        },
-    );
+/// Where the route's deliveries wait (its topic's queue, made before any is taken: a delivery
+/// queued on a topic with no queue would only be in its buffer), and how many run at once.
+pub fn lane(route: &WebhookRoute) -> Lane {
+    Lane::new(route.topic.clone(), QUEUE, CONCURRENCY)
 }
 
 /// Runs one delivery; acks it when the skill succeeded.
-async fn run(
-    gateway: &Gateway,
-    route: &WebhookRoute,
-    queued: Queued,
-    delivery: Delivery,
-    timeout: Duration,
-) {
+pub async fn run(host: Host, route: Arc<WebhookRoute>, queued: Queued, delivery: Delivery) {
+    let (gateway, timeout) = (&host.gateway, host.timeout);
     let delivery_id = queued.delivery_id;
     let args = json!({
         "id": delivery_id,

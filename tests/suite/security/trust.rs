@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use serde_json::{Value, json};
-use skillgate::events::{Event, KernelBus, run_handler};
+use skillgate::events::{Event, Handler, KernelBus, run_handler};
 use skillgate::gateway::keys::{ApiKey, KeyRing, hash_key};
 use skillgate::kernel::authority::{Authority, Grants, Keys, Principal};
 use skillgate::schedule::runner::{Firing, run_firing};
@@ -506,9 +506,14 @@ async fn a_revoked_keys_handlers_pause_and_go_on_when_a_key_of_that_name_returns
     keys.install(Arc::new(KeyRing::new(vec![]).unwrap()));
     let bus = k.bus().clone();
     let ops = Principal::key("ops", Grants::default());
-    bus.subscribe_handler_as(&k, "orders", "who", None, false, ops)
-        .await
-        .unwrap();
+    let handler = Handler {
+        topic: "orders".into(),
+        reference: "who".into(),
+        args: None,
+        principal: ops,
+        replay: false,
+    };
+    bus.subscribe_handler_as(&k, handler).await.unwrap();
     bus.emit(&Event::new("orders", "placed")).await.unwrap();
     // Revoked: nothing runs (a bounded look; the handler would run within milliseconds).
     let early = tokio::time::timeout(std::time::Duration::from_millis(500), seen.recv()).await;
