@@ -17,6 +17,7 @@ pub mod records;
 pub mod routes;
 pub mod skills;
 pub mod sql_records;
+pub mod sql_store;
 pub mod sqlite;
 pub mod store;
 pub mod store_url;

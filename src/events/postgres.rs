@@ -1,4 +1,5 @@
-//! The Postgres event store, for deployments with many replicas on one database.
+//! The Postgres event store, for deployments with many replicas on one database: what it does
+//! its own way (see `sql_store.rs` for the rest).
 //!
 //! Consumers claim with `FOR UPDATE SKIP LOCKED`, so replicas sharing a consumer group never
 //! get the same entry at once. `LISTEN/NOTIFY` only wakes consumers: after every reconnect the
@@ -9,40 +10,37 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
+use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
-use sqlx::{Executor, PgPool, Postgres, Row, Transaction};
+use sqlx::{Executor, PgConnection, PgPool, Postgres, Transaction};
 use tokio::sync::broadcast;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
-use crate::context::id::now_ms;
+use crate::events::Event;
 use crate::events::batch::Batcher;
-use crate::events::sql_records::{SqlBacked, SqlRecords, sql_limit};
-use crate::events::store::{
-    Delivery, EventStore, Limits, StoreError, StoreResult, WAKE_ALL, distinct_topics, missing,
-};
-use crate::events::{DEAD_QUEUE, Event, dead_letter};
+use crate::events::sql_store::{Found, OwnWays, SqlDatabase, SqlStore};
+use crate::events::store::{EventStore, Limits, StoreError, StoreResult, WAKE_ALL, missing};
 
 /// Longest wait for a pooled connection. While the database is down a call fails after this
 /// (an SMTP sender gets its 451, `/readyz` its answer) instead of hanging for long.
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
 
-pub struct PostgresStore {
-    pool: PgPool,
-    claims: PgPool,
-    batcher: Batcher,
-    limits: Limits,
+/// The event store on Postgres.
+pub type PostgresStore = SqlStore<Postgres>;
+
+/// What the Postgres store keeps of its own: the channel it notifies on, and its listener
+/// (stopped with the store).
+pub struct PgOwn {
     channel: String,
-    wake: broadcast::Sender<String>,
-    /// Buffer trims, at most one per topic per interval: reads bound the buffer themselves,
-    /// trimming only collects what they no longer return.
-    trims: crate::events::batch::Throttle,
-    records: SqlRecords<Postgres>,
-    sweeps: crate::events::batch::Throttle,
     _listener: DropGuard,
 }
 
-impl PostgresStore {
+impl SqlDatabase for Postgres {
+    type Own = PgOwn;
+    const KIND: &'static str = "postgres";
+}
+
+impl SqlStore<Postgres> {
     /// Connects to `url`; with `schema`, everything lives in that schema (created if missing),
     /// which lets tests and tenants share one database.
     pub async fn connect(
@@ -108,9 +106,7 @@ impl PostgresStore {
             Some(s) => format!("sg_events_{s}"),
             None => "sg_events".to_string(),
         };
-        let wake = broadcast::channel(1024).0;
         let stop = CancellationToken::new();
-        spawn_listener(pool.clone(), channel.clone(), wake.clone(), stop.clone()).await?;
         let (writer, notify) = (pool.clone(), channel.clone());
         let batcher = Batcher::spawn(
             Arc::new(move |events: Vec<Event>| {
@@ -119,91 +115,43 @@ impl PostgresStore {
             }),
             2,
         );
-        let store = PostgresStore {
-            records: SqlRecords::new(pool.clone()),
-            pool,
-            claims,
-            batcher,
-            limits,
-            channel,
-            wake,
-            trims: crate::events::batch::Throttle::default(),
-            sweeps: crate::events::batch::Throttle::default(),
-            _listener: stop.drop_guard(),
+        let own = PgOwn {
+            channel: channel.clone(),
+            _listener: stop.clone().drop_guard(),
         };
+        let store = SqlStore::new(pool.clone(), claims, batcher, limits, own);
+        spawn_listener(pool, channel, store.wake.clone(), stop).await?;
         store.migrate().await?;
         Ok(store)
     }
+}
 
-    /// Events older than this (ms) are out of the replay buffer.
-    fn cutoff(&self) -> i64 {
-        now_ms().saturating_sub(self.limits.buffer_age.as_millis() as u64) as i64
+impl OwnWays<Postgres> for SqlStore<Postgres> {
+    fn migrations() -> &'static Migrator {
+        &crate::events::migrations::POSTGRES
     }
 
-    /// Drops buffered events past the count and age limits.
-    async fn trim(&self, topic: &str) -> StoreResult<()> {
-        sqlx::query(
-            "DELETE FROM sg_events WHERE topic = $1 AND (created_ms < $2 OR seq <= (
-                 SELECT seq FROM sg_events WHERE topic = $1 ORDER BY seq DESC OFFSET $3 LIMIT 1))",
-        )
-        .bind(topic)
-        .bind(self.cutoff())
-        .bind(self.limits.buffer_events as i64)
-        .execute(&self.pool)
-        .await?;
-        Ok(())
+    async fn begin(&self) -> StoreResult<Transaction<'static, Postgres>> {
+        Ok(self.pool.begin().await?)
     }
 
-    /// Moves entries that used up their deliveries to the `dead` queue of `<topic>.dead`.
-    async fn sweep_dead(&self, topic: &str, queue: &str, now: i64) -> StoreResult<()> {
-        let mut tx = self.pool.begin().await?;
-        let expired = sqlx::query(
-            "DELETE FROM sg_deliveries WHERE seq IN (
-                 SELECT seq FROM sg_deliveries
-                 WHERE topic = $1 AND queue = $2 AND visible_ms <= $3 AND attempts >= $4
-                 FOR UPDATE SKIP LOCKED)
-             RETURNING seq, body, attempts, position",
-        )
-        .bind(topic)
-        .bind(queue)
-        .bind(now)
-        .bind(self.limits.delivery_limit as i32)
-        .fetch_all(&mut *tx)
-        .await?;
-        if expired.is_empty() {
-            tx.rollback().await?;
-            return Ok(());
-        }
-        for delivery in in_order(&expired)? {
-            let letter = dead_letter(&delivery.event, queue, delivery.attempts);
-            sqlx::query(
-                "INSERT INTO sg_queues (topic, name, created_ms) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
-            )
-            .bind(&letter.topic)
-            .bind(DEAD_QUEUE)
-            .bind(now)
-            .execute(&mut *tx)
+    /// Tells every replica's waiters that `topic` has news, when `conn`'s transaction commits.
+    async fn notify(&self, conn: &mut PgConnection, topic: &str) -> StoreResult<()> {
+        sqlx::query("SELECT pg_notify($1, $2)")
+            .bind(&self.own.channel)
+            .bind(topic)
+            .execute(conn)
             .await?;
-            self.emit_tx(&mut tx, &letter).await?;
-        }
-        tx.commit().await?;
         Ok(())
     }
 
-    pub fn pool(&self) -> &PgPool {
-        &self.pool
-    }
-
-    async fn emit_tx(
-        &self,
-        tx: &mut Transaction<'static, Postgres>,
-        event: &Event,
-    ) -> StoreResult<()> {
+    /// Emits `event` in `conn`'s transaction (a dead letter, as it leaves its queue).
+    async fn emit_in(&self, conn: &mut PgConnection, event: &Event) -> StoreResult<()> {
         let body = event.to_body();
         // The same per-topic lock as a batch takes (see `insert_events`).
         sqlx::query("SELECT pg_advisory_xact_lock(hashtext('skillgate.events:' || $1))")
             .bind(&event.topic)
-            .execute(&mut **tx)
+            .execute(&mut *conn)
             .await?;
         let seq: i64 = sqlx::query_scalar(
             "INSERT INTO sg_events (topic, id, body, created_ms) VALUES ($1, $2, $3, $4) RETURNING seq",
@@ -212,7 +160,7 @@ impl PostgresStore {
         .bind(&event.id)
         .bind(&body)
         .bind(event.timestamp as i64)
-        .fetch_one(&mut **tx)
+        .fetch_one(&mut *conn)
         .await?;
         sqlx::query(
             "INSERT INTO sg_deliveries (topic, queue, event_id, body, position)
@@ -222,14 +170,66 @@ impl PostgresStore {
         .bind(&body)
         .bind(seq)
         .bind(&event.topic)
-        .execute(&mut **tx)
+        .execute(&mut *conn)
         .await?;
-        sqlx::query("SELECT pg_notify($1, $2)")
-            .bind(&self.channel)
-            .bind(&event.topic)
-            .execute(&mut **tx)
-            .await?;
-        Ok(())
+        self.notify(conn, &event.topic).await
+    }
+
+    /// Deletes the entries of `receipts`; the receipts it found none for.
+    async fn acked(&self, topic: &str, queue: &str, receipts: &[u64]) -> StoreResult<Vec<u64>> {
+        // On the claims pool: an ack lost in a server crash only delivers its entry again.
+        let gone: Vec<i64> = sqlx::query_scalar(
+            // `IS TRUE`: found by primary key only, however few rows the planner believes the
+            // queue holds; the topic and queue only guard against another queue's receipts.
+            "DELETE FROM sg_deliveries WHERE seq = ANY($3) AND (topic = $1 AND queue = $2) IS TRUE
+             RETURNING seq",
+        )
+        .bind(topic)
+        .bind(queue)
+        .bind(as_seqs(receipts))
+        .fetch_all(&self.claims)
+        .await?;
+        Ok(missing(receipts, gone.iter().map(|s| *s as u64)))
+    }
+
+    /// Puts the entries of `receipts` back at the front, in order; the receipts it found none
+    /// for.
+    async fn nacked(&self, topic: &str, queue: &str, receipts: &[u64]) -> StoreResult<Vec<u64>> {
+        // One statement: the first receipt lands at the very front, the others after it in
+        // order, all before the entry that was first.
+        let moved: Vec<i64> = sqlx::query_scalar(
+            "WITH front AS (
+                 SELECT COALESCE(MIN(position), 0) AS p FROM sg_deliveries
+                 WHERE topic = $1 AND queue = $2),
+             r AS (SELECT seq, ord FROM UNNEST($3::bigint[]) WITH ORDINALITY AS r(seq, ord))
+             UPDATE sg_deliveries d SET visible_ms = 0, position = front.p - $4 - 1 + r.ord
+             FROM front, r
+             WHERE d.seq = r.seq AND (d.topic = $1 AND d.queue = $2) IS TRUE
+             RETURNING d.seq",
+        )
+        .bind(topic)
+        .bind(queue)
+        .bind(as_seqs(receipts))
+        .bind(receipts.len() as i64)
+        .fetch_all(&self.claims)
+        .await?;
+        let mut conn = self.claims.acquire().await?;
+        self.notify(&mut conn, topic).await?;
+        Ok(missing(receipts, moved.iter().map(|s| *s as u64)))
+    }
+
+    /// The receipts of the entries of events `ids`, in queue order.
+    async fn found(&self, topic: &str, queue: &str, ids: &[String]) -> StoreResult<Found> {
+        let rows: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT event_id, seq FROM sg_deliveries
+             WHERE topic = $1 AND queue = $2 AND event_id = ANY($3) ORDER BY position",
+        )
+        .bind(topic)
+        .bind(queue)
+        .bind(ids)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.into_iter().map(|(id, seq)| (id, seq as u64)).collect())
     }
 }
 
@@ -303,308 +303,6 @@ async fn insert_events(pool: &PgPool, channel: &str, events: &[Event]) -> StoreR
     .execute(pool)
     .await?;
     Ok(())
-}
-
-/// Queue rows (`seq, body, attempts, position`) as deliveries in queue order.
-fn in_order(rows: &[sqlx::postgres::PgRow]) -> StoreResult<Vec<Delivery>> {
-    let mut out: Vec<(i64, Delivery)> = rows
-        .iter()
-        .map(|row| {
-            Ok((
-                row.try_get::<i64, _>("position")?,
-                Delivery {
-                    event: Event::from_body(row.try_get("body")?)?,
-                    attempts: row.try_get::<i32, _>("attempts")? as u32,
-                    receipt: row.try_get::<i64, _>("seq")? as u64,
-                },
-            ))
-        })
-        .collect::<StoreResult<_>>()?;
-    out.sort_by_key(|(position, _)| *position);
-    Ok(out.into_iter().map(|(_, d)| d).collect())
-}
-
-impl SqlBacked for PostgresStore {
-    type Db = Postgres;
-    fn records(&self) -> &SqlRecords<Postgres> {
-        &self.records
-    }
-}
-
-#[async_trait]
-impl EventStore for PostgresStore {
-    fn kind(&self) -> &'static str {
-        "postgres"
-    }
-
-    async fn emit(&self, event: &Event) -> StoreResult<()> {
-        self.emit_many(std::slice::from_ref(event)).await
-    }
-
-    async fn emit_many(&self, events: &[Event]) -> StoreResult<()> {
-        // Group commit: returns once the statement holding these events committed.
-        self.batcher.emit(events.to_vec()).await?;
-        for topic in distinct_topics(events) {
-            if self.trims.due(topic, "") {
-                self.trim(topic).await?;
-            }
-        }
-        // Local waiters need not wait for the notification's round trip.
-        for topic in distinct_topics(events) {
-            let _ = self.wake.send(topic.to_string());
-        }
-        Ok(())
-    }
-
-    async fn create_queue(&self, topic: &str, queue: &str, replay: bool) -> StoreResult<bool> {
-        let mut tx = self.pool.begin().await?;
-        let created = sqlx::query(
-            "INSERT INTO sg_queues (topic, name, created_ms) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
-        )
-        .bind(topic)
-        .bind(queue)
-        .bind(now_ms() as i64)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected()
-            == 1;
-        if created && replay {
-            sqlx::query(
-                "INSERT INTO sg_deliveries (topic, queue, event_id, body, position)
-                 SELECT topic, $1, id, body, seq FROM (
-                     SELECT topic, id, body, seq FROM sg_events WHERE topic = $2 AND created_ms >= $3
-                     ORDER BY seq DESC LIMIT $4) newest
-                 ORDER BY seq",
-            )
-            .bind(queue)
-            .bind(topic)
-            .bind(self.cutoff())
-            .bind(self.limits.buffer_events as i64)
-            .execute(&mut *tx)
-            .await?;
-            sqlx::query("SELECT pg_notify($1, $2)")
-                .bind(&self.channel)
-                .bind(topic)
-                .execute(&mut *tx)
-                .await?;
-        }
-        tx.commit().await?;
-        Ok(created)
-    }
-
-    async fn drop_queue(&self, topic: &str, queue: &str) -> StoreResult<bool> {
-        let mut tx = self.pool.begin().await?;
-        sqlx::query("DELETE FROM sg_deliveries WHERE topic = $1 AND queue = $2")
-            .bind(topic)
-            .bind(queue)
-            .execute(&mut *tx)
-            .await?;
-        let existed = sqlx::query("DELETE FROM sg_queues WHERE topic = $1 AND name = $2")
-            .bind(topic)
-            .bind(queue)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected()
-            == 1;
-        tx.commit().await?;
-        Ok(existed)
-    }
-
-    async fn queues(&self, topic: &str) -> StoreResult<Vec<String>> {
-        Ok(
-            sqlx::query_scalar("SELECT name FROM sg_queues WHERE topic = $1 ORDER BY name")
-                .bind(topic)
-                .fetch_all(&self.pool)
-                .await?,
-        )
-    }
-
-    async fn claim(
-        &self,
-        topic: &str,
-        queue: &str,
-        max: usize,
-        visibility: Duration,
-    ) -> StoreResult<Vec<Delivery>> {
-        let now = now_ms() as i64;
-        let rows = sqlx::query(
-            "UPDATE sg_deliveries SET attempts = attempts + 1, visible_ms = $1
-             WHERE seq IN (SELECT seq FROM sg_deliveries
-                           WHERE topic = $2 AND queue = $3 AND visible_ms <= $4 AND attempts < $5
-                           ORDER BY position LIMIT $6
-                           FOR UPDATE SKIP LOCKED)
-             RETURNING seq, body, attempts, position",
-        )
-        .bind(now + visibility.as_millis() as i64)
-        .bind(topic)
-        .bind(queue)
-        .bind(now)
-        .bind(self.limits.delivery_limit as i32)
-        .bind(sql_limit(max))
-        .fetch_all(&self.claims)
-        .await?;
-        let out = in_order(&rows)?;
-        // Exhausted entries are skipped above; they move to the dead topic when the queue runs
-        // short (they may be all that is left).
-        if out.len() < max && self.sweeps.due(topic, queue) {
-            self.sweep_dead(topic, queue, now).await?;
-        }
-        Ok(out)
-    }
-
-    async fn ack(&self, topic: &str, queue: &str, receipts: &[u64]) -> StoreResult<Vec<u64>> {
-        // On the claims pool: an ack lost in a server crash only delivers its entry again.
-        let gone: Vec<i64> = sqlx::query_scalar(
-            // `IS TRUE`: found by primary key only, however few rows the planner believes the
-            // queue holds; the topic and queue only guard against another queue's receipts.
-            "DELETE FROM sg_deliveries WHERE seq = ANY($3) AND (topic = $1 AND queue = $2) IS TRUE
-             RETURNING seq",
-        )
-        .bind(topic)
-        .bind(queue)
-        .bind(as_seqs(receipts))
-        .fetch_all(&self.claims)
-        .await?;
-        Ok(missing(receipts, gone.iter().map(|s| *s as u64)))
-    }
-
-    async fn nack(&self, topic: &str, queue: &str, receipts: &[u64]) -> StoreResult<Vec<u64>> {
-        // One statement: the first receipt lands at the very front, the others after it in
-        // order, all before the entry that was first.
-        let moved: Vec<i64> = sqlx::query_scalar(
-            "WITH front AS (
-                 SELECT COALESCE(MIN(position), 0) AS p FROM sg_deliveries
-                 WHERE topic = $1 AND queue = $2),
-             r AS (SELECT seq, ord FROM UNNEST($3::bigint[]) WITH ORDINALITY AS r(seq, ord))
-             UPDATE sg_deliveries d SET visible_ms = 0, position = front.p - $4 - 1 + r.ord
-             FROM front, r
-             WHERE d.seq = r.seq AND (d.topic = $1 AND d.queue = $2) IS TRUE
-             RETURNING d.seq",
-        )
-        .bind(topic)
-        .bind(queue)
-        .bind(as_seqs(receipts))
-        .bind(receipts.len() as i64)
-        .fetch_all(&self.claims)
-        .await?;
-        sqlx::query("SELECT pg_notify($1, $2)")
-            .bind(&self.channel)
-            .bind(topic)
-            .execute(&self.claims)
-            .await?;
-        Ok(missing(receipts, moved.iter().map(|s| *s as u64)))
-    }
-
-    async fn receipts(
-        &self,
-        topic: &str,
-        queue: &str,
-        ids: &[String],
-    ) -> StoreResult<Vec<(String, u64)>> {
-        let rows: Vec<(String, i64)> = sqlx::query_as(
-            "SELECT event_id, seq FROM sg_deliveries
-             WHERE topic = $1 AND queue = $2 AND event_id = ANY($3) ORDER BY position",
-        )
-        .bind(topic)
-        .bind(queue)
-        .bind(ids)
-        .fetch_all(&self.pool)
-        .await?;
-        Ok(rows.into_iter().map(|(id, seq)| (id, seq as u64)).collect())
-    }
-
-    async fn buffered(
-        &self,
-        topic: &str,
-        after: Option<&str>,
-        limit: usize,
-    ) -> StoreResult<Vec<Event>> {
-        let start: i64 = match after {
-            None => 0,
-            Some(id) => {
-                sqlx::query_scalar("SELECT seq FROM sg_events WHERE topic = $1 AND id = $2")
-                    .bind(topic)
-                    .bind(id)
-                    .fetch_optional(&self.pool)
-                    .await?
-                    .ok_or_else(|| {
-                        StoreError::Invalid(format!(
-                            "event `{id}` is not in the buffer of `{topic}`"
-                        ))
-                    })?
-            }
-        };
-        let bodies: Vec<String> = sqlx::query_scalar(
-            "SELECT body FROM (SELECT seq, body FROM sg_events WHERE topic = $1 AND created_ms >= $2
-                               ORDER BY seq DESC LIMIT $3) newest
-             WHERE seq > $4 ORDER BY seq LIMIT $5",
-        )
-        .bind(topic)
-        .bind(self.cutoff())
-        .bind(self.limits.buffer_events as i64)
-        .bind(start)
-        .bind(sql_limit(limit))
-        .fetch_all(&self.pool)
-        .await?;
-        bodies.iter().map(|b| Event::from_body(b)).collect()
-    }
-
-    async fn peek(&self, topic: &str, queue: &str, limit: usize) -> StoreResult<Vec<Delivery>> {
-        let rows = sqlx::query(
-            "SELECT seq, body, attempts, position FROM sg_deliveries
-             WHERE topic = $1 AND queue = $2 ORDER BY position LIMIT $3",
-        )
-        .bind(topic)
-        .bind(queue)
-        .bind(sql_limit(limit))
-        .fetch_all(&self.pool)
-        .await?;
-        in_order(&rows)
-    }
-
-    async fn enqueue(&self, topic: &str, queue: &str, event: &Event) -> StoreResult<()> {
-        let mut tx = self.pool.begin().await?;
-        sqlx::query(
-            "INSERT INTO sg_queues (topic, name, created_ms) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
-        )
-        .bind(topic)
-        .bind(queue)
-        .bind(now_ms() as i64)
-        .execute(&mut *tx)
-        .await?;
-        sqlx::query(
-            "INSERT INTO sg_deliveries (topic, queue, event_id, body, position)
-             SELECT $1, $2, $3, $4, COALESCE(MAX(position), 0) + 1 FROM sg_deliveries
-             WHERE topic = $1 AND queue = $2",
-        )
-        .bind(topic)
-        .bind(queue)
-        .bind(&event.id)
-        .bind(event.to_body())
-        .execute(&mut *tx)
-        .await?;
-        sqlx::query("SELECT pg_notify($1, $2)")
-            .bind(&self.channel)
-            .bind(topic)
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        Ok(())
-    }
-
-    fn wakeups(&self) -> broadcast::Receiver<String> {
-        self.wake.subscribe()
-    }
-
-    async fn ping(&self) -> StoreResult<()> {
-        sqlx::query("SELECT 1").execute(&self.pool).await?;
-        Ok(())
-    }
-
-    async fn migrate(&self) -> StoreResult<()> {
-        crate::events::migrations::POSTGRES.run(&self.pool).await?;
-        Ok(())
-    }
 }
 
 /// Receipts as the store's `BIGINT` sequence values.
