@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use super::wire::{Wire, tool_input};
-use super::{Delta, ModelResponse, ProviderError, StopReason, ToolCall, Usage};
+use super::{Delta, ModelResponse, OnDelta, ProviderError, StopReason, ToolCall, Usage};
 
 #[derive(Default)]
 pub(super) struct Answer {
@@ -19,7 +19,7 @@ pub(super) struct Answer {
 
 impl Answer {
     /// A piece of the answer's text, passed on as it comes.
-    pub fn text(&mut self, piece: &str, on_delta: &mut (dyn FnMut(Delta) + Send)) {
+    pub fn text(&mut self, piece: &str, on_delta: OnDelta<'_>) {
         self.text.push_str(piece);
         on_delta(Delta::Text(piece.to_string()));
     }

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use super::answer::Answer;
 use super::wire::{Endpoint, Flow, Wire, clip, push_turn};
 use super::{
-    Delta, Message, ModelRequest, ModelResponse, Provider, ProviderError, Role, StopReason,
+    Answered, Delta, Message, ModelRequest, OnDelta, Provider, ProviderError, Role, StopReason,
 };
 
 const NAME: &str = "anthropic";
@@ -31,7 +31,7 @@ pub struct Anthropic {
 impl Anthropic {
     pub fn new(base: &str, key: Option<String>, timeout: Duration) -> Anthropic {
         Anthropic {
-            endpoint: Endpoint::new(base, key, timeout),
+            endpoint: Endpoint::new(base, key, timeout).key_in("x-api-key"),
         }
     }
 
@@ -44,7 +44,8 @@ impl Anthropic {
                 DEFAULT_BASE,
                 "ANTHROPIC_API_KEY",
                 timeout,
-            ),
+            )
+            .key_in("x-api-key"),
         }
     }
 
@@ -118,24 +119,11 @@ fn turns(messages: &[Message]) -> Vec<Value> {
 
 #[async_trait::async_trait]
 impl Provider for Anthropic {
-    fn name(&self) -> &'static str {
-        NAME
-    }
-
-    async fn call(
-        &self,
-        request: &ModelRequest,
-        on_delta: &mut (dyn FnMut(Delta) + Send),
-    ) -> Result<ModelResponse, ProviderError> {
+    async fn call(&self, request: &ModelRequest, on_delta: OnDelta<'_>) -> Answered {
+        let body = Anthropic::body(request);
         let wire = self.endpoint.wire(NAME);
-        let mut post = self
-            .endpoint
-            .post("/v1/messages")
-            .header("anthropic-version", VERSION)
-            .json(&Anthropic::body(request));
-        if let Some(key) = &self.endpoint.key {
-            post = post.header("x-api-key", key);
-        }
+        let post = self.endpoint.post("/v1/messages");
+        let post = post.header("anthropic-version", VERSION).json(&body);
         let response = wire.send(post).await?;
         let mut answer = Streamed::default();
         let done = wire
@@ -160,6 +148,10 @@ impl Provider for Anthropic {
         }
         answer.0.finish(&wire)
     }
+
+    fn name(&self) -> &'static str {
+        NAME
+    }
 }
 
 /// An answer being put together from events.
@@ -172,7 +164,7 @@ impl Streamed {
         wire: &Wire,
         kind: &str,
         data: &Value,
-        on_delta: &mut (dyn FnMut(Delta) + Send),
+        on_delta: OnDelta<'_>,
     ) -> Result<Flow, ProviderError> {
         match kind {
             "message_start" => {

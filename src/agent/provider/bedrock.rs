@@ -16,8 +16,8 @@ use serde_json::{Value, json};
 use super::answer::Answer;
 use super::wire::{Endpoint, Wire, clip, push_turn};
 use super::{
-    Delta, Message, ModelRequest, ModelResponse, Provider, ProviderError, Role, StopReason,
-    ToolCall, Usage,
+    Answered, Delta, Message, ModelRequest, ModelResponse, OnDelta, Provider, ProviderError, Role,
+    StopReason, ToolCall, Usage,
 };
 use crate::agent::config::AgentConfig;
 use crate::error::{Result, SkillError};
@@ -256,15 +256,7 @@ fn stop_reason(reason: &str) -> StopReason {
 
 #[async_trait::async_trait]
 impl Provider for Bedrock {
-    fn name(&self) -> &'static str {
-        NAME
-    }
-
-    async fn call(
-        &self,
-        request: &ModelRequest,
-        on_delta: &mut (dyn FnMut(Delta) + Send),
-    ) -> std::result::Result<ModelResponse, ProviderError> {
+    async fn call(&self, request: &ModelRequest, on_delta: OnDelta<'_>) -> Answered {
         let wire = self.endpoint.wire(NAME);
         let body = serde_json::to_vec(&Bedrock::body(request)).unwrap_or_default();
         let action = if self.settings.stream {
@@ -278,8 +270,7 @@ impl Provider for Bedrock {
             let value = wire.json(response).await?;
             return whole(&wire, &value, &request.model, on_delta);
         }
-        let mut answer = Streamed::default();
-        answer.answer.model = request.model.clone();
+        let mut answer = Streamed::new(wire, &request.model);
         let mut chunks = response.bytes_stream();
         let mut buffer = BytesMut::new();
         let mut decoder = MessageFrameDecoder::new();
@@ -317,12 +308,16 @@ impl Provider for Bedrock {
                     return Err(exception(&kind, &payload));
                 }
                 let kind = header(":event-type").unwrap_or_default();
-                answer.take(&wire, &kind, &payload, on_delta)?;
+                answer.take(&kind, &payload, on_delta)?;
                 if answer.done {
                     return answer.answer.finish(&wire);
                 }
             }
         }
+    }
+
+    fn name(&self) -> &'static str {
+        NAME
     }
 }
 
@@ -364,7 +359,7 @@ fn whole(
     wire: &Wire,
     value: &Value,
     model: &str,
-    on_delta: &mut (dyn FnMut(Delta) + Send),
+    on_delta: OnDelta<'_>,
 ) -> std::result::Result<ModelResponse, ProviderError> {
     let content = value["output"]["message"]["content"]
         .as_array()
@@ -400,21 +395,31 @@ fn whole(
 }
 
 /// An answer being put together from stream events.
-#[derive(Default)]
 struct Streamed {
+    wire: Wire,
     answer: Answer,
     stopped: bool,
     done: bool,
 }
 
+/// What taking one stream event came to: nothing, or the answer cannot be read.
+type Taken = std::result::Result<(), ProviderError>;
+
 impl Streamed {
-    fn take(
-        &mut self,
-        wire: &Wire,
-        kind: &str,
-        data: &Value,
-        on_delta: &mut (dyn FnMut(Delta) + Send),
-    ) -> std::result::Result<(), ProviderError> {
+    fn new(wire: Wire, model: &str) -> Streamed {
+        let mut answer = Answer::default();
+        answer.model = model.to_string();
+        Streamed {
+            wire,
+            answer,
+            stopped: false,
+            done: false,
+        }
+    }
+
+    /// Takes the stream event `kind` with its `data`.
+    fn take(&mut self, kind: &str, data: &Value, on_delta: OnDelta<'_>) -> Taken {
+        let wire = &self.wire;
         let index = data["contentBlockIndex"].as_u64().unwrap_or(0);
         match kind {
             "contentBlockStart" => {

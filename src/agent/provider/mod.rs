@@ -14,8 +14,8 @@ mod types;
 mod wire;
 
 pub use types::{
-    Delta, Message, ModelRequest, ModelResponse, ProviderError, Role, StopReason, ToolCall,
-    ToolDef, Usage,
+    Answered, Delta, Message, ModelRequest, ModelResponse, OnDelta, ProviderError, Role,
+    StopReason, ToolCall, ToolDef, Usage,
 };
 
 /// A model vendor's API.
@@ -26,9 +26,5 @@ pub trait Provider: Send + Sync {
 
     /// One call, streamed: `on_delta` sees the text as it comes; the whole answer at the end.
     /// No retry here (see [`retry::call`]).
-    async fn call(
-        &self,
-        request: &ModelRequest,
-        on_delta: &mut (dyn FnMut(Delta) + Send),
-    ) -> Result<ModelResponse, ProviderError>;
+    async fn call(&self, request: &ModelRequest, on_delta: OnDelta<'_>) -> Answered;
 }

@@ -10,8 +10,8 @@ use serde_json::{Value, json};
 
 use super::wire::{Endpoint, Flow, Wire, clip, tool_input};
 use super::{
-    Delta, Message, ModelRequest, ModelResponse, Provider, ProviderError, Role, StopReason,
-    ToolCall, Usage,
+    Answered, Delta, Message, ModelRequest, ModelResponse, OnDelta, Provider, ProviderError, Role,
+    StopReason, ToolCall, Usage,
 };
 
 const NAME: &str = "openai";
@@ -116,23 +116,12 @@ fn message(m: &Message) -> Value {
 
 #[async_trait::async_trait]
 impl Provider for OpenAi {
-    fn name(&self) -> &'static str {
-        NAME
-    }
-
-    async fn call(
-        &self,
-        request: &ModelRequest,
-        on_delta: &mut (dyn FnMut(Delta) + Send),
-    ) -> Result<ModelResponse, ProviderError> {
+    async fn call(&self, request: &ModelRequest, on_delta: OnDelta<'_>) -> Answered {
         let wire = self.endpoint.wire(NAME);
-        let mut post = self
+        let post = self
             .endpoint
             .post("/chat/completions")
             .json(&self.body(request));
-        if let Some(key) = &self.endpoint.key {
-            post = post.bearer_auth(key);
-        }
         let response = wire.send(post).await?;
         if !self.stream {
             return whole(&wire, &wire.json(response).await?, on_delta);
@@ -159,6 +148,10 @@ impl Provider for OpenAi {
         }
         Err(wire.malformed("the stream ended before the answer did"))
     }
+
+    fn name(&self) -> &'static str {
+        NAME
+    }
 }
 
 /// An answer being put together from chunks.
@@ -177,7 +170,7 @@ impl Streamed {
         &mut self,
         wire: &Wire,
         chunk: &Value,
-        on_delta: &mut (dyn FnMut(Delta) + Send),
+        on_delta: OnDelta<'_>,
     ) -> Result<(), ProviderError> {
         if let Some(error) = chunk.get("error") {
             return Err(wire.streamed_error(error));
@@ -247,11 +240,7 @@ impl Streamed {
 }
 
 /// A whole (not streamed) answer.
-fn whole(
-    wire: &Wire,
-    body: &Value,
-    on_delta: &mut (dyn FnMut(Delta) + Send),
-) -> Result<ModelResponse, ProviderError> {
+fn whole(wire: &Wire, body: &Value, on_delta: OnDelta<'_>) -> Result<ModelResponse, ProviderError> {
     let choice = body["choices"]
         .get(0)
         .ok_or_else(|| wire.malformed("the answer has no choices"))?;

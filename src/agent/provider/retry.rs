@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use super::{Delta, ModelRequest, ModelResponse, Provider, ProviderError};
+use super::{Delta, ModelRequest, ModelResponse, OnDelta, Provider, ProviderError};
 
 #[derive(Debug, Clone, Copy)]
 pub struct RetryPolicy {
@@ -32,7 +32,7 @@ pub async fn call(
     provider: &dyn Provider,
     request: &ModelRequest,
     policy: RetryPolicy,
-    on_delta: &mut (dyn FnMut(Delta) + Send),
+    on_delta: OnDelta<'_>,
     on_retry: &mut (dyn FnMut(u32, &ProviderError, Duration) + Send),
 ) -> Result<ModelResponse, ProviderError> {
     let mut attempt = 0;

@@ -190,3 +190,9 @@ impl ProviderError {
         }
     }
 }
+
+/// Where a call's text goes as it streams in.
+pub type OnDelta<'a> = &'a mut (dyn FnMut(Delta) + Send);
+
+/// A call's whole answer, or why there is none.
+pub type Answered = Result<ModelResponse, ProviderError>;

@@ -17,6 +17,8 @@ pub(super) struct Endpoint {
     pub http: reqwest::Client,
     pub base: String,
     pub key: Option<String>,
+    /// The header the key goes in, as is; without one it is a bearer token.
+    pub key_header: Option<&'static str>,
     /// Longest wait for the answer to start, and between two streamed chunks.
     pub timeout: Duration,
 }
@@ -38,8 +40,15 @@ impl Endpoint {
             http: reqwest::Client::new(),
             base: base.trim_end_matches('/').to_string(),
             key,
+            key_header: None,
             timeout,
         }
+    }
+
+    /// The key sent as is in `header` (`x-api-key`) instead of as a bearer token.
+    pub fn key_in(mut self, header: &'static str) -> Endpoint {
+        self.key_header = Some(header);
+        self
     }
 
     /// The base URL from `base_var` (else `default`) and the key from `key_var`.
@@ -54,9 +63,14 @@ impl Endpoint {
         Endpoint::new(&base, env(key_var), timeout)
     }
 
-    /// A POST to `path` under the base URL.
+    /// A POST to `path` under the base URL, with the key.
     pub fn post(&self, path: &str) -> reqwest::RequestBuilder {
-        self.http.post(format!("{}{path}", self.base))
+        let post = self.http.post(format!("{}{path}", self.base));
+        match (&self.key, self.key_header) {
+            (None, _) => post,
+            (Some(key), None) => post.bearer_auth(key),
+            (Some(key), Some(header)) => post.header(header, key),
+        }
     }
 
     pub fn wire(&self, name: &'static str) -> Wire {
