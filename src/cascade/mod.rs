@@ -18,7 +18,7 @@ pub mod order;
 pub mod scc;
 
 use std::collections::HashSet;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use serde_json::{Map, Value};
 
@@ -26,7 +26,7 @@ pub use entry::{Entry, EntryFn, EntryKind, Names, PHASES};
 pub use scc::SccState;
 
 use crate::error::{Result, SkillError};
-use crate::skills::index::SearchIndex;
+use crate::skills::index::{SearchIndex, Slot};
 use crate::skills::tool::Tool;
 
 /// The skill that ends every inherit chain.
@@ -65,29 +65,30 @@ pub fn merged(index: &SearchIndex, name: &str) -> Result<Arc<Merged>> {
 
 /// The merged metadata of `tool`: cached when it is the tool `index` holds under its name.
 pub fn merged_for(index: &SearchIndex, tool: &Arc<Tool>) -> Result<Arc<Merged>> {
-    match index
-        .slot(&tool.name)
-        .filter(|s| Arc::ptr_eq(&s.tool, tool))
-    {
-        Some(slot) => slot
-            .merged
-            .get_or_init(|| compute_merged(index, tool).map(Arc::new))
-            .clone(),
-        None => compute_merged(index, tool).map(Arc::new),
-    }
+    cached(index, tool, |slot| &slot.merged, compute_merged)
 }
 
 /// The resolved pipeline of `tool`: cached when it is the tool `index` holds under its name.
 pub fn resolved_for(index: &SearchIndex, tool: &Arc<Tool>) -> Result<Arc<Resolved>> {
-    match index
+    cached(index, tool, |slot| &slot.resolved, compute_resolved)
+}
+
+/// `compute` of `tool`, kept in the `cell` of its slot when it is the tool `index` holds under
+/// its name (a tool from elsewhere, a callback or a file path, is computed each time).
+fn cached<T>(
+    index: &SearchIndex,
+    tool: &Arc<Tool>,
+    cell: impl FnOnce(&Slot) -> &OnceLock<Result<Arc<T>>>,
+    compute: impl FnOnce(&SearchIndex, &Arc<Tool>) -> Result<T>,
+) -> Result<Arc<T>> {
+    let slot = index
         .slot(&tool.name)
-        .filter(|s| Arc::ptr_eq(&s.tool, tool))
-    {
-        Some(slot) => slot
-            .resolved
-            .get_or_init(|| compute_resolved(index, tool).map(Arc::new))
+        .filter(|s| Arc::ptr_eq(&s.tool, tool));
+    match slot {
+        Some(slot) => cell(slot)
+            .get_or_init(|| compute(index, tool).map(Arc::new))
             .clone(),
-        None => compute_resolved(index, tool).map(Arc::new),
+        None => compute(index, tool).map(Arc::new),
     }
 }
 

@@ -123,27 +123,28 @@ impl Context {
                 self.0.kernel.globals_changed();
                 written
             }
-            "locals" => self.locals_set(rest, value, dotted),
+            "locals" => {
+                let (key, below) = keys_below("locals", rest)?;
+                self.locals_set(key, below, value, dotted)
+            }
             "nonlocals" => {
                 let mut state = self.0.state.lock();
                 set_map(Arc::make_mut(&mut state.nonlocals), rest, value, dotted)
             }
-            "run" => self.run_set(rest, value, dotted),
+            "run" => {
+                let (key, below) = keys_below("run", rest)?;
+                self.run_set(key, below, value, dotted)
+            }
             other => Err(SkillError::failed(format!(
                 "unknown context property `{other}` (envelope, args, locals, nonlocals, globals, run)"
             ))),
         }
     }
 
-    fn locals_set(&self, rest: &[&str], value: Value, dotted: &str) -> Result<()> {
-        let Some((key, below)) = rest.split_first() else {
-            return Err(SkillError::failed(
-                "`locals` cannot be replaced as a whole; set its keys",
-            ));
-        };
+    fn locals_set(&self, key: &str, below: &[&str], value: Value, dotted: &str) -> Result<()> {
         let mut state = self.0.state.lock();
         let locals = &mut state.locals;
-        match *key {
+        match key {
             "history" => Err(Context::immutable(&format!(
                 "`{dotted}`: history is append-only"
             ))),
@@ -174,19 +175,14 @@ impl Context {
                 }
                 set_map(&mut locals.internals, below, value, dotted)
             }
-            _ => set_map(&mut locals.other, rest, value, dotted),
+            _ => set_map(&mut locals.other, &[&[key], below].concat(), value, dotted),
         }
     }
 
-    fn run_set(&self, rest: &[&str], value: Value, dotted: &str) -> Result<()> {
-        let Some((key, below)) = rest.split_first() else {
-            return Err(SkillError::failed(
-                "`run` cannot be replaced as a whole; set its keys",
-            ));
-        };
+    fn run_set(&self, key: &str, below: &[&str], value: Value, dotted: &str) -> Result<()> {
         let mut state = self.0.state.lock();
         let run = &mut state.run;
-        match *key {
+        match key {
             "signal" | "interactive" => {
                 Err(Context::immutable(&format!("`{dotted}` is immutable")))
             }
@@ -341,4 +337,15 @@ fn set_map(map: &mut Map<String, Value>, rest: &[&str], value: Value, dotted: &s
         return Ok(());
     }
     path::set(slot, below, value).map_err(|e| SkillError::failed(format!("`{dotted}`: {e}")))
+}
+
+/// The key `rest` names in `whole` (`locals`, `run`) and the keys below it: `whole` itself
+/// cannot be replaced.
+fn keys_below<'a>(whole: &str, rest: &'a [&'a str]) -> Result<(&'a str, &'a [&'a str])> {
+    match rest.split_first() {
+        Some((key, below)) => Ok((key, below)),
+        None => Err(SkillError::failed(format!(
+            "`{whole}` cannot be replaced as a whole; set its keys"
+        ))),
+    }
 }

@@ -38,6 +38,10 @@ pub struct PgOwn {
 impl SqlDatabase for Postgres {
     type Own = PgOwn;
     const KIND: &'static str = "postgres";
+
+    fn migrations() -> &'static Migrator {
+        &crate::events::migrations::POSTGRES
+    }
 }
 
 impl SqlStore<Postgres> {
@@ -127,10 +131,6 @@ impl SqlStore<Postgres> {
 }
 
 impl OwnWays<Postgres> for SqlStore<Postgres> {
-    fn migrations() -> &'static Migrator {
-        &crate::events::migrations::POSTGRES
-    }
-
     async fn begin(&self) -> StoreResult<Transaction<'static, Postgres>> {
         Ok(self.pool.begin().await?)
     }

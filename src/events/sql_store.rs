@@ -26,12 +26,12 @@ pub trait SqlDatabase: Dialect {
     type Own: Send + Sync;
     /// The store's name in `/readyz` and the logs.
     const KIND: &'static str;
+    /// The store's schema migrations on this database.
+    fn migrations() -> &'static Migrator;
 }
 
 /// What each database does its own way, for the statements written once here.
 pub(crate) trait OwnWays<D: Database> {
-    /// The database's migrations.
-    fn migrations() -> &'static Migrator;
     /// A write transaction.
     async fn begin(&self) -> StoreResult<Transaction<'static, D>>;
     /// Tells the waiters of every process that `topic` has news, once `conn`'s transaction
@@ -420,7 +420,7 @@ macro_rules! sql_event_store {
             }
 
             async fn migrate(&self) -> StoreResult<()> {
-                Self::migrations().run(&self.pool).await?;
+                <$db as SqlDatabase>::migrations().run(&self.pool).await?;
                 Ok(())
             }
         }

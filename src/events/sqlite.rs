@@ -25,6 +25,10 @@ impl SqlDatabase for Sqlite {
     /// One process writes the file: its waiters are woken in the process, nothing to keep.
     type Own = ();
     const KIND: &'static str = "sqlite";
+
+    fn migrations() -> &'static Migrator {
+        &crate::events::migrations::SQLITE
+    }
 }
 
 impl SqlStore<Sqlite> {
@@ -73,10 +77,6 @@ impl SqlStore<Sqlite> {
 }
 
 impl OwnWays<Sqlite> for SqlStore<Sqlite> {
-    fn migrations() -> &'static Migrator {
-        &crate::events::migrations::SQLITE
-    }
-
     async fn begin(&self) -> StoreResult<Transaction<'static, Sqlite>> {
         Ok(self.pool.begin_with("BEGIN IMMEDIATE").await?)
     }

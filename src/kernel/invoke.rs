@@ -42,28 +42,20 @@ impl Context {
             index,
         } = self.invoke_policy();
         if untrusted && !tool.is_bare_name() {
-            let err = SkillError::new(
-                ErrorKind::Denied,
-                format!(
-                    "untrusted code may only invoke bare tool names ([a-z0-9-]); `{}` was refused",
-                    tool.describe()
-                ),
-            );
-            return Guarded::new(futures::future::ready(Err(err)).boxed());
+            return refused(format!(
+                "untrusted code may only invoke bare tool names ([a-z0-9-]); `{}` was refused",
+                tool.describe()
+            ));
         }
         if untrusted
             && matches!(&tool, ToolRef::Name(n) if crate::kernel::callbacks::is_callback(n))
         {
             // A callback belongs to the code that made it (an agent's hook), not to the
             // untrusted code it runs.
-            let err = SkillError::new(
-                ErrorKind::Denied,
-                format!(
-                    "untrusted code may not invoke callback refs; `{}` was refused",
-                    tool.describe()
-                ),
-            );
-            return Guarded::new(futures::future::ready(Err(err)).boxed());
+            return refused(format!(
+                "untrusted code may not invoke callback refs; `{}` was refused",
+                tool.describe()
+            ));
         }
         if untrusted && let Some(key) = dollar_key(&args) {
             // `$context` would let the code seed the prompt, the middleware or `nonlocals` of
@@ -620,4 +612,10 @@ fn apply_extra(list: &mut Vec<Entry>, extra: &Value) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// An invocation untrusted code may not make, refused before it runs.
+fn refused(message: String) -> Guarded {
+    let err = SkillError::new(ErrorKind::Denied, message);
+    Guarded::new(futures::future::ready(Err(err)).boxed())
 }

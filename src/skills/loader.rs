@@ -206,23 +206,16 @@ mod tests {
 
     #[test]
     fn folder_skills_take_the_folder_name() {
-        assert_eq!(
-            default_name(Path::new("a/report/SKILL.md")).as_deref(),
-            Some("report")
-        );
-        assert_eq!(
-            default_name(Path::new("a/x.skill.md")).as_deref(),
-            Some("x")
-        );
-        assert_eq!(default_name(Path::new("a/readme.md")), None);
-        assert_eq!(
-            default_name(Path::new("a/report/SKILL.js")).as_deref(),
-            Some("report")
-        );
-        assert_eq!(
-            default_name(Path::new("a/x.skill.js")).as_deref(),
-            Some("x")
-        );
-        assert_eq!(default_name(Path::new("a/helper.js")), None);
+        let named = [
+            ("a/report/SKILL.md", Some("report")),
+            ("a/x.skill.md", Some("x")),
+            ("a/readme.md", None),
+            ("a/report/SKILL.js", Some("report")),
+            ("a/x.skill.js", Some("x")),
+            ("a/helper.js", None),
+        ];
+        for (path, name) in named {
+            assert_eq!(default_name(Path::new(path)).as_deref(), name, "{path}");
+        }
     }
 }

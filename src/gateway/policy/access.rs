@@ -271,19 +271,17 @@ mod tests {
     }
 
     #[test]
-    fn hidden_skills_are_refused_as_unknown() {
+    fn hidden_skills_and_middleware_are_refused_as_unknown_and_not_listed() {
         let index = index();
         let policy = Policy::default();
-        unknown(policy.reach(&index, "vault", Scope::all()));
-        assert!(!policy.lists(index.get("vault").unwrap(), Scope::all(), false));
-    }
-
-    #[test]
-    fn middleware_is_refused_as_unknown() {
-        let index = index();
-        let policy = Policy::default();
-        unknown(policy.reach(&index, "wrap", Scope::all()));
-        assert!(!policy.lists(index.get("wrap").unwrap(), Scope::all(), false));
+        // `vault` is hidden, `wrap` a middleware.
+        for name in ["vault", "wrap"] {
+            unknown(policy.reach(&index, name, Scope::all()));
+            assert!(
+                !policy.lists(index.get(name).unwrap(), Scope::all(), false),
+                "{name}"
+            );
+        }
     }
 
     #[test]
