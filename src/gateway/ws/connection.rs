@@ -43,7 +43,7 @@ struct Running {
 }
 
 struct Connection {
-    on: Listener,
+    on: Arc<Listener>,
     hub: Arc<Hub>,
     id: String,
     /// The conversation every run on this connection shares (`ws:<128 random bits>`).
@@ -59,7 +59,7 @@ struct Connection {
 }
 
 /// Serves one upgraded socket until it closes.
-pub async fn serve(socket: WebSocket, on: Listener, hub: Arc<Hub>, peer: Peer) {
+pub async fn serve(socket: WebSocket, on: Arc<Listener>, hub: Arc<Hub>, peer: Peer) {
     let config = hub.config.clone();
     let limits = Limits {
         frames: config.send_queue,

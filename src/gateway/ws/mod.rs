@@ -53,7 +53,7 @@ impl HttpDoor for Hub {
     fn routes(self: Arc<Self>, listener: &Listener) -> Router {
         Router::new().route(PATH, get(upgrade)).with_state(Served {
             hub: self,
-            on: listener.clone(),
+            on: Arc::new(listener.clone()),
         })
     }
 
@@ -87,7 +87,8 @@ impl Door for Hub {
 #[derive(Clone)]
 struct Served {
     hub: Arc<Hub>,
-    on: Listener,
+    /// Shared by every socket of the listener (one pointer a socket, not a copy).
+    on: Arc<Listener>,
 }
 
 /// `GET /ws`: checks the origin and the connection cap, then upgrades.
