@@ -91,21 +91,9 @@ async fn a_broken_edit_keeps_the_running_skills_logs_where_and_readyz_shows_it()
     assert_eq!(ready["status"], "ready", "{ready}");
     assert_eq!(invoke(&served, "greet").await["result"], "Hello from v1.\n");
     // The log names the file and the line.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let mut logged = Vec::new();
-    while Instant::now() < deadline {
-        while let Ok(line) = served.stderr.try_recv() {
-            logged.push(line);
-        }
-        if logged.iter().any(|l| l.contains("skills not reloaded")) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let line = logged
-        .iter()
-        .find(|l| l.contains("skills not reloaded"))
-        .unwrap_or_else(|| panic!("no reload error logged: {logged:?}"));
+    let line = served
+        .logged("skills not reloaded", Duration::from_secs(10))
+        .unwrap_or_else(|seen| panic!("no reload error logged: {seen:?}"));
     assert!(line.contains("greet.skill.md:3"), "{line}");
     // Fixed, it is picked up.
     project.skill("greet.skill.md", &greet("v3"));

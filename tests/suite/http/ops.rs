@@ -11,6 +11,7 @@ use skillgate::gateway::transport::State;
 use tokio::sync::Notify;
 
 use crate::support::common::{Project, native};
+use crate::support::record::Record;
 use crate::support::server::{TestServer, config, problem};
 
 fn project() -> Project {
@@ -442,12 +443,18 @@ async fn graceful_shutdown_completes_an_in_flight_stream_and_emits_shutdown() {
 async fn when_the_grace_period_runs_out_the_report_says_how_many_were_cut_off() {
     let mut settings = config();
     settings.grace = Duration::from_millis(200);
-    let mut server = TestServer::start_with(project(), settings, |b| {
+    let started = Record::default();
+    let runs = started.clone();
+    let mut server = TestServer::start_with(project(), settings, move |b| {
         b.native(native(
             "name: forever\ndescription: Never ends.\n",
-            |_ctx: Context, _args| async move {
-                std::future::pending::<()>().await;
-                Ok(None)
+            move |_ctx: Context, _args| {
+                let runs = runs.clone();
+                async move {
+                    runs.push(json!("started"));
+                    std::future::pending::<()>().await;
+                    Ok(None)
+                }
             },
         ))
     })
@@ -455,14 +462,8 @@ async fn when_the_grace_period_runs_out_the_report_says_how_many_were_cut_off() 
     let client = server.client.clone();
     let url = server.url("/invoke/forever");
     let request = tokio::spawn(async move { client.post(url).send().await });
-    // Wait until the request is in flight.
-    for _ in 0..100 {
-        let text = server.get("/metrics").await.text().await.unwrap();
-        if text.contains("skillgate_http_requests_in_flight 2") {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    // The request is in flight once its run started.
+    started.at_least(1).await;
     let report = server.finish().await;
     assert!(!report.drained);
     assert_eq!(report.abandoned, 1);

@@ -58,6 +58,21 @@ pub fn serve(project: &Path, args: &[&str], env: &[(&str, &str)]) -> Served {
 }
 
 impl Served {
+    /// Waits for a stderr line that contains `what`, taking each line as it comes (no
+    /// polling): the line, or every line seen when `within` passed first.
+    pub fn logged(&self, what: &str, within: Duration) -> Result<String, Vec<String>> {
+        let deadline = std::time::Instant::now() + within;
+        let mut seen = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.stderr.recv_timeout(left) {
+                Ok(line) if line.contains(what) => return Ok(line),
+                Ok(line) => seen.push(line),
+                Err(_) => return Err(seen),
+            }
+        }
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.addr)
     }
