@@ -7,7 +7,7 @@
 //!
 //! The store is written once as a macro over the two databases rather than as one generic
 //! impl: sqlx's traits would need a dozen higher-ranked bounds on every generic function, and
-//! every statement here is then checked against each database's concrete types.
+//! this way each statement's binds and reads are compiled against each database's own types.
 
 use sqlx::migrate::Migrator;
 use sqlx::{Database, Pool, Transaction};

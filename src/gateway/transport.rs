@@ -13,6 +13,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use parking_lot::Mutex;
 use serde_json::{Map, Value, json};
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 /// A started transport.
@@ -64,9 +65,17 @@ impl StartError {
     }
 }
 
-/// What state each transport is in, for `/readyz`. Cheap to clone (clones share it).
+/// What state each transport is in, for `/readyz`; an embedder can also wait for a state
+/// ([`Readiness::until`]). Cheap to clone (clones share it).
 #[derive(Debug, Clone, Default)]
-pub struct Readiness(Arc<Mutex<BTreeMap<&'static str, State>>>);
+pub struct Readiness(Arc<Shared>);
+
+#[derive(Debug, Default)]
+struct Shared {
+    doors: Mutex<BTreeMap<&'static str, State>>,
+    /// Woken at every change.
+    changed: Notify,
+}
 
 /// A transport's state.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -83,18 +92,42 @@ pub enum State {
 
 impl Readiness {
     pub fn set(&self, transport: &'static str, state: State) {
-        self.0.lock().insert(transport, state);
+        let changed = self.0.doors.lock().insert(transport, state.clone()) != Some(state);
+        if changed {
+            self.0.changed.notify_waiters();
+        }
     }
 
     /// True when every transport that registered is ready.
     pub fn ready(&self) -> bool {
-        self.0.lock().values().all(|s| *s == State::Ready)
+        self.0.doors.lock().values().all(|s| *s == State::Ready)
+    }
+
+    /// The state of `transport`, when it registered.
+    pub fn state(&self, transport: &str) -> Option<State> {
+        self.0.doors.lock().get(transport).cloned()
+    }
+
+    /// Waits until `done` holds, looked at now and after every change (no polling). Callers
+    /// bound the wait themselves (a transport may never reach a state).
+    pub async fn until(&self, done: impl Fn(&Readiness) -> bool) {
+        loop {
+            let changed = self.0.changed.notified();
+            tokio::pin!(changed);
+            // Registered before looking, so a change in between is not missed.
+            changed.as_mut().enable();
+            if done(self) {
+                return;
+            }
+            changed.await;
+        }
     }
 
     /// `{ "http": "ready", ... }`.
     pub fn to_json(&self) -> Value {
         let map: Map<String, Value> = self
             .0
+            .doors
             .lock()
             .iter()
             .map(|(name, state)| {
@@ -146,5 +179,26 @@ mod tests {
         assert_eq!(r.to_json(), json!({ "http": "ready", "slack": "starting" }));
         r.set("slack", State::Ready);
         assert!(r.ready());
+    }
+
+    #[tokio::test]
+    async fn a_waiter_wakes_when_its_state_is_reached_and_not_before() {
+        let r = Readiness::default();
+        r.set("slack", State::Starting);
+        let waiter = tokio::spawn({
+            let r = r.clone();
+            async move {
+                r.until(|r| r.state("slack") == Some(State::Unauthorized))
+                    .await
+            }
+        });
+        r.set("slack", State::Ready);
+        tokio::task::yield_now().await;
+        assert!(!waiter.is_finished(), "woken by a change to another state");
+        r.set("slack", State::Unauthorized);
+        tokio::time::timeout(Duration::from_secs(30), waiter)
+            .await
+            .expect("woken by the change it waits for")
+            .unwrap();
     }
 }

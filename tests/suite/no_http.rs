@@ -60,16 +60,11 @@ async fn without_http_email_and_slack_socket_mode_answer_and_probes_are_on_the_o
     fake.answer_in("C1", "1700000001.000100").await;
     assert!(fake.inner.acks.lock().contains(&"env-1".to_string()));
     // The probes, on the operations listener: every door listed and ready.
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    let ready = loop {
-        let response = server.get("/readyz").await;
-        let ok = response.status() == 200;
-        let body: serde_json::Value = response.json().await.unwrap();
-        if ok || std::time::Instant::now() > deadline {
-            break body;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let every_door = server.gateway.readiness.until(|r| r.ready());
+    tokio::time::timeout(Duration::from_secs(30), every_door)
+        .await
+        .expect("every door ready");
+    let ready: serde_json::Value = server.get("/readyz").await.json().await.unwrap();
     assert_eq!(ready["status"], "ready", "{ready}");
     let doors = ready["transports"].as_object().unwrap();
     assert!(

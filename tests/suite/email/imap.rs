@@ -12,6 +12,7 @@ use tokio::net::TcpStream;
 
 use skillgate::config::email::ImapSettings;
 use skillgate::config::values::Seconds;
+use skillgate::gateway::transport::State;
 
 use crate::support::common::Project;
 use crate::support::server::{TestServer, config};
@@ -137,21 +138,11 @@ async fn a_refused_imap_login_shows_as_unauthorized_in_readyz() {
     };
     let sink = Sink::start().await;
     let server = read_by_brief(&sink, imap_settings(&host, port, &new_user(), "wrong")).await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let ready = server.get("/readyz").await;
-        let status = ready.status();
-        let body: Value = ready.json().await.unwrap();
-        if body["transports"]["email-imap"] == "unauthorized" {
-            assert_eq!(status, 503);
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "readyz never said unauthorized: {body}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    server.door_reaches("email-imap", State::Unauthorized).await;
+    let ready = server.get("/readyz").await;
+    assert_eq!(ready.status(), 503);
+    let body: Value = ready.json().await.unwrap();
+    assert_eq!(body["transports"]["email-imap"], "unauthorized", "{body}");
 }
 
 #[test]

@@ -10,6 +10,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use skillgate::config::slack::RouteSettings;
 use skillgate::gateway::slack::SlackSettings;
+use skillgate::gateway::transport::State;
 
 use crate::support::common::Project;
 use crate::support::server::{TestServer, config};
@@ -251,17 +252,11 @@ async fn a_route_with_a_pattern_passes_its_named_groups_as_args() {
 async fn a_refused_bot_token_shows_in_readyz() {
     let fake = FakeSlack::start().await;
     let server = start(&fake, |s| s.bot_token = Some("xoxb-revoked".into())).await;
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let ready: Value = server.get("/readyz").await.json().await.unwrap();
-        if ready.to_string().contains("unauthorized") {
-            assert_eq!(ready["transports"]["slack"], "unauthorized", "{ready}");
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "{ready}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert_eq!(server.get("/readyz").await.status(), 503);
+    server.door_reaches("slack", State::Unauthorized).await;
+    let ready = server.get("/readyz").await;
+    assert_eq!(ready.status(), 503);
+    let ready: Value = ready.json().await.unwrap();
+    assert_eq!(ready["transports"]["slack"], "unauthorized", "{ready}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

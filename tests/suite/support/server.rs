@@ -3,6 +3,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::StreamExt;
 use serde_json::Value;
@@ -11,6 +12,7 @@ use skillgate::gateway::Gateway;
 use skillgate::gateway::http::HttpConfig;
 use skillgate::gateway::keys::{ApiKey, KeyRing, hash_key};
 use skillgate::gateway::metrics::Metrics;
+use skillgate::gateway::transport::State;
 use skillgate::kernel::KernelBuilder;
 use skillgate::server::{DoorSettings, Doors, ShutdownReport};
 use tokio::sync::oneshot;
@@ -69,6 +71,19 @@ pub fn with_keys() -> HttpConfig {
 }
 
 impl TestServer {
+    /// Waits until door `door` is in `state`, woken at each change of the server's readiness
+    /// (a hang guard of 30 s fails the test, with what `/readyz` shows).
+    pub async fn door_reaches(&self, door: &str, state: State) {
+        let readiness = &self.gateway.readiness;
+        let reached = readiness.until(|r| r.state(door).as_ref() == Some(&state));
+        if tokio::time::timeout(Duration::from_secs(30), reached)
+            .await
+            .is_err()
+        {
+            panic!("{door} never became {state:?}: {}", readiness.to_json());
+        }
+    }
+
     pub async fn start(project: Project, config: HttpConfig) -> TestServer {
         TestServer::start_with(project, config, |b| b).await
     }
