@@ -364,8 +364,21 @@ struct Seen {
     wrong: Vec<String>,
 }
 
-/// What each replica's clients saw so far, shared with the test while [`load`] runs.
-type Tally = Arc<parking_lot::Mutex<Vec<Seen>>>;
+/// What each replica's clients saw so far, shared with the test while [`load`] runs; `grew`
+/// wakes the test at each answer.
+#[derive(Default)]
+struct Counts {
+    seen: parking_lot::Mutex<Vec<Seen>>,
+    grew: tokio::sync::Notify,
+}
+
+type Tally = Arc<Counts>;
+
+impl Counts {
+    fn lock(&self) -> parking_lot::MutexGuard<'_, Vec<Seen>> {
+        self.seen.lock()
+    }
+}
 
 /// `clients` tasks send `POST /invoke/hello` round robin to `addrs` until `stop`, counting in
 /// `seen`; each answer is checked against the name it asked for.
@@ -377,7 +390,7 @@ async fn load(
 ) {
     let tasks: Vec<_> = (0..clients)
         .map(|client| {
-            let (addrs, seen, stop) = (addrs.clone(), seen.clone(), stop.clone());
+            let (addrs, tally, stop) = (addrs.clone(), seen.clone(), stop.clone());
             tokio::spawn(async move {
                 let http = crate::support::common::http_client();
                 let mut n = client;
@@ -401,13 +414,14 @@ async fn load(
                         }
                         Err(_) => Err(None),
                     };
-                    let mut seen = seen.lock();
+                    let mut seen = tally.lock();
                     match outcome {
                         Ok(()) => seen[i].answered += 1,
                         Err(None) => seen[i].refused += 1,
                         Err(Some(wrong)) => seen[i].wrong.push(wrong),
                     }
                     drop(seen);
+                    tally.grew.notify_waiters();
                     n += 1;
                 }
             })
@@ -418,13 +432,22 @@ async fn load(
     }
 }
 
-/// Waits until `ready` holds of the tally (a hang guard of 30 s: a machine busy with other
-/// tests can be slow to get the first answers through).
-async fn until(seen: &Tally, ready: impl Fn(&[Seen]) -> bool) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while !ready(&seen.lock()) && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+/// Waits until `ready` holds of the tally, woken at each answer (a hang guard of 30 s: a
+/// machine busy with other tests can be slow to get the first answers through).
+async fn until(tally: &Tally, ready: impl Fn(&[Seen]) -> bool) {
+    let wait = async {
+        loop {
+            let grew = tally.grew.notified();
+            tokio::pin!(grew);
+            // Registered before looking, so an answer in between is not missed.
+            grew.as_mut().enable();
+            if ready(&tally.lock()) {
+                return;
+            }
+            grew.await;
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(30), wait).await;
 }
 
 #[test]
@@ -447,9 +470,10 @@ fn replicas_under_load_answer_every_request_they_take_when_one_is_killed_and_one
             replicas.next().unwrap(),
         );
         let stop = tokio_util::sync::CancellationToken::new();
-        let tally: Tally = Arc::new(parking_lot::Mutex::new(
-            (0..addrs.len()).map(|_| Seen::default()).collect(),
-        ));
+        let tally: Tally = Arc::new(Counts {
+            seen: parking_lot::Mutex::new((0..addrs.len()).map(|_| Seen::default()).collect()),
+            grew: tokio::sync::Notify::new(),
+        });
         let running = tokio::spawn(load(addrs, 6, stop.clone(), tally.clone()));
         // Every replica is under load before one goes.
         until(&tally, |seen| seen.iter().all(|s| s.answered >= 5)).await;

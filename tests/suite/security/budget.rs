@@ -103,13 +103,16 @@ async fn handlers_of_the_events_a_run_emits_spend_from_its_budget_while_it_runs(
         BusConfig::with_visibility(Duration::from_secs(30)),
     ));
     let handled = Arc::new(AtomicU64::new(0));
-    let counted = handled.clone();
+    // Wakes the spawner at the first handled event (a permit is kept if it is not waiting yet).
+    let first = Arc::new(tokio::sync::Notify::new());
+    let (counted, ran) = (handled.clone(), first.clone());
     let worker = native(
         "name: worker\ndescription: Counts.\n",
         move |_ctx: Context, _args| {
-            let counted = counted.clone();
+            let (counted, ran) = (counted.clone(), ran.clone());
             async move {
                 counted.fetch_add(1, Ordering::SeqCst);
+                ran.notify_one();
                 Ok(None)
             }
         },
@@ -121,7 +124,7 @@ async fn handlers_of_the_events_a_run_emits_spend_from_its_budget_while_it_runs(
     let spawner = native(
         "name: spawner\ndescription: Emits.\n",
         move |ctx: Context, _args| {
-            let (seen, told) = (seen.clone(), told.clone());
+            let (seen, told, first) = (seen.clone(), told.clone(), first.clone());
             async move {
                 let mut emitted = 0;
                 for n in 0..8 {
@@ -134,10 +137,8 @@ async fn handlers_of_the_events_a_run_emits_spend_from_its_budget_while_it_runs(
                         emitted += 1;
                     }
                 }
-                let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-                while seen.load(Ordering::SeqCst) == 0 && tokio::time::Instant::now() < deadline {
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
+                let _ = tokio::time::timeout(Duration::from_secs(20), first.notified()).await;
+                // Alive a little longer: handlers that still ran on its budget would show now.
                 tokio::time::sleep(Duration::from_millis(500)).await;
                 *told.lock() = (emitted, seen.load(Ordering::SeqCst));
                 Ok(Some(json!(emitted)))
