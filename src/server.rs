@@ -12,6 +12,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::ConfigErrors;
+use crate::config::env::Vars;
 use crate::config::slack::SlackConfig;
 use crate::events::KernelBus;
 use crate::gateway::door::{Door, Hosted};
@@ -40,6 +41,8 @@ pub struct DoorSettings {
     /// Where the operations listener listens (`/healthz`, `/readyz`, `/metrics`, no key), if
     /// anywhere.
     pub ops: Option<SocketAddr>,
+    /// Where Slack's and email's variables are read [default: the process environment].
+    pub vars: Vars,
 }
 
 impl DoorSettings {
@@ -51,6 +54,7 @@ impl DoorSettings {
             slack: SlackSettings::default(),
             email: EmailSettings::default(),
             ops: None,
+            vars: Vars::process(),
         }
     }
 
@@ -61,15 +65,16 @@ impl DoorSettings {
     pub fn resolve(&self, index: &SearchIndex, project: &Path) -> Result<Resolved, ConfigErrors> {
         let mut errors = ConfigErrors::default();
         let mut collect = |more: ConfigErrors| errors.extend(more);
-        let slack =
-            slack::setup::resolve(index, project, self.slack.clone()).unwrap_or_else(|more| {
+        let slack = slack::setup::resolve(index, project, self.slack.clone(), &self.vars)
+            .unwrap_or_else(|more| {
                 collect(more);
                 None
             });
-        let email = email::setup::resolve(index, self.email.clone()).unwrap_or_else(|more| {
-            collect(more);
-            None
-        });
+        let email =
+            email::setup::resolve(index, self.email.clone(), &self.vars).unwrap_or_else(|more| {
+                collect(more);
+                None
+            });
         if !self.serve_http && slack.as_ref().is_some_and(|s| s.app_token.is_none()) {
             errors.at(
                 "slack.app-token",

@@ -21,7 +21,12 @@ pub async fn run(project: &Path, file: &ConfigFile, cmd: &SlackCommand) -> ExitC
     let SlackCommand::Check = cmd;
     let kernel = crate::builtins::builder(project).build();
     let index = kernel.registry().current();
-    let config = match crate::gateway::slack::setup::resolve(&index, project, file.slack.clone()) {
+    let config = match crate::gateway::slack::setup::resolve(
+        &index,
+        project,
+        file.slack.clone(),
+        &crate::config::env::Vars::process(),
+    ) {
         Ok(Some(config)) => config,
         Ok(None) => {
             eprintln!(

@@ -2,7 +2,44 @@
 //! written as references and read from the environment, so the file can be committed and the
 //! values never appear in it, in a log line or in an error (errors name the reference only).
 
+use std::sync::Arc;
+
 use serde_json::Value;
+
+/// Where settings read their variables (Slack's tokens, `SKILLGATE_SMTP_*`,
+/// `SKILLGATE_IMAP_PASSWORD`): the process environment, or a set an embedder or a test gives.
+#[derive(Clone)]
+pub struct Vars(Arc<Lookup>);
+
+/// A variable's value by its name.
+type Lookup = dyn Fn(&str) -> Option<String> + Send + Sync;
+
+impl Vars {
+    /// The process environment.
+    pub fn process() -> Vars {
+        Vars(Arc::new(|name: &str| std::env::var(name).ok()))
+    }
+
+    /// Exactly these variables.
+    pub fn of(pairs: &[(&str, &str)]) -> Vars {
+        let map: std::collections::HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Vars(Arc::new(move |name: &str| map.get(name).cloned()))
+    }
+
+    pub fn get(&self, name: &str) -> Option<String> {
+        (self.0)(name)
+    }
+}
+
+impl std::fmt::Debug for Vars {
+    /// Values are secrets: never printed.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Vars(..)")
+    }
+}
 
 /// Replaces every `${env.NAME}` in the strings of `value` (a whole string, or part of one) by
 /// the variable's value; `missing` gets the path and name of each reference that is not set.

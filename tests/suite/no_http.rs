@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use skillgate::config::env::Vars;
 use skillgate::gateway::Gateway;
 use skillgate::gateway::slack::SlackSettings;
 use skillgate::server::{DoorSettings, Doors};
@@ -143,4 +144,34 @@ async fn off_loopback_the_operations_metrics_ask_for_a_key_with_every_skill() {
     assert_eq!(metrics(Some("sg_ci_key")).await, 200);
     let health = client.get(url("/healthz")).send().await.unwrap();
     assert_eq!(health.status(), 200, "the probes ask no key");
+}
+
+/// Slack's and email's variables are read from the settings' `vars` (an embedder's or a test's
+/// set), not from the process: Slack resolves with the tokens given there, and without them it
+/// is refused naming the setting the token would go in.
+#[test]
+fn door_variables_come_from_the_settings_not_the_process() {
+    let project = project();
+    let index = project.kernel().registry().current();
+    let given = DoorSettings {
+        slack: SlackSettings {
+            default: Some("brief".into()),
+            ..SlackSettings::default()
+        },
+        vars: Vars::of(&[
+            ("SLACK_BOT_TOKEN", "xoxb-given"),
+            ("SLACK_APP_TOKEN", "xapp-given"),
+        ]),
+        ..DoorSettings::http(config())
+    };
+    assert!(given.resolve(&index, project.path()).is_ok());
+    let none = DoorSettings {
+        vars: Vars::of(&[]),
+        ..given.clone()
+    };
+    let errors = none
+        .resolve(&index, project.path())
+        .err()
+        .expect("no bot token");
+    assert!(errors.to_string().contains("slack.bot-token"), "{errors}");
 }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use crate::config::ConfigErrors;
 use crate::config::email::{EmailConfig, EmailSettings};
+use crate::config::env::Vars;
 use crate::config::routes::check_skills;
 use crate::gateway::Gateway;
 use crate::gateway::email::intake::Intake;
@@ -26,11 +27,11 @@ pub struct Resolved {
 pub fn resolve(
     index: &SearchIndex,
     settings: EmailSettings,
+    vars: &Vars,
 ) -> Result<Option<Resolved>, ConfigErrors> {
     let mut errors = ConfigErrors::default();
     let named = settings.named_skills();
-    let env = |name: &str| std::env::var(name).ok();
-    let config = match EmailConfig::resolve(settings, &env) {
+    let config = match EmailConfig::resolve(settings, &|name| vars.get(name)) {
         Ok(Some(config)) => config,
         Ok(None) => return Ok(None),
         Err(more) => {

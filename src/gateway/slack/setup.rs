@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use crate::cascade;
 use crate::config::ConfigErrors;
+use crate::config::env::Vars;
 use crate::config::routes::check_skills;
 use crate::config::slack::{SECRETS, SlackConfig, SlackSettings};
 use crate::gateway::Gateway;
@@ -23,12 +24,12 @@ pub fn resolve(
     index: &SearchIndex,
     project: &Path,
     file: SlackSettings,
+    vars: &Vars,
 ) -> Result<Option<SlackConfig>, ConfigErrors> {
     let settings = file.or(from_main_skill(index, project)?);
     let mut errors = ConfigErrors::default();
     check_skills(settings.named_skills(), index, &mut errors);
-    let env = |name: &str| std::env::var(name).ok();
-    match SlackConfig::resolve(settings, &env) {
+    match SlackConfig::resolve(settings, &|name| vars.get(name)) {
         Ok(config) => errors.or_ok(config),
         Err(more) => {
             errors.extend(more);
