@@ -114,12 +114,12 @@ fn queue_taken<'a>(ctx: &Context, args: &'a Value, tool: &str) -> Result<(&'a st
 /// A skill name, as `ref` takes it.
 const SKILL_NAME: &str =
     r#"{ type: string, pattern: "^[a-z0-9][a-z0-9-]*$", description: "A skill name." }"#;
-/// A queue name (`crate::events::NAME_PATTERN`).
-const QUEUE_NAME: &str = r#"{ type: string, pattern: "^[a-z0-9][a-z0-9._:-]{0,199}$" }"#;
+/// A queue name: the bus's `NAME_PATTERN`, filled in by [`event_tool`].
+const QUEUE_NAME: &str = "{ type: string, pattern: NAME_PATTERN }";
 
 /// An event skill: its params an object with a required `topic` (a name the bus takes) and
-/// `properties` (name, YAML schema), then `schema`, more of the params schema (YAML lines
-/// indented by four).
+/// `properties` (name, YAML schema, where `NAME_PATTERN` stands for the bus's pattern of
+/// names), then `schema`, more of the params schema (YAML lines indented by four).
 fn event_tool<F, Fut>(
     name: &str,
     description: &str,
@@ -131,12 +131,13 @@ where
     F: Fn(Context, Arc<Value>) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<Option<Value>>> + Send + 'static,
 {
+    let pattern = Value::from(crate::events::NAME_PATTERN).to_string();
     let mut yaml = format!(
-        "name: {name}\ndescription: {}\nmetadata:\n  tags: [events]\n  params:\n    type: object\n    properties:\n      topic: {{ type: string, pattern: {}, description: \"1 to 200 lowercase letters, digits, -, _, . or :, starting with a letter or digit.\" }}\n",
+        "name: {name}\ndescription: {}\nmetadata:\n  tags: [events]\n  params:\n    type: object\n    properties:\n      topic: {{ type: string, pattern: {pattern}, description: \"1 to 200 lowercase letters, digits, -, _, . or :, starting with a letter or digit.\" }}\n",
         Value::from(description),
-        Value::from(crate::events::NAME_PATTERN),
     );
     for (key, property) in properties {
+        let property = property.replace("NAME_PATTERN", &pattern);
         yaml.push_str(&format!("      {key}: {property}\n"));
     }
     yaml.push_str("    required: [topic]\n");
