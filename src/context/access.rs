@@ -123,25 +123,20 @@ impl Context {
                 self.0.kernel.globals_changed();
                 written
             }
-            "locals" => {
-                let (key, below) = keys_below("locals", rest)?;
-                self.locals_set(key, below, value, dotted)
-            }
+            "locals" => self.locals_set(rest, value, dotted),
             "nonlocals" => {
                 let mut state = self.0.state.lock();
                 set_map(Arc::make_mut(&mut state.nonlocals), rest, value, dotted)
             }
-            "run" => {
-                let (key, below) = keys_below("run", rest)?;
-                self.run_set(key, below, value, dotted)
-            }
+            "run" => self.run_set(rest, value, dotted),
             other => Err(SkillError::failed(format!(
                 "unknown context property `{other}` (envelope, args, locals, nonlocals, globals, run)"
             ))),
         }
     }
 
-    fn locals_set(&self, key: &str, below: &[&str], value: Value, dotted: &str) -> Result<()> {
+    fn locals_set(&self, rest: &[&str], value: Value, dotted: &str) -> Result<()> {
+        let (key, below) = keys_below("locals", rest)?;
         let mut state = self.0.state.lock();
         let locals = &mut state.locals;
         match key {
@@ -175,11 +170,12 @@ impl Context {
                 }
                 set_map(&mut locals.internals, below, value, dotted)
             }
-            _ => set_map(&mut locals.other, &[&[key], below].concat(), value, dotted),
+            _ => set_map(&mut locals.other, rest, value, dotted),
         }
     }
 
-    fn run_set(&self, key: &str, below: &[&str], value: Value, dotted: &str) -> Result<()> {
+    fn run_set(&self, rest: &[&str], value: Value, dotted: &str) -> Result<()> {
+        let (key, below) = keys_below("run", rest)?;
         let mut state = self.0.state.lock();
         let run = &mut state.run;
         match key {
