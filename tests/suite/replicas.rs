@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 
 use crate::support::common::Project;
 use crate::support::process::{Served, serve};
+use crate::support::record::woken_until;
 use crate::support::stores::Store;
 use crate::support::ws_client::WsClient;
 
@@ -435,18 +436,7 @@ async fn load(
 /// Waits until `ready` holds of the tally, woken at each answer (a hang guard of 30 s: a
 /// machine busy with other tests can be slow to get the first answers through).
 async fn until(tally: &Tally, ready: impl Fn(&[Seen]) -> bool) {
-    let wait = async {
-        loop {
-            let grew = tally.grew.notified();
-            tokio::pin!(grew);
-            // Registered before looking, so an answer in between is not missed.
-            grew.as_mut().enable();
-            if ready(&tally.lock()) {
-                return;
-            }
-            grew.await;
-        }
-    };
+    let wait = woken_until(&tally.grew, || ready(&tally.lock()).then_some(()));
     let _ = tokio::time::timeout(Duration::from_secs(30), wait).await;
 }
 

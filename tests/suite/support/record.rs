@@ -35,22 +35,27 @@ impl Record {
 
     /// Everything recorded once `done` holds of it; fails the test after the guard.
     pub async fn until(&self, done: impl Fn(&[Value]) -> bool) -> Vec<Value> {
-        let wait = async {
-            loop {
-                let grew = self.grew.notified();
-                tokio::pin!(grew);
-                // Registered before looking, so a push in between is not missed.
-                grew.as_mut().enable();
-                let items = self.all();
-                if done(&items) {
-                    return items;
-                }
-                grew.await;
-            }
-        };
+        let wait = woken_until(&self.grew, || {
+            let items = self.all();
+            done(&items).then_some(items)
+        });
         match tokio::time::timeout(GUARD, wait).await {
             Ok(items) => items,
             Err(_) => panic!("what was recorded never held: {:?}", self.all()),
         }
+    }
+}
+
+/// What `look` finds, looking now and again each time `notify` wakes its waiters (registered
+/// before each look, so a wakeup in between is not missed). Callers bound the wait.
+pub async fn woken_until<T>(notify: &Notify, mut look: impl FnMut() -> Option<T>) -> T {
+    loop {
+        let woken = notify.notified();
+        tokio::pin!(woken);
+        woken.as_mut().enable();
+        if let Some(found) = look() {
+            return found;
+        }
+        woken.await;
     }
 }
