@@ -62,6 +62,22 @@ impl Failure {
         }
     }
 
+    /// The slug of the problem type a failure of this class is answered with over HTTP
+    /// (`/docs#problem-<slug>`), and recorded with in the runs record.
+    pub fn slug(self) -> &'static str {
+        match self {
+            Failure::InvalidArgs => "invalid-args",
+            Failure::Denied => "denied",
+            Failure::NotFound => "not-found",
+            Failure::Timeout => "timeout",
+            Failure::Aborted => "aborted",
+            Failure::OverBudget => "over-budget",
+            Failure::Busy => "unavailable",
+            Failure::Upstream => "upstream-unavailable",
+            Failure::Internal => "internal",
+        }
+    }
+
     /// True when the error's message may be shown to the caller.
     pub fn shows_message(self) -> bool {
         !matches!(self, Failure::Internal | Failure::Upstream)

@@ -57,6 +57,7 @@ pub mod contract;
 pub mod digest;
 pub mod error;
 pub mod events;
+pub mod failure;
 pub mod gateway;
 pub mod kernel;
 pub mod mcp;

@@ -11,6 +11,7 @@ pub mod keys;
 pub mod mcp;
 mod redact;
 pub mod run;
+pub mod runs;
 pub mod serve;
 pub mod skills;
 pub mod slack;
@@ -110,6 +111,9 @@ pub enum Command {
     /// Look into the event store: tail, replay, dead letters.
     #[command(subcommand)]
     Events(events::EventsCommand),
+    /// The runs record: every root run from every door (`list` with filters, `show <id>`).
+    #[command(subcommand)]
+    Runs(runs::RunsCommand),
     /// Check the Slack settings and bot token: `skillgate slack check`.
     #[command(subcommand)]
     Slack(slack::SlackCommand),
@@ -221,6 +225,10 @@ pub async fn main(cli: Cli) -> ExitCode {
         Command::Skills(cmd) => skills::run(&cli.project, cmd),
         Command::Events(cmd) => match open_store(&cli, &store).await {
             Some(opened) => events::run(opened, cmd).await,
+            None => ExitCode::from(FAILED),
+        },
+        Command::Runs(cmd) => match open_store(&cli, &store).await {
+            Some(opened) => runs::run(opened, cmd).await,
             None => ExitCode::from(FAILED),
         },
         Command::Migrate(args) if args.check => check_migrations(&cli, &store).await,

@@ -13,6 +13,7 @@ use crate::cli::{Stage, args, exit_code};
 use crate::context::log::LogConfig;
 use crate::error::{ErrorKind, SkillError};
 use crate::events::KernelBus;
+use crate::events::runs::RunRecord;
 use crate::events::{Bus, BusConfig, EventStore};
 use crate::kernel::{InvokeOptions, Kernel, ToolRef};
 use crate::skills::loader;
@@ -29,6 +30,10 @@ pub struct RunArgs {
         value_name = "ARGS"
     )]
     pub rest: Vec<String>,
+    /// Record this run in the runs record (`skillgate runs list`), as the server records
+    /// every run of its doors.
+    #[arg(long)]
+    pub record: bool,
 }
 
 pub async fn run(
@@ -40,6 +45,9 @@ pub async fn run(
     cli: &RunArgs,
 ) -> ExitCode {
     let bus = Arc::new(Bus::new(store, bus));
+    if !cli.record {
+        bus.runs().configure(None);
+    }
     let kernel = super::kernel_builder(project, log, bus, limits).build();
     let index = kernel.registry().current();
     // A name, a path to a skill file, or nothing (the project's main skill).
@@ -80,7 +88,24 @@ pub async fn run(
     let name = tool.name.clone();
     // Caught before the run starts: a signal during its first steps still stops it cleanly.
     let signals = crate::shutdown::listen();
-    let (options, streaming) = terminal_stream();
+    let (mut options, streaming) = terminal_stream();
+    let id = crate::context::id::next_id();
+    options.context.id = Some(id);
+    let runs = kernel.bus().runs();
+    let record = runs.on().then(|| {
+        let mut record = RunRecord::begin(
+            crate::context::id::format(id),
+            "cli",
+            options
+                .authority
+                .as_ref()
+                .map_or("project".to_string(), |a| a.principal.id().to_string()),
+            name.as_str(),
+            &args,
+        );
+        record.params = schema.clone();
+        record
+    });
     let run = async {
         if interactive {
             kernel
@@ -97,6 +122,10 @@ pub async fn run(
             return ExitCode::from(signal.exit_code());
         }
     };
+    if let Some(record) = record {
+        runs.record(record.end(outcome.as_ref().map(|o| o.as_deref())));
+        runs.settled().await;
+    }
     kernel.bus().shutdown();
     if let Some(mut streaming) = streaming {
         // The printer ends when the run's reply channel closes; do not wait on a straggler.

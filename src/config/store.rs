@@ -8,6 +8,7 @@ use clap::Args;
 use serde::Deserialize;
 
 use crate::config::values::Secret;
+use crate::events::runs::RecordConfig;
 use crate::events::{BusConfig, Limits};
 
 /// Where events live and how they are delivered. Every field is optional: unset means "the
@@ -53,6 +54,16 @@ pub struct StoreSettings {
     #[arg(long, global = true, env = "SKILLGATE_HANDLER_TIMEOUT",
           value_parser = clap::value_parser!(u64).range(1..))]
     pub handler_timeout: Option<u64>,
+    /// Record every root run from every door in the store (`GET /runs`, `skillgate runs`)
+    /// [default: true].
+    #[arg(long = "runs", global = true, env = "SKILLGATE_RUNS", action = clap::ArgAction::Set)]
+    pub runs: Option<bool>,
+    /// Seconds a recorded run is kept [default: 604800, a week].
+    #[arg(long, global = true, env = "SKILLGATE_RUNS_RETENTION")]
+    pub runs_retention: Option<u64>,
+    /// Recorded runs kept at most (the newest) [default: 100000].
+    #[arg(long, global = true, env = "SKILLGATE_RUNS_MAX")]
+    pub runs_max: Option<usize>,
 }
 
 impl StoreSettings {
@@ -65,6 +76,9 @@ impl StoreSettings {
             delivery_limit: self.delivery_limit.or(file.delivery_limit),
             visibility: self.visibility.or(file.visibility),
             handler_timeout: self.handler_timeout.or(file.handler_timeout),
+            runs: self.runs.or(file.runs),
+            runs_retention: self.runs_retention.or(file.runs_retention),
+            runs_max: self.runs_max.or(file.runs_max),
         }
     }
 
@@ -96,6 +110,22 @@ impl StoreSettings {
         if let Some(ms) = self.handler_timeout {
             bus.handler_timeout = Duration::from_millis(ms);
         }
+        bus.runs = self.runs();
         bus
+    }
+
+    /// How runs are recorded; `None` when `runs: false`.
+    pub fn runs(&self) -> Option<RecordConfig> {
+        if self.runs == Some(false) {
+            return None;
+        }
+        let defaults = RecordConfig::default();
+        Some(RecordConfig {
+            retention: self
+                .runs_retention
+                .map_or(defaults.retention, Duration::from_secs),
+            keep: self.runs_max.unwrap_or(defaults.keep),
+            ..defaults
+        })
     }
 }

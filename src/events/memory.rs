@@ -8,7 +8,9 @@ use parking_lot::Mutex;
 use tokio::sync::broadcast;
 
 use crate::context::id::now_ms;
-use crate::events::records::{KeyClaim, Records, SessionEntry, StoredSchedule, StoredSubscription};
+use crate::events::records::{
+    KeyClaim, Records, RunFilter, SessionEntry, StoredRun, StoredSchedule, StoredSubscription,
+};
 use crate::events::store::{Delivery, EventStore, Limits, StoreResult, distinct_topics};
 use crate::events::{Event, dead_letter};
 
@@ -30,6 +32,9 @@ struct Inner {
     schedules: std::collections::BTreeMap<String, StoredSchedule>,
     subscriptions: std::collections::BTreeMap<(String, String), String>,
     sessions: HashMap<String, VecDeque<SessionEntry>>,
+    /// Recorded runs, oldest first, and the last `seq` given.
+    runs: VecDeque<StoredRun>,
+    run_seq: i64,
 }
 
 #[derive(Default)]
@@ -525,5 +530,50 @@ impl Records for MemoryStore {
                 spec: spec.clone(),
             })
             .collect())
+    }
+
+    async fn put_runs(&self, runs: &[StoredRun]) -> StoreResult<()> {
+        let mut inner = self.inner.lock();
+        for run in runs {
+            if inner.runs.iter().any(|kept| kept.id == run.id) {
+                continue;
+            }
+            inner.run_seq += 1;
+            let seq = inner.run_seq;
+            inner.runs.push_back(StoredRun { seq, ..run.clone() });
+        }
+        Ok(())
+    }
+
+    async fn runs(&self, filter: &RunFilter) -> StoreResult<Vec<StoredRun>> {
+        Ok(self
+            .inner
+            .lock()
+            .runs
+            .iter()
+            .rev()
+            .filter(|run| filter.matches(run))
+            .take(filter.limit)
+            .cloned()
+            .collect())
+    }
+
+    async fn run(&self, id: &str) -> StoreResult<Option<StoredRun>> {
+        Ok(self
+            .inner
+            .lock()
+            .runs
+            .iter()
+            .find(|run| run.id == id)
+            .cloned())
+    }
+
+    async fn prune_runs(&self, before_ms: i64, keep: usize) -> StoreResult<u64> {
+        let mut inner = self.inner.lock();
+        let before = inner.runs.len();
+        inner.runs.retain(|run| run.started_ms >= before_ms);
+        let over = inner.runs.len().saturating_sub(keep);
+        inner.runs.drain(..over);
+        Ok((before - inner.runs.len()) as u64)
     }
 }

@@ -15,6 +15,7 @@ pub mod open;
 pub mod postgres;
 pub mod records;
 pub mod routes;
+pub mod runs;
 pub mod skills;
 pub mod sql_records;
 pub mod sql_store;
@@ -217,6 +218,9 @@ pub struct BusConfig {
     pub visibility: Duration,
     /// How long one run of a skill handler may take before it is stopped and its event nacked.
     pub handler_timeout: Duration,
+    /// How root runs are recorded (by default as [`runs::RecordConfig::default`]); `None`:
+    /// they are not.
+    pub runs: Option<runs::RecordConfig>,
 }
 
 impl BusConfig {
@@ -226,6 +230,7 @@ impl BusConfig {
         BusConfig {
             visibility,
             handler_timeout: visibility,
+            runs: Some(runs::RecordConfig::default()),
         }
     }
 }
@@ -253,6 +258,8 @@ pub struct Bus {
     /// The (topic, skill) routes the project's skills declared at the last (re)load, so a
     /// reload that removes one stops its handler.
     declared: Mutex<std::collections::BTreeSet<(String, String)>>,
+    /// The runs record of this process's root runs (off until the server turns it on).
+    runs: runs::Recorder,
 }
 
 fn store_error(err: StoreError) -> SkillError {
@@ -291,8 +298,9 @@ pub fn handler_queue(reference: &str) -> String {
 
 impl Bus {
     pub fn new(store: Arc<dyn EventStore>, config: BusConfig) -> Bus {
+        let runs = runs::Recorder::new(store.clone());
+        runs.configure(config.runs);
         Bus {
-            store,
             config,
             workers: Mutex::new(HashMap::new()),
             declared: Mutex::new(std::collections::BTreeSet::new()),
@@ -300,11 +308,18 @@ impl Bus {
             emitted: tokio::sync::broadcast::channel(1024).0,
             taps: Taps::new(),
             tails: tail::Tails::default(),
+            runs,
+            store,
         }
     }
 
     pub fn store(&self) -> &Arc<dyn EventStore> {
         &self.store
+    }
+
+    /// The runs record's writer.
+    pub fn runs(&self) -> &runs::Recorder {
+        &self.runs
     }
 
     /// Publishes an event; durable when this returns.
@@ -751,11 +766,24 @@ impl Worker {
             },
             None => self.authority.clone(),
         };
-        let run = run_handler(
+        let id = crate::context::id::next_id();
+        let runs = self.bus.runs();
+        let record = runs.on().then(|| {
+            let mut record = runs::RunRecord::begin(
+                crate::context::id::format(id),
+                "event",
+                authority.principal.id(),
+                self.reference.as_str(),
+                &handler_args(self.args.as_ref(), &delivery.event),
+            );
+            record.event = Some(delivery.event.id.clone());
+            record
+        });
+        let run = handler_run(
             &self.kernel,
             &self.reference,
             self.args.as_ref(),
-            authority,
+            (authority, Some(id)),
             &delivery.event,
         );
         // Dropping the run on a timeout aborts it; the event comes back (nack) and, if it keeps
@@ -768,8 +796,12 @@ impl Worker {
                     "the handler did not finish within {} ms and was stopped",
                     limit.as_millis()
                 ),
-            )),
+            )
+            .with_data(json!({ "timeout": true }))),
         };
+        if let Some(record) = record {
+            runs.record(record.end(outcome.as_ref().map(|o| o.as_deref())));
+        }
         match outcome {
             Ok(_) => true,
             Err(err) => {
@@ -837,16 +869,35 @@ pub async fn run_handler(
     authority: crate::kernel::authority::Authority,
     event: &Event,
 ) -> Result<crate::kernel::invoke::Output> {
+    handler_run(kernel, reference, extra, (authority, None), event).await
+}
+
+/// [`run_handler`], as root context `id` when given.
+async fn handler_run(
+    kernel: &Kernel,
+    reference: &str,
+    extra: Option<&Value>,
+    (authority, id): (crate::kernel::authority::Authority, Option<u64>),
+    event: &Event,
+) -> Result<crate::kernel::invoke::Output> {
+    let args = handler_args(extra, event);
+    let mut options = InvokeOptions::as_authority(authority);
+    options.context.id = id;
+    options.context.depth = event.depth;
+    options.context.budget = event.budget;
+    kernel.invoke(reference, args, options).await
+}
+
+/// What a handler is given: the event's envelope, with the subscription's `extra` args where
+/// the envelope has no field of the name.
+fn handler_args(extra: Option<&Value>, event: &Event) -> Value {
     let mut args = event.to_json();
     if let (Value::Object(map), Some(Value::Object(extra))) = (&mut args, extra) {
         for (k, v) in extra {
             map.entry(k.clone()).or_insert_with(|| v.clone());
         }
     }
-    let mut options = InvokeOptions::as_authority(authority);
-    options.context.depth = event.depth;
-    options.context.budget = event.budget;
-    kernel.invoke(reference, args, options).await
+    args
 }
 
 /// How an emit is written: the envelope fields a skill may give.

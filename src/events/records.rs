@@ -1,6 +1,6 @@
 //! The records a store keeps beside its topics and queues: claimed keys, schedules, handler
-//! subscriptions and session histories; the trait every store implements for them, and the
-//! types it speaks.
+//! subscriptions, session histories and the runs record; the trait every store implements for
+//! them, and the types it speaks.
 
 use std::time::Duration;
 
@@ -50,7 +50,75 @@ pub struct StoredSubscription {
     pub spec: String,
 }
 
-/// Claimed keys, schedules, subscriptions and sessions: what every store keeps beside its
+/// A root run as the store keeps it: the fields runs are listed by, and JSON text the store
+/// does not read (`args`, `result`, `detail`).
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct StoredRun {
+    /// Its place in the record, given by the store (the cursor of a listing); ignored when
+    /// written.
+    pub seq: i64,
+    /// The root context id.
+    pub id: String,
+    pub door: String,
+    pub principal: String,
+    pub skill: String,
+    /// When it started (ms since the epoch).
+    pub started_ms: i64,
+    pub duration_us: i64,
+    /// `ok`, `failed`, `aborted`, `timed-out` or `refused`.
+    pub status: String,
+    /// The problem type's slug, for a run that did not end well.
+    pub problem: Option<String>,
+    /// The run that started this one (a retry's original).
+    pub parent: Option<String>,
+    pub args: String,
+    pub result: Option<String>,
+    pub detail: String,
+}
+
+/// Which runs [`Records::runs`] lists, newest first: every field that is set must match.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunFilter {
+    pub door: Option<String>,
+    pub skill: Option<String>,
+    pub status: Option<String>,
+    pub principal: Option<String>,
+    /// Started at or after (ms since the epoch).
+    pub since_ms: Option<i64>,
+    /// Started before (ms since the epoch).
+    pub until_ms: Option<i64>,
+    /// Text found in the args or the result, in any case.
+    pub text: Option<String>,
+    /// Only runs recorded before this `seq` (the cursor of the next page).
+    pub before: Option<i64>,
+    /// At most this many.
+    pub limit: usize,
+}
+
+impl RunFilter {
+    /// Whether `run` passes every condition but the limit (the memory store's filter, and the
+    /// meaning the SQL one has).
+    pub fn matches(&self, run: &StoredRun) -> bool {
+        let same = |want: &Option<String>, have: &str| want.as_deref().is_none_or(|w| w == have);
+        let text = self.text.as_ref().map(|t| t.to_lowercase());
+        same(&self.door, &run.door)
+            && same(&self.skill, &run.skill)
+            && same(&self.status, &run.status)
+            && same(&self.principal, &run.principal)
+            && self.since_ms.is_none_or(|t| run.started_ms >= t)
+            && self.until_ms.is_none_or(|t| run.started_ms < t)
+            && self.before.is_none_or(|b| run.seq < b)
+            && text.is_none_or(|t| {
+                run.args.to_lowercase().contains(&t)
+                    || run
+                        .result
+                        .as_ref()
+                        .is_some_and(|r| r.to_lowercase().contains(&t))
+            })
+    }
+}
+
+/// Claimed keys, schedules, subscriptions, sessions and runs: what every store keeps beside its
 /// topics. The SQL stores share one implementation (`events::sql_records`).
 #[async_trait]
 pub trait Records: Send + Sync {
@@ -117,4 +185,18 @@ pub trait Records: Send + Sync {
 
     /// Every kept subscription.
     async fn subscriptions(&self) -> StoreResult<Vec<StoredSubscription>>;
+
+    /// Records `runs` (a batch, in one write); a run whose id is already recorded is left as
+    /// it is.
+    async fn put_runs(&self, runs: &[StoredRun]) -> StoreResult<()>;
+
+    /// The runs `filter` lets through, newest first.
+    async fn runs(&self, filter: &RunFilter) -> StoreResult<Vec<StoredRun>>;
+
+    /// Run `id`, if it is recorded.
+    async fn run(&self, id: &str) -> StoreResult<Option<StoredRun>>;
+
+    /// Forgets the runs that started before `before_ms`, and all but the newest `keep`.
+    /// Returns how many went.
+    async fn prune_runs(&self, before_ms: i64, keep: usize) -> StoreResult<u64>;
 }

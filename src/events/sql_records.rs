@@ -1,4 +1,4 @@
-//! The records of the SQL stores (claimed keys, schedules, subscriptions, sessions), written
+//! The records of the SQL stores (claimed keys, schedules, subscriptions, sessions, runs), written
 //! once for SQLite and Postgres: both read `$N` placeholders, `ON CONFLICT … DO UPDATE` and
 //! `RETURNING`, so only what a statement reports back differs (the [`Dialect`]).
 
@@ -11,7 +11,9 @@ use sqlx::{
 };
 
 use crate::context::id::now_ms;
-use crate::events::records::{KeyClaim, Records, SessionEntry, StoredSchedule, StoredSubscription};
+use crate::events::records::{
+    KeyClaim, Records, RunFilter, SessionEntry, StoredRun, StoredSchedule, StoredSubscription,
+};
 use crate::events::store::{StoreError, StoreResult};
 
 /// Claims between two sweeps of expired ones.
@@ -67,12 +69,14 @@ where
     for<'q> &'q str: Encode<'q, S::Db> + Type<S::Db>,
     for<'q> i64: Encode<'q, S::Db> + Type<S::Db>,
     for<'q> Option<i64>: Encode<'q, S::Db> + Type<S::Db>,
+    for<'q> Option<&'q str>: Encode<'q, S::Db> + Type<S::Db>,
     for<'r> String: Decode<'r, S::Db> + Type<S::Db>,
     for<'r> Option<String>: Decode<'r, S::Db> + Type<S::Db>,
     for<'a> &'a str: ColumnIndex<<S::Db as Database>::Row>,
     for<'r> SessionEntry: FromRow<'r, <S::Db as Database>::Row>,
     for<'r> StoredSchedule: FromRow<'r, <S::Db as Database>::Row>,
     for<'r> StoredSubscription: FromRow<'r, <S::Db as Database>::Row>,
+    for<'r> StoredRun: FromRow<'r, <S::Db as Database>::Row>,
 {
     async fn claim_key(
         &self,
@@ -281,6 +285,109 @@ where
         )
         .fetch_all(&self.records().pool)
         .await?)
+    }
+
+    async fn put_runs(&self, runs: &[StoredRun]) -> StoreResult<()> {
+        let mut tx = self.records().pool.begin().await?;
+        for run in runs {
+            sqlx::query(
+                "INSERT INTO sg_runs (id, door, principal, skill, started_ms, duration_us, status,
+                     problem, parent, args, result, detail)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+                 ON CONFLICT (id) DO NOTHING",
+            )
+            .bind(run.id.as_str())
+            .bind(run.door.as_str())
+            .bind(run.principal.as_str())
+            .bind(run.skill.as_str())
+            .bind(run.started_ms)
+            .bind(run.duration_us)
+            .bind(run.status.as_str())
+            .bind(run.problem.as_deref())
+            .bind(run.parent.as_deref())
+            .bind(run.args.as_str())
+            .bind(run.result.as_deref())
+            .bind(run.detail.as_str())
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn runs(&self, filter: &RunFilter) -> StoreResult<Vec<StoredRun>> {
+        // No recorded text holds a NUL (Postgres's text cannot), so a filter with one matches
+        // nothing; Postgres would refuse the statement.
+        let fields = [
+            &filter.door,
+            &filter.skill,
+            &filter.status,
+            &filter.principal,
+            &filter.text,
+        ];
+        if fields
+            .iter()
+            .any(|f| f.as_ref().is_some_and(|f| f.contains('\0')))
+        {
+            return Ok(Vec::new());
+        }
+        // `LIKE` with `\` escaping the pattern's own `%` and `_`, on lowered text: the same
+        // case-blind match on both databases (SQLite's `LIKE` ignores ASCII case, Postgres's
+        // does not).
+        let text = filter.text.as_ref().map(|t| {
+            let escaped = t
+                .to_lowercase()
+                .replace('\\', "\\\\")
+                .replace('%', "\\%")
+                .replace('_', "\\_");
+            format!("%{escaped}%")
+        });
+        Ok(sqlx::query_as::<_, StoredRun>(
+            "SELECT seq, id, door, principal, skill, started_ms, duration_us, status, problem,
+                 parent, args, result, detail FROM sg_runs
+             WHERE ($1 IS NULL OR door = $1) AND ($2 IS NULL OR skill = $2)
+               AND ($3 IS NULL OR status = $3) AND ($4 IS NULL OR principal = $4)
+               AND ($5 IS NULL OR started_ms >= $5) AND ($6 IS NULL OR started_ms < $6)
+               AND ($7 IS NULL OR seq < $7)
+               AND ($8 IS NULL OR LOWER(args) LIKE $8 ESCAPE '\\'
+                    OR LOWER(result) LIKE $8 ESCAPE '\\')
+             ORDER BY seq DESC LIMIT $9",
+        )
+        .bind(filter.door.as_deref())
+        .bind(filter.skill.as_deref())
+        .bind(filter.status.as_deref())
+        .bind(filter.principal.as_deref())
+        .bind(filter.since_ms)
+        .bind(filter.until_ms)
+        .bind(filter.before)
+        .bind(text.as_deref())
+        .bind(sql_limit(filter.limit))
+        .fetch_all(&self.records().pool)
+        .await?)
+    }
+
+    async fn run(&self, id: &str) -> StoreResult<Option<StoredRun>> {
+        Ok(sqlx::query_as::<_, StoredRun>(
+            "SELECT seq, id, door, principal, skill, started_ms, duration_us, status, problem,
+                 parent, args, result, detail FROM sg_runs WHERE id = $1",
+        )
+        .bind(id)
+        .fetch_optional(&self.records().pool)
+        .await?)
+    }
+
+    async fn prune_runs(&self, before_ms: i64, keep: usize) -> StoreResult<u64> {
+        // Past the newest `keep`: the `seq` of the first run not kept (none while there are
+        // fewer, and `<=` against nothing is never true).
+        let pruned = sqlx::query(
+            "DELETE FROM sg_runs WHERE started_ms < $1
+                OR seq <= (SELECT seq FROM sg_runs ORDER BY seq DESC LIMIT 1 OFFSET $2)",
+        )
+        .bind(before_ms)
+        .bind(sql_limit(keep))
+        .execute(&self.records().pool)
+        .await?;
+        Ok(S::Db::rows_affected(&pruned))
     }
 }
 

@@ -14,6 +14,7 @@ use crate::context::tap::Tap;
 use crate::error::{ErrorKind, Result, SkillError};
 use crate::events::Event;
 use crate::events::KernelBus;
+use crate::events::runs::RunRecord;
 use crate::gateway::metrics::Metrics;
 use crate::gateway::reply::{RESPONSE_PATH, Reply, ReplyPart, ReplyParts};
 use crate::kernel::{InvokeOptions, Kernel, ToolRef};
@@ -169,7 +170,11 @@ impl Gateway {
             Ok(permit) => permit,
             Err(why) => {
                 // Full: answered at once, nothing started (the channel is new: there is room).
-                let _ = reply.offer_done(Err(SkillError::busy(why)));
+                let err = SkillError::busy(why);
+                if let Some(record) = self.record(&root_id, &inbound) {
+                    self.kernel.bus().runs().record(record.end(Err(&err)));
+                }
+                let _ = reply.offer_done(Err(err));
                 return Dispatch {
                     parts,
                     root_id,
@@ -201,6 +206,37 @@ impl Gateway {
     }
 }
 
+impl Gateway {
+    /// The runs record's entry for the run `root_id` of `inbound`, begun now; `None` while runs
+    /// are not recorded.
+    fn record(&self, root_id: &str, inbound: &Inbound) -> Option<RunRecord> {
+        let runs = self.kernel.bus().runs();
+        if !runs.on() {
+            return None;
+        }
+        let (skill, params) = match &inbound.skill {
+            ToolRef::Name(name) => (
+                name.to_string(),
+                self.kernel
+                    .registry()
+                    .current()
+                    .get(name)
+                    .and_then(|t| t.params().cloned()),
+            ),
+            ToolRef::Def(tool) => (tool.name.clone(), tool.params().cloned()),
+        };
+        let mut record = RunRecord::begin(
+            root_id,
+            inbound.transport,
+            inbound.authority.principal.id(),
+            skill,
+            &inbound.args,
+        );
+        record.params = params;
+        Some(record)
+    }
+}
+
 struct Run {
     gateway: Gateway,
     reply: Arc<Reply>,
@@ -218,9 +254,14 @@ impl Run {
         };
         let transport = inbound.transport;
         let feeds = inbound.follow.then(|| self.follow());
+        let record = self.gateway.record(&self.root_id, &inbound);
         let outcome = self.invoke(inbound).await;
         // Everything the run logged or emitted was offered as it happened.
         drop(feeds);
+        if let Some(record) = record {
+            let ended = record.end(outcome.as_ref().map(|o| o.as_deref()));
+            self.gateway.kernel.bus().runs().record(ended);
+        }
         self.gateway.metrics.invocation(
             &skill,
             transport,

@@ -29,6 +29,8 @@ pub enum Missing {
     },
     /// A path nothing is served at.
     Path(String),
+    /// A run the caller may see is not recorded under this id.
+    Run(String),
 }
 
 impl fmt::Display for Missing {
@@ -42,6 +44,7 @@ impl fmt::Display for Missing {
                 Ok(())
             }
             Missing::Path(path) => write!(f, "nothing is served at `{path}`"),
+            Missing::Run(id) => write!(f, "no run `{id}` of yours is recorded"),
         }
     }
 }
@@ -290,17 +293,8 @@ mod tests {
         for kind in ErrorKind::ALL {
             let err = SkillError::new(kind, SECRET).with_tool("hello");
             let answer = GatewayError::from_run(&err, "hello", "r1");
-            let slug = match Failure::of(&err, "hello") {
-                Failure::InvalidArgs => "invalid-args",
-                Failure::Denied => "denied",
-                Failure::NotFound => "not-found",
-                Failure::Timeout => "timeout",
-                Failure::Aborted => "aborted",
-                Failure::OverBudget => "over-budget",
-                Failure::Busy => "unavailable",
-                Failure::Upstream => "upstream-unavailable",
-                Failure::Internal => "internal",
-            };
+            // What a run is recorded with is what its caller is answered with.
+            let slug = Failure::of(&err, "hello").slug();
             assert_eq!(answer.slug(), slug, "{kind:?}");
             assert_eq!(
                 answer.run(),

@@ -8,7 +8,7 @@
 //! histogram under one read lock with an Fx hash of borrowed labels, allocating nothing; only
 //! the first of a label set goes through the families (String labels, SipHash).
 
-use std::sync::atomic::AtomicI64;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -101,6 +101,10 @@ pub struct Metrics {
     invocations: Family<SkillLabels, Counter>,
     errors: Family<ErrorLabels, Counter>,
     durations: Histograms<SkillLabels>,
+    /// Runs written to the runs record, and runs dropped (queue full, store down): totals the
+    /// recorder keeps, read at each scrape.
+    runs_recorded: Counter,
+    runs_dropped: Counter,
     /// (method, status) then route template.
     request_handles: HandleCache<(&'static str, u16)>,
     /// Transport then skill.
@@ -164,8 +168,22 @@ impl Metrics {
             "Skill invocation time, by skill and transport",
             durations.clone(),
         );
+        let runs_recorded = Counter::default();
+        let runs_dropped = Counter::default();
+        registry.register(
+            "runs_recorded",
+            "Runs written to the runs record",
+            runs_recorded.clone(),
+        );
+        registry.register(
+            "runs_dropped",
+            "Runs the runs record dropped (its queue was full, or the store refused them)",
+            runs_dropped.clone(),
+        );
         crate::model_usage::register(&mut registry);
         Metrics {
+            runs_recorded,
+            runs_dropped,
             registry,
             requests,
             latency,
@@ -260,6 +278,14 @@ impl Metrics {
                 .inc();
         }
         count.inc();
+    }
+
+    /// Takes the runs record's totals for the next [`Metrics::render`].
+    pub fn runs(&self, recorded: u64, dropped: u64) {
+        self.runs_recorded
+            .inner()
+            .store(recorded, Ordering::Relaxed);
+        self.runs_dropped.inner().store(dropped, Ordering::Relaxed);
     }
 
     /// The Prometheus text exposition.

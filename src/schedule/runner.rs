@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::context::id::now_ms;
+use crate::events::runs::RunRecord;
 use crate::events::{EventStore, KernelBus};
 use crate::kernel::authority::{Authority, Keys};
 use crate::kernel::{InvokeOptions, Kernel};
@@ -281,6 +282,38 @@ pub async fn run_firing(
     spec: &Spec,
     firing: &Firing,
 ) -> crate::error::Result<crate::kernel::invoke::Output> {
+    let id = crate::context::id::next_id();
+    let args = if spec.args.is_null() {
+        json!({})
+    } else {
+        spec.args.clone()
+    };
+    let runs = kernel.bus().runs();
+    let record = runs.on().then(|| {
+        let principal = spec.principal().map(|p| p.id().to_string());
+        RunRecord::begin(
+            crate::context::id::format(id),
+            "schedule",
+            principal.unwrap_or_default(),
+            spec.reference.as_str(),
+            &args,
+        )
+    });
+    let outcome = fire(kernel, spec, firing, id, args).await;
+    if let Some(record) = record {
+        runs.record(record.end(outcome.as_ref().map(|o| o.as_deref())));
+    }
+    outcome
+}
+
+/// [`run_firing`]'s run, as root context `id`.
+async fn fire(
+    kernel: &Kernel,
+    spec: &Spec,
+    firing: &Firing,
+    id: u64,
+    args: serde_json::Value,
+) -> crate::error::Result<crate::kernel::invoke::Output> {
     let stored = spec.principal()?;
     let principal = match kernel.extension::<Keys>() {
         Some(keys) => keys.current(&stored).map_err(|why| {
@@ -296,11 +329,7 @@ pub async fn run_firing(
         "schedule".into(),
         json!({ "name": firing.name, "scheduledAt": firing.due, "firedAt": firing.now, "missed": firing.missed }),
     );
-    let args = if spec.args.is_null() {
-        json!({})
-    } else {
-        spec.args.clone()
-    };
+    options.context.id = Some(id);
     kernel.invoke(spec.reference.as_str(), args, options).await
 }
 

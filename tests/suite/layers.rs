@@ -220,7 +220,7 @@ fn only_the_context_module_touches_a_contexts_state() {
 /// declare and start the crate.
 const FLOORS: [&[&str]; 11] = [
     &["error", "digest", "tls", "model_usage"],
-    &["telemetry"],
+    &["telemetry", "failure"],
     &["skills", "cascade", "context", "kernel"],
     &["events", "sandbox"],
     &["session", "schedule", "shutdown", "middleware"],

@@ -21,6 +21,8 @@
 //! - `no_http`: email and Slack Socket Mode without HTTP, and the operations listener.
 //! - `serve_cli`, `cli`: `skillgate serve` as a process (signals, config, OTLP export), and the
 //!   command line over the skill tree in `tests/fixtures/`.
+//! - `runs/`: the runs record: its store contract on every store, runs from each door read
+//!   back over `GET /runs` (who sees which, redaction, a store that is down), `skillgate runs`.
 //! - `sandbox/`: `.skill.js` skills, the ctx bridge, sandbox limits, escapes and sessions.
 //! - `security/`: one test per finding of the security probes, and bounded fuzzing.
 //! - `layers`: every module on its floor, no door naming another.
@@ -47,6 +49,7 @@ mod no_http;
 mod orchestration;
 mod reload;
 mod replicas;
+mod runs;
 mod sandbox;
 mod schedules;
 mod security;

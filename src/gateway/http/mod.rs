@@ -28,6 +28,7 @@ mod public;
 pub mod request_id;
 mod resume;
 pub mod routes;
+mod runs;
 pub mod server;
 mod session_cookie;
 pub mod skills;

@@ -102,6 +102,10 @@ pub fn may_read_metrics(principal: &crate::kernel::authority::Principal) -> bool
 
 /// The metrics as OpenMetrics text (HTTP's `/metrics` and the operations listener's).
 pub fn render_metrics(gateway: &Gateway) -> Response {
+    let runs = gateway.kernel.bus().runs();
+    gateway
+        .metrics
+        .runs(runs.written_total(), runs.dropped_total());
     (
         [(header::CONTENT_TYPE, OPENMETRICS)],
         gateway.metrics.render(),

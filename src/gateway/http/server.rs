@@ -24,7 +24,7 @@ use crate::gateway::http::public::PublicDir;
 use crate::gateway::http::startup::BindError;
 use crate::gateway::http::state::AppState;
 use crate::gateway::http::{
-    descriptors, hosts, idempotency, invoke, listen, ops, request_id, routes, skills, topics,
+    descriptors, hosts, idempotency, invoke, listen, ops, request_id, routes, runs, skills, topics,
 };
 use crate::gateway::served::{HttpDoor, Listener};
 use crate::gateway::transport::{Report, State, Transport};
@@ -200,6 +200,8 @@ fn build_router(state: &AppState, web_routes: &[routes::WebRoute]) -> Result<Rou
         .route("/openapi.json", get(super::project_openapi::serve))
         .route("/asyncapi.yaml", get(ops::asyncapi_yaml))
         .route("/events/{topic}", get(topics::follow))
+        .route("/runs", get(runs::list))
+        .route("/runs/{id}", get(runs::show))
         .route("/docs", get(ops::docs));
     router = routes::mount(router, web_routes);
     router = match &config.public_dir {

@@ -3,7 +3,6 @@
 //! in its own form (HTTP: statuses and problem documents; chat and mail: their own replies).
 
 pub mod access;
-pub mod outcome;
 
+pub use crate::failure::Failure;
 pub use access::{PatternError, Policy, Refusal, Scope};
-pub use outcome::Failure;

@@ -1,0 +1,264 @@
+//! One root run as a door saw it ([`RunRecord`]): begun when the door takes the request, ended
+//! with its outcome, and turned into the row the store keeps, redacted and capped.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::context::id::now_ms;
+use crate::error::SkillError;
+use crate::events::records::StoredRun;
+use crate::events::runs::redact::redact;
+use crate::failure::Failure;
+
+/// How a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    Ok,
+    /// The run failed (its skill, a service it needed, its budget).
+    Failed,
+    /// Aborted: the server shut down or the client went away.
+    Aborted,
+    /// Aborted because it took longer than its door allows.
+    TimedOut,
+    /// Never ran: its args were invalid, the caller may not reach the skill, or the server was
+    /// full.
+    Refused,
+}
+
+impl Status {
+    pub const ALL: [Status; 5] = [
+        Status::Ok,
+        Status::Failed,
+        Status::Aborted,
+        Status::TimedOut,
+        Status::Refused,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Ok => "ok",
+            Status::Failed => "failed",
+            Status::Aborted => "aborted",
+            Status::TimedOut => "timed-out",
+            Status::Refused => "refused",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Status> {
+        Status::ALL.into_iter().find(|s| s.as_str() == text)
+    }
+
+    /// The status of a run that failed with `failure`.
+    fn of(failure: Failure) -> Status {
+        match failure {
+            Failure::InvalidArgs | Failure::Denied | Failure::NotFound | Failure::Busy => {
+                Status::Refused
+            }
+            Failure::Timeout => Status::TimedOut,
+            Failure::Aborted => Status::Aborted,
+            Failure::OverBudget | Failure::Upstream | Failure::Internal => Status::Failed,
+        }
+    }
+}
+
+/// A root run from its door's point of view.
+#[derive(Debug, Clone)]
+pub struct RunRecord {
+    /// The root context id.
+    pub id: String,
+    pub door: String,
+    pub principal: String,
+    pub skill: String,
+    pub args: Value,
+    /// The skill's params schema, whose `writeOnly` and `x-secret` fields are redacted.
+    pub params: Option<Value>,
+    /// The event that started the run (an event handler's, or a queued delivery's).
+    pub event: Option<String>,
+    /// The run this one repeats (a retry).
+    pub parent: Option<String>,
+    started_ms: i64,
+    started: Instant,
+    ended: Option<Ended>,
+}
+
+#[derive(Debug, Clone)]
+struct Ended {
+    duration: Duration,
+    status: Status,
+    problem: Option<&'static str>,
+    result: Option<Value>,
+    error: Option<String>,
+}
+
+impl RunRecord {
+    /// A run of `skill` begun now.
+    pub fn begin(
+        id: impl Into<String>,
+        door: &str,
+        principal: impl Into<String>,
+        skill: impl Into<String>,
+        args: &Value,
+    ) -> RunRecord {
+        RunRecord {
+            id: id.into(),
+            door: door.to_string(),
+            principal: principal.into(),
+            skill: skill.into(),
+            args: args.clone(),
+            params: None,
+            event: None,
+            parent: None,
+            started_ms: now_ms() as i64,
+            started: Instant::now(),
+            ended: None,
+        }
+    }
+
+    /// This run, ended now with `outcome`.
+    pub fn end(mut self, outcome: Result<Option<&Value>, &SkillError>) -> RunRecord {
+        let duration = self.started.elapsed();
+        self.ended = Some(match outcome {
+            Ok(result) => Ended {
+                duration,
+                status: Status::Ok,
+                problem: None,
+                result: result.cloned(),
+                error: None,
+            },
+            Err(err) => {
+                let failure = Failure::of(err, &self.skill);
+                Ended {
+                    duration,
+                    status: Status::of(failure),
+                    problem: Some(failure.slug()),
+                    result: None,
+                    error: Some(err.to_string()),
+                }
+            }
+        });
+        self
+    }
+
+    pub fn status(&self) -> Option<Status> {
+        self.ended.as_ref().map(|e| e.status)
+    }
+
+    /// The row the store keeps: args and result redacted, each cut to `max_bytes` of JSON
+    /// text (the detail says which were, so a retry knows it cannot repeat the run).
+    pub fn stored(self, max_bytes: usize) -> StoredRun {
+        let ended = self.ended.unwrap_or(Ended {
+            duration: self.started.elapsed(),
+            status: Status::Aborted,
+            problem: Some(Failure::Aborted.slug()),
+            result: None,
+            error: None,
+        });
+        let (args, args_redacted) = redact(&self.args, self.params.as_ref());
+        let (args, args_cut) = capped(&args, max_bytes);
+        let (result, result_cut) = match &ended.result {
+            Some(result) => {
+                let (result, _) = redact(result, None);
+                let (text, cut) = capped(&result, max_bytes);
+                (Some(text), cut)
+            }
+            None => (None, false),
+        };
+        let mut detail = json!({
+            "redacted": args_redacted,
+            "cut": { "args": args_cut, "result": result_cut },
+        });
+        if let Some(error) = ended.error {
+            detail["error"] = Value::String(error);
+        }
+        if let Some(event) = self.event {
+            detail["event"] = Value::String(event);
+        }
+        StoredRun {
+            seq: 0,
+            id: self.id,
+            door: self.door,
+            principal: self.principal,
+            skill: self.skill,
+            started_ms: self.started_ms,
+            duration_us: i64::try_from(ended.duration.as_micros()).unwrap_or(i64::MAX),
+            status: ended.status.as_str().to_string(),
+            problem: ended.problem.map(str::to_string),
+            parent: self.parent,
+            args,
+            result,
+            detail: detail.to_string(),
+        }
+    }
+}
+
+/// `value` as JSON text of at most `max` bytes: whole, or a JSON string of its first bytes
+/// (`{"$cut": <bytes>, "head": "..."}`) and true.
+fn capped(value: &Value, max: usize) -> (String, bool) {
+    let text = value.to_string();
+    if text.len() <= max {
+        return (text, false);
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let cut = json!({ "$cut": text.len(), "head": &text[..end] });
+    (cut.to_string(), true)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::error::ErrorKind;
+
+    #[test]
+    fn each_failure_is_recorded_with_its_status_and_the_problem_its_caller_was_told() {
+        let run = |err: SkillError| {
+            RunRecord::begin("r", "http", "local", "hello", &json!({}))
+                .end(Err(&err))
+                .stored(1024)
+        };
+        let timed_out =
+            run(SkillError::new(ErrorKind::Aborted, "late").with_data(json!({ "timeout": true })));
+        assert_eq!(
+            (timed_out.status.as_str(), timed_out.problem.as_deref()),
+            ("timed-out", Some("timeout"))
+        );
+        let aborted = run(SkillError::new(ErrorKind::Aborted, "gone"));
+        assert_eq!(
+            (aborted.status.as_str(), aborted.problem.as_deref()),
+            ("aborted", Some("aborted"))
+        );
+        let denied = run(SkillError::new(ErrorKind::Denied, "no"));
+        assert_eq!(
+            (denied.status.as_str(), denied.problem.as_deref()),
+            ("refused", Some("denied"))
+        );
+        let failed = run(SkillError::new(ErrorKind::Failed, "boom"));
+        assert_eq!(
+            (failed.status.as_str(), failed.problem.as_deref()),
+            ("failed", Some("internal"))
+        );
+        let detail: Value = serde_json::from_str(&failed.detail).unwrap();
+        assert!(detail["error"].as_str().unwrap().contains("boom"));
+    }
+
+    #[test]
+    fn args_and_results_past_the_cap_are_cut_and_say_so() {
+        let big = json!({ "text": "é".repeat(600) });
+        let stored = RunRecord::begin("r", "http", "local", "echo", &big)
+            .end(Ok(Some(&json!("short"))))
+            .stored(100);
+        let args: Value = serde_json::from_str(&stored.args).unwrap();
+        assert_eq!(args["$cut"], json!(big.to_string().len()));
+        assert!(args["head"].as_str().unwrap().len() <= 100);
+        assert_eq!(stored.result.as_deref(), Some("\"short\""));
+        let detail: Value = serde_json::from_str(&stored.detail).unwrap();
+        assert_eq!(detail["cut"], json!({ "args": true, "result": false }));
+        assert_eq!(stored.status, "ok");
+        assert_eq!(stored.problem, None);
+    }
+}

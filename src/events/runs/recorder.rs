@@ -1,0 +1,200 @@
+//! The [`Recorder`]: takes finished runs from the doors without waiting (a bounded queue; when
+//! it is full or the store is down the run is dropped and counted, and the request goes on),
+//! redacts and writes them to the store in batches on a task of its own, and prunes the record
+//! by age and count.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::RwLock;
+use std::sync::OnceLock;
+use tokio::sync::{Notify, mpsc};
+
+use crate::context::id::now_ms;
+use crate::events::runs::record::RunRecord;
+use crate::events::store::EventStore;
+
+/// Runs waiting to be written; past it they are dropped (and counted).
+const QUEUE: usize = 8192;
+/// Runs written in one transaction at most.
+const BATCH: usize = 256;
+/// How often the record is pruned.
+const PRUNE_EVERY: Duration = Duration::from_secs(60);
+/// At most one warning this often about runs that could not be written.
+const WARN_EVERY: Duration = Duration::from_secs(60);
+
+/// What is recorded and for how long.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordConfig {
+    /// Runs older than this are pruned.
+    pub retention: Duration,
+    /// At most this many runs are kept (the newest).
+    pub keep: usize,
+    /// Args and results longer than this (bytes of JSON) are cut.
+    pub max_bytes: usize,
+}
+
+impl Default for RecordConfig {
+    fn default() -> Self {
+        RecordConfig {
+            retention: Duration::from_secs(7 * 24 * 3600),
+            keep: 100_000,
+            max_bytes: 16 * 1024,
+        }
+    }
+}
+
+/// What the recorder and its writer share.
+struct Shared {
+    /// `None`: runs are not recorded.
+    config: RwLock<Option<RecordConfig>>,
+    sent: AtomicU64,
+    written: AtomicU64,
+    dropped: AtomicU64,
+    /// Woken each time a batch is written or dropped.
+    settled: Notify,
+}
+
+/// Records finished runs into a store; off until [`Recorder::configure`] turns it on.
+pub struct Recorder {
+    store: Arc<dyn EventStore>,
+    shared: Arc<Shared>,
+    queue: OnceLock<mpsc::Sender<RunRecord>>,
+}
+
+impl Recorder {
+    pub fn new(store: Arc<dyn EventStore>) -> Recorder {
+        Recorder {
+            store,
+            shared: Arc::new(Shared {
+                config: RwLock::new(None),
+                sent: AtomicU64::new(0),
+                written: AtomicU64::new(0),
+                dropped: AtomicU64::new(0),
+                settled: Notify::new(),
+            }),
+            queue: OnceLock::new(),
+        }
+    }
+
+    /// Records runs with `config` from now on; `None` stops recording.
+    pub fn configure(&self, config: Option<RecordConfig>) {
+        *self.shared.config.write() = config;
+    }
+
+    /// Whether runs are being recorded.
+    pub fn on(&self) -> bool {
+        self.shared.config.read().is_some()
+    }
+
+    /// Takes `run` to be written, without waiting: dropped (and counted) when the queue is
+    /// full, and ignored when recording is off.
+    pub fn record(&self, run: RunRecord) {
+        if !self.on() {
+            return;
+        }
+        let Some(queue) = self.queue() else {
+            return;
+        };
+        self.shared.sent.fetch_add(1, Ordering::Relaxed);
+        if queue.try_send(run).is_err() {
+            self.dropped(1);
+        }
+    }
+
+    /// The writer's queue, its task started on first use (on the runtime of the first run).
+    fn queue(&self) -> Option<&mpsc::Sender<RunRecord>> {
+        if let Some(queue) = self.queue.get() {
+            return Some(queue);
+        }
+        let runtime = tokio::runtime::Handle::try_current().ok()?;
+        Some(self.queue.get_or_init(|| {
+            let (tx, rx) = mpsc::channel(QUEUE);
+            runtime.spawn(write(self.store.clone(), rx, self.shared.clone()));
+            tx
+        }))
+    }
+
+    fn dropped(&self, n: u64) {
+        self.shared.dropped.fetch_add(n, Ordering::Relaxed);
+        self.shared.settled.notify_waiters();
+    }
+
+    /// Runs dropped so far (queue full, or the store refused them).
+    pub fn dropped_total(&self) -> u64 {
+        self.shared.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Runs written so far.
+    pub fn written_total(&self) -> u64 {
+        self.shared.written.load(Ordering::Relaxed)
+    }
+
+    /// Waits until at least `n` runs have been written (or dropped) in all.
+    pub async fn settled_at_least(&self, n: u64) {
+        loop {
+            let woken = self.shared.settled.notified();
+            if self.written_total() + self.dropped_total() >= n {
+                return;
+            }
+            woken.await;
+        }
+    }
+
+    /// Waits until every run taken so far is written or dropped.
+    pub async fn settled(&self) {
+        loop {
+            let woken = self.shared.settled.notified();
+            let sent = self.shared.sent.load(Ordering::Relaxed);
+            if self.written_total() + self.dropped_total() >= sent {
+                return;
+            }
+            woken.await;
+        }
+    }
+}
+
+/// The writer: batches of runs to the store as they come, and the record pruned every
+/// [`PRUNE_EVERY`], until the recorder is dropped.
+async fn write(
+    store: Arc<dyn EventStore>,
+    mut queue: mpsc::Receiver<RunRecord>,
+    shared: Arc<Shared>,
+) {
+    let mut batch = Vec::with_capacity(BATCH);
+    let mut prune = tokio::time::interval(PRUNE_EVERY);
+    let mut warned: Option<Instant> = None;
+    loop {
+        tokio::select! {
+            taken = queue.recv_many(&mut batch, BATCH) => {
+                if taken == 0 {
+                    return;
+                }
+                let max_bytes = shared.config.read().as_ref().map_or(16 * 1024, |c| c.max_bytes);
+                let rows: Vec<_> = batch.drain(..).map(|run| run.stored(max_bytes)).collect();
+                let n = rows.len() as u64;
+                match store.put_runs(&rows).await {
+                    Ok(()) => {
+                        shared.written.fetch_add(n, Ordering::Relaxed);
+                    }
+                    Err(err) => {
+                        shared.dropped.fetch_add(n, Ordering::Relaxed);
+                        if warned.is_none_or(|at| at.elapsed() >= WARN_EVERY) {
+                            warned = Some(Instant::now());
+                            tracing::warn!(error = %err, runs = n, "runs could not be recorded and were dropped");
+                        }
+                    }
+                }
+                shared.settled.notify_waiters();
+            }
+            _ = prune.tick() => {
+                let Some(config) = *shared.config.read() else { continue };
+                let before = now_ms() as i64 - config.retention.as_millis() as i64;
+                if let Err(err) = store.prune_runs(before, config.keep).await {
+                    tracing::warn!(error = %err, "the runs record could not be pruned");
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,201 @@
+//! The runs record's store contract, on the memory, SQLite and Postgres stores: filters,
+//! newest-first pages with a cursor, text search, pruning by age and count.
+
+use skillgate::events::Limits;
+use skillgate::events::records::{RunFilter, StoredRun};
+
+use crate::support::stores::Backend;
+
+macro_rules! contract {
+    ($($rule:ident),* $(,)?) => {
+        mod memory {
+            $(#[tokio::test]
+            async fn $rule() {
+                if let Some(b) = super::Backend::memory() { super::$rule(&b).await; b.cleanup().await; }
+            })*
+        }
+        mod sqlite {
+            $(#[tokio::test]
+            async fn $rule() {
+                if let Some(b) = super::Backend::sqlite() { super::$rule(&b).await; b.cleanup().await; }
+            })*
+        }
+        mod postgres {
+            $(#[tokio::test]
+            async fn $rule() {
+                if let Some(b) = super::Backend::postgres() { super::$rule(&b).await; b.cleanup().await; }
+            })*
+        }
+    };
+}
+
+contract!(
+    runs_are_listed_newest_first_and_paged_by_cursor,
+    every_filter_narrows_the_listing,
+    text_is_found_in_args_or_result_in_any_case_and_taken_literally,
+    a_run_is_read_whole_by_id_and_recorded_once,
+    pruning_drops_runs_past_the_age_and_all_but_the_newest_count,
+);
+
+fn run(id: &str, started_ms: i64) -> StoredRun {
+    StoredRun {
+        seq: 0,
+        id: id.into(),
+        door: "http".into(),
+        principal: "local".into(),
+        skill: "hello".into(),
+        started_ms,
+        duration_us: 1500,
+        status: "ok".into(),
+        problem: None,
+        parent: None,
+        args: r#"{"name":"Ada"}"#.into(),
+        result: Some(r#""Hello, Ada!""#.into()),
+        detail: "{}".into(),
+    }
+}
+
+fn ids(runs: &[StoredRun]) -> Vec<&str> {
+    runs.iter().map(|r| r.id.as_str()).collect()
+}
+
+fn all() -> RunFilter {
+    RunFilter {
+        limit: 100,
+        ..RunFilter::default()
+    }
+}
+
+async fn runs_are_listed_newest_first_and_paged_by_cursor(b: &Backend) {
+    let store = b.open(Limits::default()).await;
+    let batch: Vec<_> = (1..=5).map(|n| run(&format!("r{n}"), 1000 + n)).collect();
+    store.put_runs(&batch).await.unwrap();
+    let first = store.runs(&RunFilter { limit: 2, ..all() }).await.unwrap();
+    assert_eq!(ids(&first), ["r5", "r4"]);
+    let next = RunFilter {
+        limit: 2,
+        before: Some(first[1].seq),
+        ..all()
+    };
+    let second = store.runs(&next).await.unwrap();
+    assert_eq!(ids(&second), ["r3", "r2"]);
+    let last = RunFilter {
+        before: Some(second[1].seq),
+        ..next
+    };
+    assert_eq!(ids(&store.runs(&last).await.unwrap()), ["r1"]);
+}
+
+async fn every_filter_narrows_the_listing(b: &Backend) {
+    let store = b.open(Limits::default()).await;
+    let mut failed = run("failed", 2000);
+    failed.status = "failed".into();
+    failed.problem = Some("internal".into());
+    let mut slack = run("slack", 3000);
+    slack.door = "slack".into();
+    slack.principal = "slack:T1:U1".into();
+    let mut other = run("other", 4000);
+    other.skill = "other".into();
+    store
+        .put_runs(&[run("plain", 1000), failed, slack, other])
+        .await
+        .unwrap();
+    let found = |filter: RunFilter| {
+        let store = store.clone();
+        async move {
+            ids(&store.runs(&filter).await.unwrap())
+                .iter()
+                .map(|s| s.to_string())
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(
+        found(RunFilter {
+            status: Some("failed".into()),
+            ..all()
+        })
+        .await,
+        ["failed"]
+    );
+    assert_eq!(
+        found(RunFilter {
+            door: Some("slack".into()),
+            ..all()
+        })
+        .await,
+        ["slack"]
+    );
+    assert_eq!(
+        found(RunFilter {
+            principal: Some("slack:T1:U1".into()),
+            ..all()
+        })
+        .await,
+        ["slack"]
+    );
+    assert_eq!(
+        found(RunFilter {
+            skill: Some("other".into()),
+            ..all()
+        })
+        .await,
+        ["other"]
+    );
+    assert_eq!(
+        found(RunFilter {
+            since_ms: Some(2000),
+            until_ms: Some(4000),
+            ..all()
+        })
+        .await,
+        ["slack", "failed"]
+    );
+}
+
+async fn text_is_found_in_args_or_result_in_any_case_and_taken_literally(b: &Backend) {
+    let store = b.open(Limits::default()).await;
+    let mut percent = run("percent", 1000);
+    percent.args = r#"{"rate":"100%"}"#.into();
+    let mut answer = run("answer", 2000);
+    answer.result = Some(r#""Paris, France""#.into());
+    store
+        .put_runs(&[run("plain", 500), percent, answer])
+        .await
+        .unwrap();
+    let text = |t: &str| RunFilter {
+        text: Some(t.into()),
+        ..all()
+    };
+    assert_eq!(ids(&store.runs(&text("FRANCE")).await.unwrap()), ["answer"]);
+    assert_eq!(ids(&store.runs(&text("0%")).await.unwrap()), ["percent"]);
+    // `%` and `_` are themselves, not patterns.
+    assert!(store.runs(&text("%")).await.unwrap().len() == 1);
+    assert!(store.runs(&text("a_a")).await.unwrap().is_empty());
+}
+
+async fn a_run_is_read_whole_by_id_and_recorded_once(b: &Backend) {
+    let store = b.open(Limits::default()).await;
+    let mut first = run("same", 1000);
+    first.detail = r#"{"error":"boom"}"#.into();
+    first.status = "failed".into();
+    first.problem = Some("internal".into());
+    store.put_runs(std::slice::from_ref(&first)).await.unwrap();
+    // The same id again (a batch written twice) is left as it was.
+    store.put_runs(&[run("same", 9000)]).await.unwrap();
+    let got = store.run("same").await.unwrap().expect("recorded");
+    assert_eq!(StoredRun { seq: 0, ..got }, first);
+    assert_eq!(store.runs(&all()).await.unwrap().len(), 1);
+    assert_eq!(store.run("missing").await.unwrap(), None);
+}
+
+async fn pruning_drops_runs_past_the_age_and_all_but_the_newest_count(b: &Backend) {
+    let store = b.open(Limits::default()).await;
+    let batch: Vec<_> = (1..=6).map(|n| run(&format!("r{n}"), n * 1000)).collect();
+    store.put_runs(&batch).await.unwrap();
+    // Older than 2000 ms: r1.
+    assert_eq!(store.prune_runs(2000, 100).await.unwrap(), 1);
+    // Keep the newest 3: r2 and r3 go.
+    assert_eq!(store.prune_runs(0, 3).await.unwrap(), 2);
+    assert_eq!(ids(&store.runs(&all()).await.unwrap()), ["r6", "r5", "r4"]);
+    assert_eq!(store.prune_runs(0, 3).await.unwrap(), 0);
+}
