@@ -9,6 +9,9 @@
 //! 2. half load: a fixed rate of half the gateway's saturation figure, spread over the
 //!    connections, each request timed from when it was due (no coordinated omission): p50/p99.
 //!
+//! The gateway runs as `serve` does by default: on the SQLite store, with the runs record on
+//! (`SKILLGATE_BENCH_STORE=memory` and `SKILLGATE_BENCH_RUNS=0` change that).
+//!
 //! Run: `cargo bench --bench http` (release). `SKILLGATE_BENCH_SECS` and
 //! `SKILLGATE_BENCH_CONNS` change the duration (default 5 s) and the connections (default 32);
 //! `SKILLGATE_BENCH_PROFILE=1` loads only the gateway at saturation, for a profiler.
@@ -33,8 +36,11 @@ use common::env_or;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// Starts both servers on a runtime of their own; returns (gateway, bare) addresses.
-fn start_servers(project: &std::path::Path) -> (SocketAddr, SocketAddr) {
+/// Starts both servers on a runtime of their own; returns (gateway, bare) addresses and the
+/// gateway's bus (for its runs record's counts).
+fn start_servers(
+    project: &std::path::Path,
+) -> (SocketAddr, SocketAddr, Arc<skillgate::events::Bus>) {
     let project = project.to_path_buf();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -44,7 +50,22 @@ fn start_servers(project: &std::path::Path) -> (SocketAddr, SocketAddr) {
             .build()
             .expect("server runtime");
         runtime.block_on(async move {
-            let kernel = skillgate::builtins::builder(&project)
+            let mut builder = skillgate::builtins::builder(&project);
+            // The store `serve` uses by default, SQLite in the project, unless
+            // `SKILLGATE_BENCH_STORE=memory`; the runs record on, as `serve` has it, unless
+            // `SKILLGATE_BENCH_RUNS=0`.
+            if std::env::var("SKILLGATE_BENCH_STORE").as_deref() != Ok("memory") {
+                let store = skillgate::events::sqlite::SqliteStore::open(
+                    &project.join("events.db"),
+                    skillgate::events::Limits::default(),
+                    false,
+                )
+                .await
+                .expect("open the SQLite store");
+                let bus = skillgate::events::Bus::new(Arc::new(store), Default::default());
+                builder = skillgate::events::WithBus::bus(builder, Arc::new(bus));
+            }
+            let kernel = builder
                 .native(native(
                     "name: noop\ndescription: Does nothing.\n",
                     |_ctx, _args| async move { Ok(Some(json!({ "ok": true }))) },
@@ -55,6 +76,12 @@ fn start_servers(project: &std::path::Path) -> (SocketAddr, SocketAddr) {
                 rate_per_second: 0,
                 ..HttpConfig::default()
             };
+            if std::env::var("SKILLGATE_BENCH_RUNS").as_deref() == Ok("0") {
+                skillgate::events::KernelBus::bus(&kernel)
+                    .runs()
+                    .configure(None);
+            }
+            let bus = skillgate::events::KernelBus::bus(&kernel).clone();
             let gateway = Gateway::new(kernel, Arc::new(Metrics::new()));
             let server = skillgate::server::Doors::bind(
                 gateway,
@@ -72,7 +99,7 @@ fn start_servers(project: &std::path::Path) -> (SocketAddr, SocketAddr) {
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
             let bare_addr = listener.local_addr().unwrap();
             tokio::spawn(async move { axum::serve(listener, bare).await });
-            tx.send((gateway_addr, bare_addr)).unwrap();
+            tx.send((gateway_addr, bare_addr, bus)).unwrap();
             std::future::pending::<()>().await;
         });
     });
@@ -160,7 +187,7 @@ fn main() {
     let secs = env_or("SKILLGATE_BENCH_SECS", 5);
     let conns = env_or("SKILLGATE_BENCH_CONNS", 32) as usize;
     let dir = tempfile::tempdir().expect("temp dir");
-    let (gateway, bare) = start_servers(dir.path());
+    let (gateway, bare, bus) = start_servers(dir.path());
     let client = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -203,6 +230,13 @@ fn main() {
         println!(
             "gateway / bare: {:.0}% of the bare handler's requests/s (target at least 60%)",
             100.0 * gateway_rps / bare_rps
+        );
+        let runs = bus.runs();
+        println!(
+            "runs record {}: {} recorded, {} dropped",
+            if runs.on() { "on" } else { "off" },
+            runs.written_total(),
+            runs.dropped_total()
         );
     });
 }

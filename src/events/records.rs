@@ -186,8 +186,7 @@ pub trait Records: Send + Sync {
     /// Every kept subscription.
     async fn subscriptions(&self) -> StoreResult<Vec<StoredSubscription>>;
 
-    /// Records `runs` (a batch, in one write); a run whose id is already recorded is left as
-    /// it is.
+    /// Records `runs` (a batch, in one write).
     async fn put_runs(&self, runs: &[StoredRun]) -> StoreResult<()>;
 
     /// The runs `filter` lets through, newest first.

@@ -23,17 +23,30 @@ const CLAIM_SWEEP_EVERY: u64 = 256;
 /// rows it touched (sqlx gives each database's result a type of its own).
 pub trait Dialect: Database {
     fn rows_affected(result: &Self::QueryResult) -> u64;
+
+    /// The placeholder of the `n`th value (from 1) in a statement of many values: sqlx binds
+    /// SQLite's numbered ones by looking each name up among all of them, so a long `INSERT`
+    /// there uses plain `?`.
+    fn placeholder(n: usize) -> String;
 }
 
 impl Dialect for sqlx::Sqlite {
     fn rows_affected(result: &sqlx::sqlite::SqliteQueryResult) -> u64 {
         result.rows_affected()
     }
+
+    fn placeholder(_: usize) -> String {
+        "?".into()
+    }
 }
 
 impl Dialect for sqlx::Postgres {
     fn rows_affected(result: &sqlx::postgres::PgQueryResult) -> u64 {
         result.rows_affected()
+    }
+
+    fn placeholder(n: usize) -> String {
+        format!("${n}")
     }
 }
 
@@ -288,28 +301,27 @@ where
     }
 
     async fn put_runs(&self, runs: &[StoredRun]) -> StoreResult<()> {
+        // A statement of many rows: one step of the database for a batch, not one a run.
         let mut tx = self.records().pool.begin().await?;
-        for run in runs {
-            sqlx::query(
-                "INSERT INTO sg_runs (id, door, principal, skill, started_ms, duration_us, status,
-                     problem, parent, args, result, detail)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
-                 ON CONFLICT (id) DO NOTHING",
-            )
-            .bind(run.id.as_str())
-            .bind(run.door.as_str())
-            .bind(run.principal.as_str())
-            .bind(run.skill.as_str())
-            .bind(run.started_ms)
-            .bind(run.duration_us)
-            .bind(run.status.as_str())
-            .bind(run.problem.as_deref())
-            .bind(run.parent.as_deref())
-            .bind(run.args.as_str())
-            .bind(run.result.as_deref())
-            .bind(run.detail.as_str())
-            .execute(&mut *tx)
-            .await?;
+        for chunk in runs.chunks(RUNS_A_STATEMENT) {
+            let sql = runs_insert::<S::Db>(chunk.len());
+            let mut insert = sqlx::query(&sql);
+            for run in chunk {
+                insert = insert
+                    .bind(run.id.as_str())
+                    .bind(run.door.as_str())
+                    .bind(run.principal.as_str())
+                    .bind(run.skill.as_str())
+                    .bind(run.started_ms)
+                    .bind(run.duration_us)
+                    .bind(run.status.as_str())
+                    .bind(run.problem.as_deref())
+                    .bind(run.parent.as_deref())
+                    .bind(run.args.as_str())
+                    .bind(run.result.as_deref())
+                    .bind(run.detail.as_str());
+            }
+            insert.execute(&mut *tx).await?;
         }
         tx.commit().await?;
         Ok(())
@@ -389,6 +401,31 @@ where
         .await?;
         Ok(S::Db::rows_affected(&pruned))
     }
+}
+
+/// Runs written by one `INSERT` at most (12 values each: far below both databases' limit on
+/// a statement's parameters).
+const RUNS_A_STATEMENT: usize = 64;
+
+/// The `INSERT` of `rows` runs into `sg_runs`.
+fn runs_insert<D: Dialect>(rows: usize) -> String {
+    const COLUMNS: usize = 12;
+    let mut sql = String::from(
+        "INSERT INTO sg_runs (id, door, principal, skill, started_ms, duration_us, status, \
+         problem, parent, args, result, detail) VALUES ",
+    );
+    for row in 0..rows {
+        sql.push_str(if row == 0 { "(" } else { ", (" });
+        for column in 0..COLUMNS {
+            if column > 0 {
+                sql.push_str(", ");
+            }
+            sql.push_str(&D::placeholder(row * COLUMNS + column + 1));
+        }
+        sql.push(')');
+    }
+    sql.push_str("");
+    sql
 }
 
 /// A row count for `LIMIT`: "no limit" (`usize::MAX`) is `i64::MAX`, not -1, which Postgres

@@ -214,16 +214,12 @@ impl Gateway {
         if !runs.on() {
             return None;
         }
-        let (skill, params) = match &inbound.skill {
+        let (skill, tool) = match &inbound.skill {
             ToolRef::Name(name) => (
                 name.to_string(),
-                self.kernel
-                    .registry()
-                    .current()
-                    .get(name)
-                    .and_then(|t| t.params().cloned()),
+                self.kernel.registry().current().get(name).cloned(),
             ),
-            ToolRef::Def(tool) => (tool.name.clone(), tool.params().cloned()),
+            ToolRef::Def(tool) => (tool.name.clone(), Some(tool.clone())),
         };
         let mut record = RunRecord::begin(
             root_id,
@@ -232,7 +228,7 @@ impl Gateway {
             skill,
             &inbound.args,
         );
-        record.params = params;
+        record.tool = tool;
         Some(record)
     }
 }

@@ -1,6 +1,7 @@
 //! One root run as a door saw it ([`RunRecord`]): begun when the door takes the request, ended
 //! with its outcome, and turned into the row the store keeps, redacted and capped.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -10,6 +11,7 @@ use crate::error::SkillError;
 use crate::events::records::StoredRun;
 use crate::events::runs::redact::redact;
 use crate::failure::Failure;
+use crate::skills::tool::Tool;
 
 /// How a run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,8 +73,10 @@ pub struct RunRecord {
     pub principal: String,
     pub skill: String,
     pub args: Value,
-    /// The skill's params schema, whose `writeOnly` and `x-secret` fields are redacted.
+    /// The skill's params schema, whose `writeOnly` and `x-secret` fields are redacted: this
+    /// one, else the `tool`'s own (kept whole rather than copied on the request's path).
     pub params: Option<Value>,
+    pub tool: Option<Arc<Tool>>,
     /// The event that started the run (an event handler's, or a queued delivery's).
     pub event: Option<String>,
     /// The run this one repeats (a retry).
@@ -107,6 +111,7 @@ impl RunRecord {
             skill: skill.into(),
             args: args.clone(),
             params: None,
+            tool: None,
             event: None,
             parent: None,
             started_ms: now_ms() as i64,
@@ -154,7 +159,11 @@ impl RunRecord {
             result: None,
             error: None,
         });
-        let (args, args_redacted) = redact(&self.args, self.params.as_ref());
+        let schema = self
+            .params
+            .as_ref()
+            .or_else(|| self.tool.as_ref().and_then(|t| t.params()));
+        let (args, args_redacted) = redact(&self.args, schema);
         let (args, args_cut) = capped(&args, max_bytes);
         let (result, result_cut) = match &ended.result {
             Some(result) => {
@@ -164,10 +173,14 @@ impl RunRecord {
             }
             None => (None, false),
         };
-        let mut detail = json!({
-            "redacted": args_redacted,
-            "cut": { "args": args_cut, "result": result_cut },
-        });
+        // Only what is so: most runs have nothing redacted, cut or failed (`{}`).
+        let mut detail = json!({});
+        if args_redacted {
+            detail["redacted"] = Value::Bool(true);
+        }
+        if args_cut || result_cut {
+            detail["cut"] = json!({ "args": args_cut, "result": result_cut });
+        }
         if let Some(error) = ended.error {
             detail["error"] = Value::String(error);
         }

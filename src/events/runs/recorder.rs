@@ -19,6 +19,9 @@ use crate::events::store::EventStore;
 const QUEUE: usize = 8192;
 /// Runs written in one transaction at most.
 const BATCH: usize = 256;
+/// How long the writer gathers runs after the first of a batch: a few larger transactions cost
+/// the store far less than one a run (the record may lag this much behind the runs).
+const LINGER: Duration = Duration::from_millis(50);
 /// How often the record is pruned.
 const PRUNE_EVERY: Duration = Duration::from_secs(60);
 /// At most one warning this often about runs that could not be written.
@@ -171,6 +174,7 @@ async fn write(
                 if taken == 0 {
                     return;
                 }
+                let closed = gather(&mut queue, &mut batch).await;
                 let max_bytes = shared.config.read().as_ref().map_or(16 * 1024, |c| c.max_bytes);
                 let rows: Vec<_> = batch.drain(..).map(|run| run.stored(max_bytes)).collect();
                 let n = rows.len() as u64;
@@ -187,6 +191,9 @@ async fn write(
                     }
                 }
                 shared.settled.notify_waiters();
+                if closed {
+                    return;
+                }
             }
             _ = prune.tick() => {
                 let Some(config) = *shared.config.read() else { continue };
@@ -197,4 +204,19 @@ async fn write(
             }
         }
     }
+}
+
+/// Adds to `batch` what comes within [`LINGER`], up to [`BATCH`] runs; whether the queue
+/// closed meanwhile.
+async fn gather(queue: &mut mpsc::Receiver<RunRecord>, batch: &mut Vec<RunRecord>) -> bool {
+    let until = tokio::time::Instant::now() + LINGER;
+    while batch.len() < BATCH {
+        let room = BATCH - batch.len();
+        match tokio::time::timeout_at(until, queue.recv_many(batch, room)).await {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(_) => break,
+        }
+    }
+    false
 }

@@ -122,6 +122,8 @@ pub fn summary(run: &StoredRun) -> Value {
 /// A run with everything recorded of it: args, result, error and the rest of the detail.
 pub fn full(run: &StoredRun) -> Value {
     let mut shown = summary(run);
+    shown["redacted"] = Value::Bool(false);
+    shown["cut"] = json!({ "args": false, "result": false });
     let parse = |text: &str| serde_json::from_str(text).unwrap_or(Value::String(text.into()));
     shown["args"] = parse(&run.args);
     shown["result"] = run.result.as_deref().map_or(Value::Null, parse);
