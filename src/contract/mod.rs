@@ -35,6 +35,7 @@ macro_rules! transport_contract {
     ($harness:ty) => {
         $crate::transport_contract!($harness:
             invoke_returns_the_result,
+            every_run_is_recorded_with_the_doors_name_its_status_and_problem,
             streaming_delivers_parts_in_order_then_one_final_part,
             a_skill_error_is_the_transports_error_form_with_no_internals,
             invalid_args_are_refused_as_the_callers_mistake,

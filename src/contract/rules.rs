@@ -10,6 +10,7 @@ use crate::Kernel;
 use crate::contract::harness::GUARD;
 use crate::contract::{Credential, Harness, Outcome, Part, Refusal, Setup, project};
 use crate::events::KernelBus;
+use crate::events::records::RunFilter;
 
 pub async fn invoke_returns_the_result<H: Harness>() {
     let h = H::start(project(), Setup::default()).await;
@@ -17,6 +18,52 @@ pub async fn invoke_returns_the_result<H: Harness>() {
         .invoke("hello", json!({ "name": "Ada" }), Credential::Valid)
         .await;
     assert_eq!(out, Outcome::Ok(json!("Hello, Ada!\n")));
+    h.shutdown().await;
+}
+
+pub async fn every_run_is_recorded_with_the_doors_name_its_status_and_problem<H: Harness>() {
+    let h = H::start(project(), Setup::default()).await;
+    let ok = h
+        .invoke("hello", json!({ "name": "Ada" }), Credential::Valid)
+        .await;
+    assert_eq!(ok, Outcome::Ok(json!("Hello, Ada!\n")));
+    let failed = h.invoke("broken", json!({}), Credential::Valid).await;
+    assert!(
+        matches!(failed, Outcome::Refused(Refusal::Failed, _)),
+        "{failed:?}"
+    );
+    let bus = h.kernel().bus();
+    tokio::time::timeout(GUARD, bus.runs().settled_at_least(2))
+        .await
+        .expect("both runs are recorded");
+    let filter = RunFilter {
+        door: Some(H::NAME.to_string()),
+        limit: 100,
+        ..RunFilter::default()
+    };
+    let runs = bus.store().runs(&filter).await.expect("the record reads");
+    let of = |skill: &str| {
+        let found: Vec<_> = runs.iter().filter(|r| r.skill == skill).collect();
+        assert_eq!(
+            found.len(),
+            1,
+            "one run of {skill} from {}: {runs:?}",
+            H::NAME
+        );
+        found[0].clone()
+    };
+    let hello = of("hello");
+    assert_eq!(
+        (hello.status.as_str(), hello.problem.as_deref()),
+        ("ok", None)
+    );
+    assert!(hello.args.contains("Ada"), "{hello:?}");
+    let broken = of("broken");
+    assert_eq!(
+        (broken.status.as_str(), broken.problem.as_deref()),
+        ("failed", Some("internal"))
+    );
+    assert_eq!(hello.principal, broken.principal);
     h.shutdown().await;
 }
 

@@ -154,6 +154,20 @@ pub(crate) async fn wait_runs(seen: &Seen, count: usize) -> Vec<Value> {
     .expect("the skill ran")
 }
 
+/// The webhook runs in the runs record, once `n` runs in all are written.
+async fn recorded_runs(server: &TestServer, n: u64) -> Vec<skillgate::events::records::StoredRun> {
+    let bus = server.kernel.bus();
+    tokio::time::timeout(Duration::from_secs(20), bus.runs().settled_at_least(n))
+        .await
+        .expect("the runs are recorded");
+    let filter = skillgate::events::records::RunFilter {
+        door: Some("webhook".into()),
+        limit: 100,
+        ..Default::default()
+    };
+    bus.store().runs(&filter).await.unwrap()
+}
+
 #[test]
 fn a_signed_delivery_is_queued_answered_202_and_runs_its_skill_once_even_when_replayed() {
     runtime().block_on(async {
@@ -203,6 +217,14 @@ fn a_signed_delivery_is_queued_answered_202_and_runs_its_skill_once_even_when_re
         let ids: Vec<&Value> = queued.iter().map(|data| &data["deliveryId"]).collect();
         assert_eq!(ids, [&json!("msg_1")], "queued once");
         assert_eq!(seen.runs.lock().len(), 1, "ran once");
+        // The run is in the runs record, as the route's principal.
+        let recorded = recorded_runs(&server, 1).await;
+        assert_eq!(recorded.len(), 1, "{recorded:?}");
+        assert_eq!(recorded[0].principal, "webhook:/hooks/std");
+        assert_eq!(
+            (recorded[0].skill.as_str(), recorded[0].status.as_str()),
+            ("record", "ok")
+        );
     });
 }
 
@@ -310,6 +332,15 @@ fn a_failing_skill_is_retried_from_the_queue_then_dead_lettered_while_the_sender
             "f1"
         );
         assert_eq!(*seen.failures.lock(), 2, "tried up to the delivery limit");
+        // Each try is a run of its own in the record, failed with its problem type.
+        let recorded = recorded_runs(&server, 2).await;
+        assert_eq!(recorded.len(), 2, "{recorded:?}");
+        for run in &recorded {
+            assert_eq!(
+                (run.status.as_str(), run.problem.as_deref()),
+                ("failed", Some("internal"))
+            );
+        }
     });
 }
 
