@@ -26,6 +26,7 @@
 //! - `sandbox/`: `.skill.js` skills, the ctx bridge, sandbox limits, escapes and sessions.
 //! - `security/`: one test per finding of the security probes, and bounded fuzzing.
 //! - `layers`: every module on its floor, no door naming another.
+//! - `readme`: the README's contents list against its headings.
 //! - `directives`, `deep`, `smoke`, `config_middleware`, `reload`, `replicas`, `deploy`,
 //!   `api_description`: the directives of a markdown body, deep chains on an ordinary stack, a
 //!   smoke test of the helpers, config middleware, hot reload, replicas on one Postgres, the
@@ -47,6 +48,7 @@ mod layers;
 mod mcp;
 mod no_http;
 mod orchestration;
+mod readme;
 mod reload;
 mod replicas;
 mod runs;
