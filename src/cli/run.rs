@@ -15,6 +15,7 @@ use crate::error::{ErrorKind, SkillError};
 use crate::events::KernelBus;
 use crate::events::runs::RunRecord;
 use crate::events::{Bus, BusConfig, EventStore};
+use crate::kernel::timings::{ENTRY_TIMES_PATH, EntryTimes};
 use crate::kernel::{InvokeOptions, Kernel, ToolRef};
 use crate::skills::loader;
 use crate::skills::tool::Tool;
@@ -104,6 +105,12 @@ pub async fn run(
             &args,
         );
         record.params = schema.clone();
+        let times = Arc::new(EntryTimes::default());
+        record.entries = Some(times.clone());
+        options
+            .context
+            .extensions
+            .push((ENTRY_TIMES_PATH.to_string(), times));
         record
     });
     let run = async {

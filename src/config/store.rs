@@ -64,6 +64,18 @@ pub struct StoreSettings {
     /// Recorded runs kept at most (the newest) [default: 100000].
     #[arg(long, global = true, env = "SKILLGATE_RUNS_MAX")]
     pub runs_max: Option<usize>,
+    /// Share of the runs that end well and take less than a second whose chain entries'
+    /// timings are recorded, from 0 to 1 (the others' always are) [default: 0.01].
+    #[arg(long, global = true, env = "SKILLGATE_RUNS_DETAIL_SAMPLE", value_parser = sample)]
+    pub runs_detail_sample: Option<f64>,
+}
+
+/// A share from 0 to 1.
+fn sample(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(share) if (0.0..=1.0).contains(&share) => Ok(share),
+        _ => Err(format!("`{text}` is not a share from 0 to 1 (0.01 is 1%)")),
+    }
 }
 
 impl StoreSettings {
@@ -79,6 +91,7 @@ impl StoreSettings {
             runs: self.runs.or(file.runs),
             runs_retention: self.runs_retention.or(file.runs_retention),
             runs_max: self.runs_max.or(file.runs_max),
+            runs_detail_sample: self.runs_detail_sample.or(file.runs_detail_sample),
         }
     }
 
@@ -125,6 +138,9 @@ impl StoreSettings {
                 .runs_retention
                 .map_or(defaults.retention, Duration::from_secs),
             keep: self.runs_max.unwrap_or(defaults.keep),
+            detail_sample: self
+                .runs_detail_sample
+                .map_or(defaults.detail_sample, |s| s.clamp(0.0, 1.0)),
             ..defaults
         })
     }

@@ -17,6 +17,7 @@ use crate::events::KernelBus;
 use crate::events::runs::RunRecord;
 use crate::gateway::metrics::Metrics;
 use crate::gateway::reply::{RESPONSE_PATH, Reply, ReplyPart, ReplyParts};
+use crate::kernel::timings::{ENTRY_TIMES_PATH, EntryTimes};
 use crate::kernel::{InvokeOptions, Kernel, ToolRef};
 
 /// A verified inbound message, routed to a skill.
@@ -250,8 +251,13 @@ impl Run {
         };
         let transport = inbound.transport;
         let feeds = inbound.follow.then(|| self.follow());
-        let record = self.gateway.record(&self.root_id, &inbound);
-        let outcome = self.invoke(inbound).await;
+        let mut record = self.gateway.record(&self.root_id, &inbound);
+        let times = record.as_mut().map(|record| {
+            let times = Arc::new(EntryTimes::default());
+            record.entries = Some(times.clone());
+            times
+        });
+        let outcome = self.invoke(inbound, times).await;
         // Everything the run logged or emitted was offered as it happened.
         drop(feeds);
         if let Some(record) = record {
@@ -267,7 +273,12 @@ impl Run {
         let _ = self.reply.send(ReplyPart::Done(outcome)).await;
     }
 
-    async fn invoke(&self, inbound: Inbound) -> Result<crate::kernel::invoke::Output> {
+    /// Runs `inbound`, gathering its entries' timings into `times` when given.
+    async fn invoke(
+        &self,
+        inbound: Inbound,
+        times: Option<Arc<EntryTimes>>,
+    ) -> Result<crate::kernel::invoke::Output> {
         let Inbound {
             transport,
             skill,
@@ -307,6 +318,9 @@ impl Run {
         seed.nonlocals.insert("gateway".into(), gateway);
         seed.extensions
             .push((RESPONSE_PATH.to_string(), self.reply.clone()));
+        if let Some(times) = times {
+            seed.extensions.push((ENTRY_TIMES_PATH.to_string(), times));
+        }
         // One instant: the one the run's long waits end before is the one enforced here.
         let ends = timeout.map(|limit| tokio::time::Instant::now() + limit);
         if let Some(ends) = ends {

@@ -15,6 +15,7 @@ use crate::context::Context;
 use crate::context::chain::Step;
 use crate::error::{Result, SkillError};
 use crate::kernel::invoke::Output;
+use crate::kernel::timings::{ENTRY_TIMES_PATH, EntryTimes};
 use crate::skills::tool::Body;
 
 impl Context {
@@ -75,6 +76,32 @@ enum Ran {
 }
 
 async fn run_entry(served: &Context, entry: &Entry) -> Result<Ran> {
+    // Timed only for a run that asked (the runs record's), and only entries that run.
+    let times = match &entry.kind {
+        EntryKind::Sentinel => None,
+        EntryKind::Tool if entry.idle => None,
+        _ => served.extension::<EntryTimes>(ENTRY_TIMES_PATH),
+    };
+    let Some(times) = times else {
+        return run_untimed(served, entry).await;
+    };
+    let start = times.now_us();
+    let ran = run_untimed(served, entry).await;
+    let kind = match entry.kind {
+        EntryKind::Body => "body",
+        EntryKind::Fn(_) => "fn",
+        _ => "middleware",
+    };
+    times.done(
+        (entry.name.clone(), kind),
+        (served.tool_name(), served.depth()),
+        start,
+        ran.is_ok(),
+    );
+    ran
+}
+
+async fn run_untimed(served: &Context, entry: &Entry) -> Result<Ran> {
     let out = match &entry.kind {
         EntryKind::Sentinel => return Ok(Ran::Skipped),
         EntryKind::Body => run_body(served).await?.map(Arc::new),

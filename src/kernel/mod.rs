@@ -12,6 +12,7 @@ pub mod invoke;
 pub mod options;
 pub mod schema;
 pub mod stack;
+pub mod timings;
 mod trace;
 
 use std::any::{Any, TypeId};

@@ -11,7 +11,11 @@ use crate::error::SkillError;
 use crate::events::records::StoredRun;
 use crate::events::runs::redact::redact;
 use crate::failure::Failure;
+use crate::kernel::timings::EntryTimes;
 use crate::skills::tool::Tool;
+
+/// A run this long or longer keeps its entries' timings in the record.
+pub const SLOW: Duration = Duration::from_secs(1);
 
 /// How a run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,6 +81,11 @@ pub struct RunRecord {
     /// one, else the `tool`'s own (kept whole rather than copied on the request's path).
     pub params: Option<Value>,
     pub tool: Option<Arc<Tool>>,
+    /// The timings of the run's chain entries, when it gathered them; kept in the record for a
+    /// run that did not end well or took [`SLOW`] or longer, and for a sampled share of the
+    /// others ([`RunRecord::keep_entries`]).
+    pub entries: Option<Arc<EntryTimes>>,
+    keep_entries: bool,
     /// The event that started the run (an event handler's, or a queued delivery's).
     pub event: Option<String>,
     /// The run this one repeats (a retry).
@@ -112,6 +121,8 @@ impl RunRecord {
             args: args.clone(),
             params: None,
             tool: None,
+            entries: None,
+            keep_entries: false,
             event: None,
             parent: None,
             started_ms: now_ms() as i64,
@@ -143,6 +154,11 @@ impl RunRecord {
             }
         });
         self
+    }
+
+    /// Keeps the entries' timings of this run whatever its outcome (it was sampled).
+    pub fn keep_entries(&mut self) {
+        self.keep_entries = true;
     }
 
     pub fn status(&self) -> Option<Status> {
@@ -186,6 +202,10 @@ impl RunRecord {
         }
         if let Some(event) = self.event {
             detail["event"] = Value::String(event);
+        }
+        let notable = ended.status != Status::Ok || ended.duration >= SLOW;
+        if let Some(entries) = self.entries.filter(|_| notable || self.keep_entries) {
+            detail["entries"] = entries.to_json();
         }
         StoredRun {
             seq: 0,

@@ -28,7 +28,7 @@ const PRUNE_EVERY: Duration = Duration::from_secs(60);
 const WARN_EVERY: Duration = Duration::from_secs(60);
 
 /// What is recorded and for how long.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RecordConfig {
     /// Runs older than this are pruned.
     pub retention: Duration,
@@ -36,6 +36,9 @@ pub struct RecordConfig {
     pub keep: usize,
     /// Args and results longer than this (bytes of JSON) are cut.
     pub max_bytes: usize,
+    /// The share of runs that ended well and quickly whose entries' timings are kept too (those
+    /// of the others always are), from 0 to 1.
+    pub detail_sample: f64,
 }
 
 impl Default for RecordConfig {
@@ -44,6 +47,7 @@ impl Default for RecordConfig {
             retention: Duration::from_secs(7 * 24 * 3600),
             keep: 100_000,
             max_bytes: 16 * 1024,
+            detail_sample: 0.01,
         }
     }
 }
@@ -54,6 +58,8 @@ struct Shared {
     config: RwLock<Option<RecordConfig>>,
     sent: AtomicU64,
     written: AtomicU64,
+    /// Runs taken so far, for the sample of entries' timings.
+    taken: AtomicU64,
     dropped: AtomicU64,
     /// Woken each time a batch is written or dropped.
     settled: Notify,
@@ -73,6 +79,7 @@ impl Recorder {
             shared: Arc::new(Shared {
                 config: RwLock::new(None),
                 sent: AtomicU64::new(0),
+                taken: AtomicU64::new(0),
                 written: AtomicU64::new(0),
                 dropped: AtomicU64::new(0),
                 settled: Notify::new(),
@@ -93,9 +100,14 @@ impl Recorder {
 
     /// Takes `run` to be written, without waiting: dropped (and counted) when the queue is
     /// full, and ignored when recording is off.
-    pub fn record(&self, run: RunRecord) {
-        if !self.on() {
+    pub fn record(&self, mut run: RunRecord) {
+        let Some(config) = *self.shared.config.read() else {
             return;
+        };
+        // Every run whose share reaches a new whole: `detail_sample` of them, evenly spread.
+        let n = self.shared.taken.fetch_add(1, Ordering::Relaxed) as f64;
+        if ((n + 1.0) * config.detail_sample).floor() > (n * config.detail_sample).floor() {
+            run.keep_entries();
         }
         let Some(queue) = self.queue() else {
             return;

@@ -295,3 +295,63 @@ async fn runs_the_store_refuses_are_dropped_and_counted_and_requests_keep_workin
         "{metrics}"
     );
 }
+
+#[tokio::test]
+async fn a_failed_run_keeps_its_entries_timings_and_a_quick_good_one_only_when_sampled() {
+    let server = TestServer::start(project(), config()).await;
+    assert_eq!(
+        server.post_json("/invoke/boom", &json!({})).await.status(),
+        500
+    );
+    assert_eq!(
+        server
+            .post_json("/invoke/hello", &json!({ "name": "Ada" }))
+            .await
+            .status(),
+        200
+    );
+    let runs = recorded(&server, 2, None).await;
+    let whole = |run: &Value| {
+        let path = format!("/runs/{}", run["id"].as_str().unwrap());
+        let server = &server;
+        async move { server.get(&path).await.json::<Value>().await.unwrap() }
+    };
+    let boom = whole(runs.iter().find(|r| r["skill"] == "boom").unwrap()).await;
+    let entries = boom["entries"].as_array().expect("a failed run's entries");
+    // The layer that runs the skill's body (`execute`) failed with it.
+    let execute = entries
+        .iter()
+        .find(|e| e["name"] == "execute" && e["kind"] == "middleware" && e["skill"] == "boom")
+        .unwrap_or_else(|| panic!("`execute` among {entries:?}"));
+    assert_eq!(execute["ok"], false);
+    assert!(execute["durationMs"].as_f64().unwrap() >= 0.0);
+    // The default sample (1%) leaves the first good, quick run out.
+    let hello = whole(runs.iter().find(|r| r["skill"] == "hello").unwrap()).await;
+    assert_eq!(hello.get("entries"), None, "{hello}");
+    // Sampling every run keeps them all.
+    let record = skillgate::events::runs::RecordConfig {
+        detail_sample: 1.0,
+        ..Default::default()
+    };
+    server.kernel.bus().runs().configure(Some(record));
+    server
+        .post_json("/invoke/hello", &json!({ "name": "Bo" }))
+        .await;
+    let runs = recorded(&server, 3, None).await;
+    let sampled = whole(&runs[0]).await;
+    let entries = sampled["entries"]
+        .as_array()
+        .expect("a sampled run's entries");
+    assert!(
+        entries
+            .iter()
+            .any(|e| e["name"] == "execute" && e["skill"] == "hello" && e["ok"] == true),
+        "{entries:?}"
+    );
+    // Outer layers start first: the list is in starting order.
+    let starts: Vec<f64> = entries
+        .iter()
+        .map(|e| e["startMs"].as_f64().unwrap())
+        .collect();
+    assert!(starts.windows(2).all(|w| w[0] <= w[1]), "{starts:?}");
+}
