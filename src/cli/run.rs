@@ -15,7 +15,7 @@ use crate::error::{ErrorKind, SkillError};
 use crate::events::KernelBus;
 use crate::events::runs::RunRecord;
 use crate::events::{Bus, BusConfig, EventStore};
-use crate::kernel::timings::{ENTRY_TIMES_PATH, EntryTimes};
+use crate::kernel::timings::{EntryTimes, timed};
 use crate::kernel::{InvokeOptions, Kernel, ToolRef};
 use crate::skills::loader;
 use crate::skills::tool::Tool;
@@ -105,14 +105,10 @@ pub async fn run(
             &args,
         );
         record.params = schema.clone();
-        let times = Arc::new(EntryTimes::default());
-        record.entries = Some(times.clone());
-        options
-            .context
-            .extensions
-            .push((ENTRY_TIMES_PATH.to_string(), times));
+        record.entries = Some(Arc::new(EntryTimes::default()));
         record
     });
+    let times = record.as_ref().and_then(|r| r.entries.clone());
     let run = async {
         if interactive {
             kernel
@@ -120,6 +116,12 @@ pub async fn run(
                 .await
         } else {
             kernel.invoke(ToolRef::Def(tool), args, options).await
+        }
+    };
+    let run = async {
+        match times {
+            Some(times) => timed(times, run).await,
+            None => run.await,
         }
     };
     let outcome = tokio::select! {

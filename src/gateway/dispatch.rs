@@ -17,7 +17,7 @@ use crate::events::KernelBus;
 use crate::events::runs::RunRecord;
 use crate::gateway::metrics::Metrics;
 use crate::gateway::reply::{RESPONSE_PATH, Reply, ReplyPart, ReplyParts};
-use crate::kernel::timings::{ENTRY_TIMES_PATH, EntryTimes};
+use crate::kernel::timings::{EntryTimes, timed};
 use crate::kernel::{InvokeOptions, Kernel, ToolRef};
 
 /// A verified inbound message, routed to a skill.
@@ -318,16 +318,20 @@ impl Run {
         seed.nonlocals.insert("gateway".into(), gateway);
         seed.extensions
             .push((RESPONSE_PATH.to_string(), self.reply.clone()));
-        if let Some(times) = times {
-            seed.extensions.push((ENTRY_TIMES_PATH.to_string(), times));
-        }
+
         // One instant: the one the run's long waits end before is the one enforced here.
         let ends = timeout.map(|limit| tokio::time::Instant::now() + limit);
         if let Some(ends) = ends {
             seed.extensions
                 .push((DEADLINE_PATH.to_string(), Arc::new(Deadline(ends))));
         }
-        let run = kernel.invoke(skill, args, options);
+        let run = async {
+            let run = kernel.invoke(skill, args, options);
+            match times {
+                Some(times) => timed(times, run).await,
+                None => run.await,
+            }
+        };
         let deadline = async {
             match ends {
                 Some(ends) => tokio::time::sleep_until(ends).await,

@@ -15,7 +15,7 @@ use crate::context::Context;
 use crate::context::chain::Step;
 use crate::error::{Result, SkillError};
 use crate::kernel::invoke::Output;
-use crate::kernel::timings::{ENTRY_TIMES_PATH, EntryTimes};
+use crate::kernel::timings;
 use crate::skills::tool::Body;
 
 impl Context {
@@ -80,7 +80,7 @@ async fn run_entry(served: &Context, entry: &Entry) -> Result<Ran> {
     let times = match &entry.kind {
         EntryKind::Sentinel => None,
         EntryKind::Tool if entry.idle => None,
-        _ => served.extension::<EntryTimes>(ENTRY_TIMES_PATH),
+        _ => timings::current(),
     };
     let Some(times) = times else {
         return run_untimed(served, entry).await;

@@ -1,16 +1,29 @@
 //! The timings of a run's chain entries (the onion: each middleware, body and `fn` entry of the
-//! root skill and of every skill it invokes, with its depth), gathered when the run's seed
-//! carries an [`EntryTimes`] at [`ENTRY_TIMES_PATH`], for the runs record.
+//! root skill and of every skill it invokes on the run's task, with its depth), gathered while
+//! the run is awaited inside [`timed`], for the runs record.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
 
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 
-/// Where a root run keeps its [`EntryTimes`] (a `nonlocals` path: every context of the run
-/// finds it on its root).
-pub const ENTRY_TIMES_PATH: &str = "nonlocals.$entryTimes";
+tokio::task_local! {
+    /// The timings of the run this task is running, if they are gathered: a task-local rather
+    /// than a context value, so an entry finds it without walking up its contexts.
+    static TIMES: Arc<EntryTimes>;
+}
+
+/// Awaits `run` with its entries' timings gathered into `times`.
+pub async fn timed<F: Future>(times: Arc<EntryTimes>, run: F) -> F::Output {
+    TIMES.scope(times, run).await
+}
+
+/// The timings this task gathers, if any.
+pub(crate) fn current() -> Option<Arc<EntryTimes>> {
+    TIMES.try_with(Arc::clone).ok()
+}
 
 /// One entry's span.
 #[derive(Debug, Clone)]
