@@ -1,6 +1,7 @@
 //! `GET /runs` and `GET /runs/{id}`: the runs record over HTTP. An admin key sees every run;
-//! another key, and the local caller when keys are off, only its own; anyone else (an
-//! anonymous visitor of public skills) none.
+//! another key only its own, without what its answers left out (the server's error messages,
+//! the chain's entries); the local caller when keys are off, the project's owner, its own
+//! whole; anyone else (an anonymous visitor of public skills) none.
 
 use axum::Extension;
 use axum::Json;
@@ -86,8 +87,18 @@ pub async fn show(
         .await
         .map_err(store_failed)?
         .filter(|run| own.as_ref().is_none_or(|own| *own == run.principal));
-    match found {
-        Some(run) => Ok(Json(runs::full(&run))),
-        None => Err(GatewayError::NotFound(Missing::Run(id))),
+    let Some(run) = found else {
+        return Err(GatewayError::NotFound(Missing::Run(id)));
+    };
+    let mut shown = runs::full(&run);
+    // A key that is not `admin` is told of its own runs what it was told when they ran: not
+    // the server's error message nor the layers and skills inside (hidden ones among them).
+    if own.is_some()
+        && Caller::principal(caller.as_ref()).kind() == PrincipalKind::Key
+        && let Value::Object(fields) = &mut shown
+    {
+        fields.remove("error");
+        fields.remove("entries");
     }
+    Ok(Json(shown))
 }

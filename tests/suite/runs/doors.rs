@@ -245,6 +245,43 @@ async fn a_key_sees_only_its_own_runs_and_an_admin_key_every_run() {
 }
 
 #[tokio::test]
+async fn a_key_reads_its_failed_run_without_the_error_and_layers_its_answer_left_out() {
+    let server = TestServer::start(project(), with_keys()).await;
+    let response = server
+        .post_json_as("sg_ci_key", "/invoke/boom", &json!({}))
+        .await;
+    assert_eq!(response.status(), 500);
+    let own = recorded(&server, 1, Some("sg_ci_key")).await;
+    let path = format!("/runs/{}", own[0]["id"].as_str().unwrap());
+    let as_caller: Value = server
+        .get_as("sg_ci_key", &path)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(as_caller["status"], "failed");
+    assert_eq!(as_caller["problem"], "/docs#problem-internal");
+    assert!(
+        !as_caller.to_string().contains("the database is down"),
+        "{as_caller}"
+    );
+    assert_eq!(as_caller.get("entries"), None, "{as_caller}");
+    let as_admin: Value = server
+        .get_as("sg_ops_key", &path)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert!(
+        as_admin["error"]
+            .as_str()
+            .unwrap()
+            .contains("the database is down")
+    );
+    assert!(as_admin["entries"].is_array(), "{as_admin}");
+}
+
+#[tokio::test]
 async fn a_mistake_in_the_query_is_told_with_its_field() {
     let server = TestServer::start(project(), config()).await;
     let body = problem(server.get("/runs?status=done").await, 400).await;
