@@ -10,7 +10,7 @@ use crate::Kernel;
 use crate::contract::harness::GUARD;
 use crate::contract::{Credential, Harness, Outcome, Part, Refusal, Setup, project};
 use crate::events::KernelBus;
-use crate::events::records::RunFilter;
+use crate::events::records::{RunFilter, StoredRun};
 
 pub async fn invoke_returns_the_result<H: Harness>() {
     let h = H::start(project(), Setup::default()).await;
@@ -19,6 +19,21 @@ pub async fn invoke_returns_the_result<H: Harness>() {
         .await;
     assert_eq!(out, Outcome::Ok(json!("Hello, Ada!\n")));
     h.shutdown().await;
+}
+
+/// The runs of `door` in the runs record, once `n` runs in all are written (a hang guard of
+/// [`GUARD`]).
+pub async fn recorded_runs(kernel: &Kernel, door: &str, n: u64) -> Vec<StoredRun> {
+    let bus = kernel.bus();
+    tokio::time::timeout(GUARD, bus.runs().settled_at_least(n))
+        .await
+        .expect("the runs are recorded");
+    let filter = RunFilter {
+        door: Some(door.to_string()),
+        limit: 100,
+        ..RunFilter::default()
+    };
+    bus.store().runs(&filter).await.expect("the record reads")
 }
 
 pub async fn every_run_is_recorded_with_the_doors_name_its_status_and_problem<H: Harness>() {
@@ -32,16 +47,7 @@ pub async fn every_run_is_recorded_with_the_doors_name_its_status_and_problem<H:
         matches!(failed, Outcome::Refused(Refusal::Failed, _)),
         "{failed:?}"
     );
-    let bus = h.kernel().bus();
-    tokio::time::timeout(GUARD, bus.runs().settled_at_least(2))
-        .await
-        .expect("both runs are recorded");
-    let filter = RunFilter {
-        door: Some(H::NAME.to_string()),
-        limit: 100,
-        ..RunFilter::default()
-    };
-    let runs = bus.store().runs(&filter).await.expect("the record reads");
+    let runs = recorded_runs(h.kernel(), H::NAME, 2).await;
     let of = |skill: &str| {
         let found: Vec<_> = runs.iter().filter(|r| r.skill == skill).collect();
         assert_eq!(

@@ -767,6 +767,7 @@ impl Worker {
             None => self.authority.clone(),
         };
         let id = crate::context::id::next_id();
+        let args = handler_args(self.args.as_ref(), &delivery.event);
         let runs = self.bus.runs();
         let record = runs.on().then(|| {
             let mut record = runs::RunRecord::begin(
@@ -774,7 +775,7 @@ impl Worker {
                 "event",
                 authority.principal.id(),
                 self.reference.as_str(),
-                &handler_args(self.args.as_ref(), &delivery.event),
+                &args,
             );
             record.event = Some(delivery.event.id.clone());
             record
@@ -782,7 +783,7 @@ impl Worker {
         let run = handler_run(
             &self.kernel,
             &self.reference,
-            self.args.as_ref(),
+            args,
             (authority, Some(id)),
             &delivery.event,
         );
@@ -869,18 +870,18 @@ pub async fn run_handler(
     authority: crate::kernel::authority::Authority,
     event: &Event,
 ) -> Result<crate::kernel::invoke::Output> {
-    handler_run(kernel, reference, extra, (authority, None), event).await
+    let args = handler_args(extra, event);
+    handler_run(kernel, reference, args, (authority, None), event).await
 }
 
-/// [`run_handler`], as root context `id` when given.
+/// [`run_handler`] with its args made (`handler_args`), as root context `id` when given.
 async fn handler_run(
     kernel: &Kernel,
     reference: &str,
-    extra: Option<&Value>,
+    args: Value,
     (authority, id): (crate::kernel::authority::Authority, Option<u64>),
     event: &Event,
 ) -> Result<crate::kernel::invoke::Output> {
-    let args = handler_args(extra, event);
     let mut options = InvokeOptions::as_authority(authority);
     options.context.id = id;
     options.context.depth = event.depth;

@@ -219,18 +219,7 @@ async fn a_schedule_with_times_stops_after_its_last_run() {
         "{runs:?}"
     );
     // Each firing is in the runs record, from the `schedule` door, with its stored args.
-    tokio::time::timeout(
-        std::time::Duration::from_secs(20),
-        kernel.bus().runs().settled_at_least(2),
-    )
-    .await
-    .expect("the firings are recorded");
-    let filter = skillgate::events::records::RunFilter {
-        door: Some("schedule".into()),
-        limit: 10,
-        ..Default::default()
-    };
-    let recorded = store.runs(&filter).await.unwrap();
+    let recorded = skillgate::contract::rules::recorded_runs(&kernel, "schedule", 2).await;
     assert_eq!(recorded.len(), 2, "{recorded:?}");
     for run in &recorded {
         assert_eq!((run.skill.as_str(), run.status.as_str()), ("tick", "ok"));

@@ -159,14 +159,8 @@ impl Recorder {
 
     /// Waits until every run taken so far is written or dropped.
     pub async fn settled(&self) {
-        loop {
-            let woken = self.shared.settled.notified();
-            let sent = self.shared.sent.load(Ordering::Relaxed);
-            if self.written_total() + self.dropped_total() >= sent {
-                return;
-            }
-            woken.await;
-        }
+        self.settled_at_least(self.shared.sent.load(Ordering::Relaxed))
+            .await;
     }
 }
 

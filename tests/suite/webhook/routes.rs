@@ -11,6 +11,7 @@ use hmac::{Hmac, Mac};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 use sha2::Sha256;
+use skillgate::contract::rules::recorded_runs;
 use skillgate::events::memory::MemoryStore;
 use skillgate::events::{Bus, BusConfig, KernelBus, Limits, WithBus};
 use skillgate::gateway::keys::{ApiKey, KeyRing, hash_key};
@@ -154,20 +155,6 @@ pub(crate) async fn wait_runs(seen: &Seen, count: usize) -> Vec<Value> {
     .expect("the skill ran")
 }
 
-/// The webhook runs in the runs record, once `n` runs in all are written.
-async fn recorded_runs(server: &TestServer, n: u64) -> Vec<skillgate::events::records::StoredRun> {
-    let bus = server.kernel.bus();
-    tokio::time::timeout(Duration::from_secs(20), bus.runs().settled_at_least(n))
-        .await
-        .expect("the runs are recorded");
-    let filter = skillgate::events::records::RunFilter {
-        door: Some("webhook".into()),
-        limit: 100,
-        ..Default::default()
-    };
-    bus.store().runs(&filter).await.unwrap()
-}
-
 #[test]
 fn a_signed_delivery_is_queued_answered_202_and_runs_its_skill_once_even_when_replayed() {
     runtime().block_on(async {
@@ -218,7 +205,7 @@ fn a_signed_delivery_is_queued_answered_202_and_runs_its_skill_once_even_when_re
         assert_eq!(ids, [&json!("msg_1")], "queued once");
         assert_eq!(seen.runs.lock().len(), 1, "ran once");
         // The run is in the runs record, as the route's principal.
-        let recorded = recorded_runs(&server, 1).await;
+        let recorded = recorded_runs(&server.kernel, "webhook", 1).await;
         assert_eq!(recorded.len(), 1, "{recorded:?}");
         assert_eq!(recorded[0].principal, "webhook:/hooks/std");
         assert_eq!(
@@ -333,7 +320,7 @@ fn a_failing_skill_is_retried_from_the_queue_then_dead_lettered_while_the_sender
         );
         assert_eq!(*seen.failures.lock(), 2, "tried up to the delivery limit");
         // Each try is a run of its own in the record, failed with its problem type.
-        let recorded = recorded_runs(&server, 2).await;
+        let recorded = recorded_runs(&server.kernel, "webhook", 2).await;
         assert_eq!(recorded.len(), 2, "{recorded:?}");
         for run in &recorded {
             assert_eq!(
