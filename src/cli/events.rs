@@ -9,7 +9,8 @@ use clap::Subcommand;
 use serde_json::{Value, json};
 
 use crate::cli::FAILED;
-use crate::events::{DEAD_QUEUE, Event, EventStore, check_name};
+use crate::events::dead as dead_letters;
+use crate::events::{Event, EventStore, check_name};
 
 #[derive(Debug, Subcommand)]
 pub enum EventsCommand {
@@ -155,40 +156,18 @@ async fn replay(
 
 async fn dead(store: &Arc<dyn EventStore>, topic: &str, requeue: bool) -> Result<(), String> {
     check_name("topic", topic).map_err(|e| e.to_string())?;
-    let dead_topic = format!("{topic}.dead");
-    let letters = store
-        .peek(&dead_topic, DEAD_QUEUE, usize::MAX)
+    let letters = dead_letters::of_topic(store, topic)
         .await
         .map_err(|e| e.to_string())?;
     for letter in &letters {
-        let data = letter.event.data.clone().unwrap_or(Value::Null);
         line(&json!({
-            "id": letter.event.id,
-            "queue": data.get("queue"),
-            "attempts": data.get("attempts"),
-            "event": data.get("event"),
+            "id": letter.id,
+            "queue": letter.queue,
+            "attempts": letter.attempts,
+            "event": letter.event,
         }));
         if requeue {
-            let (Some(queue), Some(original)) = (
-                data.get("queue").and_then(Value::as_str),
-                data.get("event")
-                    .and_then(|e| serde_json::from_value::<Event>(e.clone()).ok()),
-            ) else {
-                return Err(format!(
-                    "dead letter `{}` does not name its queue and event",
-                    letter.event.id
-                ));
-            };
-            store
-                .enqueue(topic, queue, &original)
-                .await
-                .map_err(|e| e.to_string())?;
-            store
-                .ack(
-                    &dead_topic,
-                    DEAD_QUEUE,
-                    std::slice::from_ref(&letter.receipt),
-                )
+            dead_letters::requeue(store, letter)
                 .await
                 .map_err(|e| e.to_string())?;
         }

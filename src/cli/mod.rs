@@ -4,12 +4,14 @@
 //! not fit the skill's params); see [`exit`].
 
 pub mod args;
+pub mod dead;
 pub mod events;
 pub mod exit;
 pub mod init;
 pub mod keys;
 pub mod mcp;
 mod redact;
+pub mod remote;
 pub mod run;
 pub mod runs;
 pub mod serve;
@@ -111,9 +113,13 @@ pub enum Command {
     /// Look into the event store: tail, replay, dead letters.
     #[command(subcommand)]
     Events(events::EventsCommand),
-    /// The runs record: every root run from every door (`list` with filters, `show <id>`).
+    /// The runs record: every root run from every door (`list` with filters, `show <id>`,
+    /// `retry <id>`), from the store or a server (`--server`).
     #[command(subcommand)]
     Runs(runs::RunsCommand),
+    /// Dead letters of every queue (`list`, `replay <id>`), from the store or a server.
+    #[command(subcommand)]
+    Dead(dead::DeadCommand),
     /// Check the Slack settings and bot token: `skillgate slack check`.
     #[command(subcommand)]
     Slack(slack::SlackCommand),
@@ -227,8 +233,50 @@ pub async fn main(cli: Cli) -> ExitCode {
             Some(opened) => events::run(opened, cmd).await,
             None => ExitCode::from(FAILED),
         },
+        Command::Runs(cmd) if cmd.remote().is_some() => match cmd.remote() {
+            Some(remote) => runs::ask(remote, cmd).await,
+            None => ExitCode::from(FAILED),
+        },
+        Command::Runs(runs::RunsCommand::Retry { id, .. }) => {
+            let Some(opened) = open_store(&cli, &store).await else {
+                return ExitCode::from(FAILED);
+            };
+            let window = store.runs().unwrap_or_default().retry_window;
+            let retry = match runs::retry_here(&opened, id, window).await {
+                Ok(retry) => retry,
+                Err(err) => {
+                    eprintln!("error: {err}");
+                    return ExitCode::from(FAILED);
+                }
+            };
+            // The command line is the project: the run goes again here with the project's
+            // authority, recorded (door `cli`) and linked to the one it repeats.
+            let args = run::RunArgs {
+                skill: Some(retry.skill),
+                rest: vec!["--arg-json".into(), retry.args.to_string()],
+                record: true,
+                parent: Some(id.clone()),
+            };
+            run::run(
+                &cli.project,
+                opened,
+                (store.bus(), cli.limits()),
+                (cli.quiet, cli.verbose),
+                log,
+                &args,
+            )
+            .await
+        }
         Command::Runs(cmd) => match open_store(&cli, &store).await {
             Some(opened) => runs::run(opened, cmd).await,
+            None => ExitCode::from(FAILED),
+        },
+        Command::Dead(cmd) if cmd.remote().is_some() => match cmd.remote() {
+            Some(remote) => dead::ask(remote, cmd).await,
+            None => ExitCode::from(FAILED),
+        },
+        Command::Dead(cmd) => match open_store(&cli, &store).await {
+            Some(opened) => dead::run(opened, cmd).await,
             None => ExitCode::from(FAILED),
         },
         Command::Migrate(args) if args.check => check_migrations(&cli, &store).await,

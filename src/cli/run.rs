@@ -35,6 +35,9 @@ pub struct RunArgs {
     /// every run of its doors.
     #[arg(long)]
     pub record: bool,
+    /// The recorded run this one retries (`skillgate runs retry`).
+    #[arg(skip)]
+    pub parent: Option<String>,
 }
 
 pub async fn run(
@@ -105,6 +108,7 @@ pub async fn run(
             &args,
         );
         record.params = schema.clone();
+        record.parent = cli.parent.clone();
         record.entries = Some(Arc::new(EntryTimes::default()));
         record
     });

@@ -1,5 +1,5 @@
-//! `skillgate runs list|show`: the runs record, read from the event store (no server needed),
-//! as a table or as JSON (`--json`).
+//! `skillgate runs list|show|retry`: the runs record, read from the event store (no server
+//! needed) or asked of a running server (`--server`), as a table or as JSON (`--json`).
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -8,6 +8,7 @@ use clap::{Args, Subcommand};
 use serde_json::Value;
 
 use crate::cli::FAILED;
+use crate::cli::remote::{Remote, param};
 use crate::events::EventStore;
 use crate::events::runs::{self, RunsQuery};
 
@@ -21,7 +22,27 @@ pub enum RunsCommand {
         /// Print the run as JSON.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        remote: Remote,
     },
+    /// Run a recorded run again with its args, as a new run linked to it: on the server that
+    /// recorded it (`--server`, an admin key, for the run's principal), or here as the project.
+    Retry {
+        id: String,
+        #[command(flatten)]
+        remote: Remote,
+    },
+}
+
+impl RunsCommand {
+    /// The server to ask, when one is given.
+    pub fn remote(&self) -> Option<&Remote> {
+        let remote = match self {
+            RunsCommand::List(args) => &args.remote,
+            RunsCommand::Show { remote, .. } | RunsCommand::Retry { remote, .. } => remote,
+        };
+        remote.server.is_some().then_some(remote)
+    }
 }
 
 #[derive(Debug, Args)]
@@ -54,13 +75,58 @@ pub struct ListArgs {
     /// Print the page as JSON (`runs`, `next`).
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    remote: Remote,
 }
 
 pub async fn run(store: Arc<dyn EventStore>, cmd: &RunsCommand) -> ExitCode {
     let outcome = match cmd {
         RunsCommand::List(args) => list(store, args).await,
-        RunsCommand::Show { id, json } => show(store, id, *json).await,
+        RunsCommand::Show { id, json, .. } => show(store, id, *json).await,
+        RunsCommand::Retry { .. } => Err("a retry here runs through `skillgate run`".into()),
     };
+    done(outcome)
+}
+
+/// The command asked of the server `remote`.
+pub async fn ask(remote: &Remote, cmd: &RunsCommand) -> ExitCode {
+    let outcome = match cmd {
+        RunsCommand::List(args) => ask_list(remote, args).await,
+        RunsCommand::Show { id, json, .. } => remote
+            .get(&format!("/runs/{}", segment(id)))
+            .await
+            .map(|run| print_run(&run, *json)),
+        RunsCommand::Retry { id, .. } => remote
+            .post(&format!("/runs/{}/retry", segment(id)))
+            .await
+            .map(|answer| {
+                eprintln!(
+                    "retried {id} as run {}",
+                    answer["id"].as_str().unwrap_or("?")
+                );
+                print_run(&answer["result"], false);
+            }),
+    };
+    done(outcome)
+}
+
+/// What a recorded run is run again with here: its skill and args whole, or why it cannot be.
+pub async fn retry_here(
+    store: &Arc<dyn EventStore>,
+    id: &str,
+    window: std::time::Duration,
+) -> Result<runs::Retry, String> {
+    let Some(run) = store.run(id).await.map_err(|e| e.to_string())? else {
+        return Err(format!("no run `{id}` is recorded in this store"));
+    };
+    runs::retry_of(&run, window, crate::context::id::now_ms() as i64)
+}
+
+fn segment(id: &str) -> String {
+    percent_encoding::utf8_percent_encode(id, percent_encoding::NON_ALPHANUMERIC).to_string()
+}
+
+fn done(outcome: Result<(), String>) -> ExitCode {
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
@@ -84,10 +150,35 @@ async fn list(store: Arc<dyn EventStore>, args: &ListArgs) -> Result<(), String>
     };
     let filter = query.filter()?;
     let found = store.runs(&filter).await.map_err(|e| e.to_string())?;
-    let page = runs::page(&found, filter.limit);
-    if args.json {
+    print_page(&runs::page(&found, filter.limit), args.json);
+    Ok(())
+}
+
+async fn ask_list(remote: &Remote, args: &ListArgs) -> Result<(), String> {
+    let given = [
+        ("door", &args.door),
+        ("skill", &args.skill),
+        ("status", &args.status),
+        ("principal", &args.principal),
+        ("since", &args.since),
+        ("until", &args.until),
+        ("q", &args.text),
+        ("cursor", &args.cursor),
+    ];
+    let mut query: Vec<String> = given
+        .iter()
+        .filter_map(|(name, value)| value.as_deref().map(|v| param(name, v)))
+        .collect();
+    query.push(format!("limit={}", args.limit));
+    let page = remote.get(&format!("/runs?{}", query.join("&"))).await?;
+    print_page(&page, args.json);
+    Ok(())
+}
+
+fn print_page(page: &Value, json: bool) {
+    if json {
         println!("{page}");
-        return Ok(());
+        return;
     }
     for run in page["runs"].as_array().into_iter().flatten() {
         println!("{}", row(run));
@@ -95,7 +186,6 @@ async fn list(store: Arc<dyn EventStore>, args: &ListArgs) -> Result<(), String>
     if let Some(next) = page["next"].as_str() {
         println!("(more: --cursor {next})");
     }
-    Ok(())
 }
 
 /// A run as one line of the table: started, status, door, skill, principal, duration, id.
@@ -126,14 +216,17 @@ async fn show(store: Arc<dyn EventStore>, id: &str, json: bool) -> Result<(), St
     let Some(run) = found else {
         return Err(format!("no run `{id}` is recorded in this store"));
     };
-    let shown = runs::full(&run);
+    print_run(&runs::full(&run), json);
+    Ok(())
+}
+
+fn print_run(shown: &Value, json: bool) {
     if json {
         println!("{shown}");
     } else {
         println!(
             "{}",
-            serde_json::to_string_pretty(&shown).unwrap_or_default()
+            serde_json::to_string_pretty(shown).unwrap_or_default()
         );
     }
-    Ok(())
 }

@@ -68,6 +68,10 @@ pub struct StoreSettings {
     /// timings are recorded, from 0 to 1 (the others' always are) [default: 0.01].
     #[arg(long, global = true, env = "SKILLGATE_RUNS_DETAIL_SAMPLE", value_parser = sample)]
     pub runs_detail_sample: Option<f64>,
+    /// Seconds after it started that a recorded run may be retried (`POST /runs/{id}/retry`,
+    /// `skillgate runs retry`) [default: 86400, a day].
+    #[arg(long, global = true, env = "SKILLGATE_RETRY_WINDOW")]
+    pub retry_window: Option<u64>,
 }
 
 /// A share from 0 to 1.
@@ -92,6 +96,7 @@ impl StoreSettings {
             runs_retention: self.runs_retention.or(file.runs_retention),
             runs_max: self.runs_max.or(file.runs_max),
             runs_detail_sample: self.runs_detail_sample.or(file.runs_detail_sample),
+            retry_window: self.retry_window.or(file.retry_window),
         }
     }
 
@@ -141,6 +146,9 @@ impl StoreSettings {
             detail_sample: self
                 .runs_detail_sample
                 .map_or(defaults.detail_sample, |s| s.clamp(0.0, 1.0)),
+            retry_window: self
+                .retry_window
+                .map_or(defaults.retry_window, Duration::from_secs),
             ..defaults
         })
     }

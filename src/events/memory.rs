@@ -186,6 +186,18 @@ impl EventStore for MemoryStore {
         Ok(names)
     }
 
+    async fn topics_with_queue(&self, queue: &str) -> StoreResult<Vec<String>> {
+        let inner = self.inner.lock();
+        let mut topics: Vec<String> = inner
+            .queues
+            .keys()
+            .filter(|(_, n)| n == queue)
+            .map(|(t, _)| t.clone())
+            .collect();
+        topics.sort();
+        Ok(topics)
+    }
+
     async fn claim(
         &self,
         topic: &str,

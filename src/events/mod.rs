@@ -9,6 +9,7 @@
 
 pub mod batch;
 pub mod consumer;
+pub mod dead;
 pub mod memory;
 pub mod migrations;
 pub mod open;
@@ -778,6 +779,8 @@ impl Worker {
                 &args,
             );
             record.event = Some(delivery.event.id.clone());
+            record.project_level = authority.level == crate::kernel::authority::Level::Project;
+            runs.started(&record);
             record
         });
         let run = handler_run(

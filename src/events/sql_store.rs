@@ -289,6 +289,15 @@ macro_rules! sql_event_store {
                 )
             }
 
+            async fn topics_with_queue(&self, queue: &str) -> StoreResult<Vec<String>> {
+                Ok(
+                    sqlx::query_scalar("SELECT topic FROM sg_queues WHERE name = $1 ORDER BY topic")
+                        .bind(queue)
+                        .fetch_all(&self.pool)
+                        .await?,
+                )
+            }
+
             async fn claim(
                 &self,
                 topic: &str,

@@ -31,6 +31,9 @@ impl SqlDatabase for Sqlite {
     }
 }
 
+/// Tries at migrating a file another process may be migrating at the same moment.
+const MIGRATE_ATTEMPTS: u32 = 4;
+
 impl SqlStore<Sqlite> {
     /// Opens (creating if needed) the database file at `path` and applies migrations.
     pub async fn open(path: &Path, limits: Limits, full_sync: bool) -> StoreResult<SqliteStore> {
@@ -71,8 +74,21 @@ impl SqlStore<Sqlite> {
             1,
         );
         let store = SqlStore::new(pool.clone(), pool, batcher, limits, ());
-        store.migrate().await?;
-        Ok(store)
+        // Two processes opening a new file at once both find it unmigrated and both apply the
+        // first migration; one's commit makes the other's fail (a duplicate version, a table
+        // that exists). SQLite has no advisory lock to take first, so the loser tries again
+        // and finds the work done.
+        let mut attempt = 1;
+        loop {
+            match store.migrate().await {
+                Ok(()) => return Ok(store),
+                Err(_) if attempt < MIGRATE_ATTEMPTS => {
+                    attempt += 1;
+                    tokio::time::sleep(Duration::from_millis(50 * u64::from(attempt))).await;
+                }
+                Err(err) => return Err(err),
+            }
+        }
     }
 }
 

@@ -90,6 +90,10 @@ pub trait EventStore: Records + Send + Sync + 'static {
     /// Names of the queues of `topic`.
     async fn queues(&self, topic: &str) -> StoreResult<Vec<String>>;
 
+    /// The topics that have a queue named `queue`, in order (every `<topic>.dead` with dead
+    /// letters has `dead`).
+    async fn topics_with_queue(&self, queue: &str) -> StoreResult<Vec<String>>;
+
     /// Claims up to `max` visible entries in queue order, each invisible for `visibility`.
     /// Entries already delivered `limits.delivery_limit` times move to `<topic>.dead` instead.
     async fn claim(

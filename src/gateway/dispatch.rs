@@ -17,6 +17,7 @@ use crate::events::KernelBus;
 use crate::events::runs::RunRecord;
 use crate::gateway::metrics::Metrics;
 use crate::gateway::reply::{RESPONSE_PATH, Reply, ReplyPart, ReplyParts};
+use crate::kernel::authority::Level;
 use crate::kernel::timings::{EntryTimes, timed};
 use crate::kernel::{InvokeOptions, Kernel, ToolRef};
 
@@ -139,6 +140,15 @@ impl Gateway {
 
     /// Starts the run for `inbound` on a task of its own.
     pub fn dispatch(&self, inbound: Inbound) -> Dispatch {
+        self.dispatch_run(inbound, None)
+    }
+
+    /// Starts `inbound` as a retry of the recorded run `parent` (linked to it in the record).
+    pub fn dispatch_retry(&self, inbound: Inbound, parent: String) -> Dispatch {
+        self.dispatch_run(inbound, Some(parent))
+    }
+
+    fn dispatch_run(&self, inbound: Inbound, parent: Option<String>) -> Dispatch {
         let (reply, parts, inbox) = if inbound.duplex {
             let (reply, parts, inbox) = Reply::duplex(inbound.transport);
             (reply, parts, Some(inbox))
@@ -172,7 +182,7 @@ impl Gateway {
             Err(why) => {
                 // Full: answered at once, nothing started (the channel is new: there is room).
                 let err = SkillError::busy(why);
-                if let Some(record) = self.record(&root_id, &inbound) {
+                if let Some(record) = self.record(&root_id, &inbound, parent) {
                     self.kernel.bus().runs().record(record.end(Err(&err)));
                 }
                 let _ = reply.offer_done(Err(err));
@@ -191,6 +201,7 @@ impl Gateway {
             context_id,
             root_id: root_id.clone(),
             abort: abort.clone(),
+            parent,
         };
         // The run continues the trace of the request that started it.
         tokio::spawn(tracing::Instrument::in_current_span(async move {
@@ -210,7 +221,12 @@ impl Gateway {
 impl Gateway {
     /// The runs record's entry for the run `root_id` of `inbound`, begun now; `None` while runs
     /// are not recorded.
-    fn record(&self, root_id: &str, inbound: &Inbound) -> Option<RunRecord> {
+    fn record(
+        &self,
+        root_id: &str,
+        inbound: &Inbound,
+        parent: Option<String>,
+    ) -> Option<RunRecord> {
         let runs = self.kernel.bus().runs();
         if !runs.on() {
             return None;
@@ -230,6 +246,9 @@ impl Gateway {
             &inbound.args,
         );
         record.tool = tool;
+        record.parent = parent;
+        record.project_level = inbound.authority.level == Level::Project;
+        runs.started(&record);
         Some(record)
     }
 }
@@ -240,10 +259,12 @@ struct Run {
     context_id: u64,
     root_id: String,
     abort: CancellationToken,
+    /// The recorded run this one retries.
+    parent: Option<String>,
 }
 
 impl Run {
-    async fn go(self, inbound: Inbound) {
+    async fn go(mut self, inbound: Inbound) {
         let started = Instant::now();
         let skill = match &inbound.skill {
             ToolRef::Name(n) => n.to_string(),
@@ -251,7 +272,9 @@ impl Run {
         };
         let transport = inbound.transport;
         let feeds = inbound.follow.then(|| self.follow());
-        let mut record = self.gateway.record(&self.root_id, &inbound);
+        let mut record = self
+            .gateway
+            .record(&self.root_id, &inbound, self.parent.take());
         let times = record.as_mut().map(|record| {
             let times = Arc::new(EntryTimes::default());
             record.entries = Some(times.clone());

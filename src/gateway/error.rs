@@ -31,6 +31,8 @@ pub enum Missing {
     Path(String),
     /// A run the caller may see is not recorded under this id.
     Run(String),
+    /// No dead letter has this id.
+    Letter(String),
 }
 
 impl fmt::Display for Missing {
@@ -45,6 +47,7 @@ impl fmt::Display for Missing {
             }
             Missing::Path(path) => write!(f, "nothing is served at `{path}`"),
             Missing::Run(id) => write!(f, "no run `{id}` of yours is recorded"),
+            Missing::Letter(id) => write!(f, "no dead letter `{id}` (it may have been replayed)"),
         }
     }
 }
@@ -131,6 +134,10 @@ pub enum GatewayError {
     /// The server cannot take this now (too many connections, shutting down); try later.
     #[error("{0}")]
     Unavailable(String),
+    /// A recorded run that cannot be run again as it was (its args were redacted or cut, it is
+    /// older than the retry window, its principal is gone); the message says which.
+    #[error("{0}")]
+    NotRetryable(String),
     /// A service the run depends on (an MCP server, a model vendor) could not be reached or did not answer.
     /// `cause` names it and is for the log: callers get [`UPSTREAM_DETAIL`].
     #[error("{cause}")]
@@ -236,6 +243,7 @@ impl GatewayError {
             GatewayError::BadSignature(_) => "bad-signature",
             GatewayError::InProgress(_) => "in-progress",
             GatewayError::Gone(_) => "stream-expired",
+            GatewayError::NotRetryable(_) => "not-retryable",
             GatewayError::Internal { .. } => "internal",
         }
     }

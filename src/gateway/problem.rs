@@ -38,6 +38,7 @@ fn status(err: &GatewayError) -> StatusCode {
         GatewayError::KeyReused(_) => StatusCode::UNPROCESSABLE_ENTITY,
         GatewayError::InProgress(_) => StatusCode::CONFLICT,
         GatewayError::Gone(_) => StatusCode::GONE,
+        GatewayError::NotRetryable(_) => StatusCode::CONFLICT,
         GatewayError::InvalidArgs { .. } | GatewayError::OverBudget { .. } => {
             StatusCode::UNPROCESSABLE_ENTITY
         }
@@ -138,7 +139,7 @@ impl IntoResponse for GatewayError {
 
 /// Problem types the gateway answers with: slug, status, meaning. Each is a variant of
 /// `GatewayError`; a test in `problem` keeps the two the same.
-pub const PROBLEMS: [(&str, u16, &str); 23] = [
+pub const PROBLEMS: [(&str, u16, &str); 24] = [
     ("bad-request", 400, "The request could not be read."),
     (
         "malformed-json",
@@ -205,6 +206,11 @@ pub const PROBLEMS: [(&str, u16, &str); 23] = [
         "in-progress",
         409,
         "A request with this `Idempotency-Key` has not answered yet (here or on another replica), or its answer was a response the skill wrote itself with `web-send`, which is not replayed.",
+    ),
+    (
+        "not-retryable",
+        409,
+        "The recorded run cannot be run again as it was: its args were redacted or cut in the record, it started longer ago than the retry window (`--retry-window`), or the key it ran for is revoked.",
     ),
     (
         "stream-expired",
@@ -312,6 +318,7 @@ mod tests {
             GatewayError::BadSignature("stale".into()),
             GatewayError::InProgress("running".into()),
             GatewayError::Gone("expired".into()),
+            GatewayError::NotRetryable("redacted".into()),
             GatewayError::Internal {
                 cause: "boom".into(),
                 run: Some(run()),

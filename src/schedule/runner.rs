@@ -291,13 +291,15 @@ pub async fn run_firing(
     let runs = kernel.bus().runs();
     let record = runs.on().then(|| {
         let principal = spec.principal().map(|p| p.id().to_string());
-        RunRecord::begin(
+        let record = RunRecord::begin(
             crate::context::id::format(id),
             "schedule",
             principal.unwrap_or_default(),
             spec.reference.as_str(),
             &args,
-        )
+        );
+        runs.started(&record);
+        record
     });
     let outcome = fire(kernel, spec, firing, id, args).await;
     if let Some(record) = record {

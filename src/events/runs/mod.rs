@@ -6,9 +6,11 @@
 mod record;
 mod recorder;
 mod redact;
+mod retry;
 mod view;
 
 pub use record::{RunRecord, Status};
 pub use recorder::{RecordConfig, Recorder};
 pub use redact::{REDACTED, redact};
+pub use retry::{Retry, retry_of};
 pub use view::{MAX_PAGE, PAGE, RunsQuery, full, page, summary};

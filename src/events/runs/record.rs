@@ -90,6 +90,9 @@ pub struct RunRecord {
     pub event: Option<String>,
     /// The run this one repeats (a retry).
     pub parent: Option<String>,
+    /// The run was named by project code serving its principal (a route the project declared,
+    /// a schedule), not by the principal itself: a retry repeats it at that level.
+    pub project_level: bool,
     started_ms: i64,
     started: Instant,
     ended: Option<Ended>,
@@ -125,6 +128,7 @@ impl RunRecord {
             keep_entries: false,
             event: None,
             parent: None,
+            project_level: false,
             started_ms: now_ms() as i64,
             started: Instant::now(),
             ended: None,
@@ -157,6 +161,11 @@ impl RunRecord {
     }
 
     /// Keeps the entries' timings of this run whatever its outcome (it was sampled).
+    /// When it started (ms since the epoch).
+    pub fn started_ms(&self) -> i64 {
+        self.started_ms
+    }
+
     pub fn keep_entries(&mut self) {
         self.keep_entries = true;
     }
@@ -202,6 +211,9 @@ impl RunRecord {
         }
         if let Some(event) = self.event {
             detail["event"] = Value::String(event);
+        }
+        if self.project_level {
+            detail["level"] = Value::String("project".into());
         }
         let notable = ended.status != Status::Ok || ended.duration >= SLOW;
         if let Some(entries) = self.entries.filter(|_| notable || self.keep_entries) {

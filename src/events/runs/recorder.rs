@@ -8,11 +8,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::RwLock;
+use serde_json::{Value, json};
 use std::sync::OnceLock;
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::{Notify, broadcast, mpsc};
 
-use crate::context::id::now_ms;
+use crate::context::id::{iso, now_ms};
 use crate::events::runs::record::RunRecord;
+use crate::events::runs::view::summary;
 use crate::events::store::EventStore;
 
 /// Runs waiting to be written; past it they are dropped (and counted).
@@ -24,6 +26,9 @@ const BATCH: usize = 256;
 const LINGER: Duration = Duration::from_millis(50);
 /// How often the record is pruned.
 const PRUNE_EVERY: Duration = Duration::from_secs(60);
+/// Runs the feed holds for a listener that has not read them; one that falls further behind
+/// is told how many it missed.
+const FEED: usize = 1024;
 /// At most one warning this often about runs that could not be written.
 const WARN_EVERY: Duration = Duration::from_secs(60);
 
@@ -39,6 +44,8 @@ pub struct RecordConfig {
     /// The share of runs that ended well and quickly whose entries' timings are kept too (those
     /// of the others always are), from 0 to 1.
     pub detail_sample: f64,
+    /// How long after it started a run may be retried (`POST /runs/{id}/retry`).
+    pub retry_window: Duration,
 }
 
 impl Default for RecordConfig {
@@ -48,6 +55,7 @@ impl Default for RecordConfig {
             keep: 100_000,
             max_bytes: 16 * 1024,
             detail_sample: 0.01,
+            retry_window: Duration::from_secs(24 * 3600),
         }
     }
 }
@@ -63,6 +71,8 @@ struct Shared {
     dropped: AtomicU64,
     /// Woken each time a batch is written or dropped.
     settled: Notify,
+    /// Runs as they start and once written (`GET /runs/stream`), for whoever listens.
+    feed: broadcast::Sender<Arc<Value>>,
 }
 
 /// Records finished runs into a store; off until [`Recorder::configure`] turns it on.
@@ -83,6 +93,7 @@ impl Recorder {
                 written: AtomicU64::new(0),
                 dropped: AtomicU64::new(0),
                 settled: Notify::new(),
+                feed: broadcast::channel(FEED).0,
             }),
             queue: OnceLock::new(),
         }
@@ -96,6 +107,33 @@ impl Recorder {
     /// Whether runs are being recorded.
     pub fn on(&self) -> bool {
         self.shared.config.read().is_some()
+    }
+
+    /// How runs are recorded now; `None` while they are not.
+    pub fn config(&self) -> Option<RecordConfig> {
+        *self.shared.config.read()
+    }
+
+    /// Runs as they start (`"phase": "start"`) and once they are written (`"phase": "end"`,
+    /// the listing's summary of the run), on this server.
+    pub fn feed(&self) -> broadcast::Receiver<Arc<Value>> {
+        self.shared.feed.subscribe()
+    }
+
+    /// Tells the feed's listeners `run` started (nothing is done while none listens).
+    pub fn started(&self, run: &RunRecord) {
+        if self.shared.feed.receiver_count() == 0 {
+            return;
+        }
+        let _ = self.shared.feed.send(Arc::new(json!({
+            "phase": "start",
+            "id": run.id,
+            "door": run.door,
+            "principal": run.principal,
+            "skill": run.skill,
+            "started": iso(run.started_ms()),
+            "parent": run.parent,
+        })));
     }
 
     /// Takes `run` to be written, without waiting: dropped (and counted) when the queue is
@@ -187,6 +225,13 @@ async fn write(
                 match store.put_runs(&rows).await {
                     Ok(()) => {
                         shared.written.fetch_add(n, Ordering::Relaxed);
+                        if shared.feed.receiver_count() > 0 {
+                            for row in &rows {
+                                let mut ended = summary(row);
+                                ended["phase"] = Value::String("end".into());
+                                let _ = shared.feed.send(Arc::new(ended));
+                            }
+                        }
                     }
                     Err(err) => {
                         shared.dropped.fetch_add(n, Ordering::Relaxed);

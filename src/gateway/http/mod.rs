@@ -15,6 +15,7 @@
 mod activity;
 pub mod auth;
 
+mod dead;
 mod descriptors;
 pub mod hosts;
 pub mod idempotency;
@@ -29,6 +30,7 @@ pub mod request_id;
 mod resume;
 pub mod routes;
 mod runs;
+mod runs_stream;
 pub mod server;
 mod session_cookie;
 pub mod skills;

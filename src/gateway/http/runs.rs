@@ -1,23 +1,31 @@
 //! `GET /runs` and `GET /runs/{id}`: the runs record over HTTP. An admin key sees every run;
 //! another key only its own, without what its answers left out (the server's error messages,
 //! the chain's entries); the local caller when keys are off, the project's owner, its own
-//! whole; anyone else (an anonymous visitor of public skills) none.
+//! whole; anyone else (an anonymous visitor of public skills) none. `POST /runs/{id}/retry`
+//! runs a recorded run again (admin only).
 
 use axum::Extension;
 use axum::Json;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
-use serde_json::Value;
+use axum::response::{IntoResponse, Response};
+use serde_json::{Map, Value, json};
+use std::sync::Arc;
 
+use crate::context::id::now_ms;
 use crate::events::KernelBus;
 use crate::events::runs::{self, RunsQuery};
+use crate::gateway::dispatch::Inbound;
 use crate::gateway::error::{GatewayError, Missing};
+use crate::gateway::http::invoke::respond;
 use crate::gateway::http::state::AppState;
 use crate::gateway::keys::Caller;
-use crate::kernel::authority::PrincipalKind;
+use crate::gateway::principal;
+use crate::kernel::ToolRef;
+use crate::kernel::authority::{Authority, Keys, PrincipalKind};
 
 /// Whose runs `caller` may see: `None` for everyone's (admin), or its own principal's.
-fn seen_by(caller: Option<&Caller>) -> Result<Option<String>, GatewayError> {
+pub(super) fn seen_by(caller: Option<&Caller>) -> Result<Option<String>, GatewayError> {
     let principal = Caller::principal(caller);
     if principal.admin() {
         return Ok(None);
@@ -101,4 +109,73 @@ pub async fn show(
         fields.remove("entries");
     }
     Ok(Json(shown))
+}
+
+/// `POST /runs/{id}/retry`: runs the recorded run again as a new run linked to it (`parent`),
+/// with its args whole and for its principal as that principal is now (a revoked key's runs are
+/// not retried), at the level it ran at. Only an `admin` key retries: it acts for another
+/// principal. Answers like `/invoke`, with the new run's id.
+pub async fn retry(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    caller: Option<Extension<Caller>>,
+) -> Result<Response, GatewayError> {
+    let caller = caller.map(|Extension(c)| c);
+    if !Caller::principal(caller.as_ref()).admin() {
+        return Err(GatewayError::Denied {
+            message: "retrying a run acts for its principal: it needs an `admin` key".into(),
+            run: None,
+        });
+    }
+    let kernel = &state.gateway.kernel;
+    let Some(run) = kernel.bus().store().run(&id).await.map_err(store_failed)? else {
+        return Err(GatewayError::NotFound(Missing::Run(id)));
+    };
+    let window = kernel
+        .bus()
+        .runs()
+        .config()
+        .unwrap_or_default()
+        .retry_window;
+    let retry =
+        runs::retry_of(&run, window, now_ms() as i64).map_err(GatewayError::NotRetryable)?;
+    let principal = principal::recorded(&retry.principal, kernel.extension::<Keys>().map(|k| &**k))
+        .map_err(|why| {
+            GatewayError::NotRetryable(format!("run `{id}` cannot be retried: {why}"))
+        })?;
+    let authority = if retry.project_level {
+        Authority::serving(principal)
+    } else {
+        Authority::caller(principal)
+    };
+    let request_id = crate::context::id::format(crate::context::id::next_id());
+    let inbound = Inbound {
+        transport: "retry",
+        skill: ToolRef::Name(Arc::from(retry.skill.as_str())),
+        authority,
+        args: retry.args,
+        request: Map::new(),
+        request_id: request_id.clone(),
+        reply_to: Value::Null,
+        announce: None,
+        follow: false,
+        timeout: Some(state.config.timeout),
+        duplex: false,
+        session: None,
+    };
+    let dispatch = state.gateway.dispatch_retry(inbound, id.clone());
+    let new_id = dispatch.root_id.clone();
+    Ok(respond(
+        dispatch,
+        &retry.skill,
+        &request_id,
+        move |result, messages| {
+            let mut body = json!({ "id": new_id, "parent": id, "result": result });
+            if !messages.is_empty() {
+                body["messages"] = Value::Array(messages);
+            }
+            Json(body).into_response()
+        },
+    )
+    .await)
 }

@@ -24,7 +24,8 @@ use crate::gateway::http::public::PublicDir;
 use crate::gateway::http::startup::BindError;
 use crate::gateway::http::state::AppState;
 use crate::gateway::http::{
-    descriptors, hosts, idempotency, invoke, listen, ops, request_id, routes, runs, skills, topics,
+    dead, descriptors, hosts, idempotency, invoke, listen, ops, request_id, routes, runs,
+    runs_stream, skills, topics,
 };
 use crate::gateway::served::{HttpDoor, Listener};
 use crate::gateway::transport::{Report, State, Transport};
@@ -201,7 +202,11 @@ fn build_router(state: &AppState, web_routes: &[routes::WebRoute]) -> Result<Rou
         .route("/asyncapi.yaml", get(ops::asyncapi_yaml))
         .route("/events/{topic}", get(topics::follow))
         .route("/runs", get(runs::list))
+        .route("/runs/stream", get(runs_stream::stream))
         .route("/runs/{id}", get(runs::show))
+        .route("/runs/{id}/retry", post(runs::retry))
+        .route("/dead", get(dead::list))
+        .route("/dead/{id}/replay", post(dead::replay))
         .route("/docs", get(ops::docs));
     router = routes::mount(router, web_routes);
     router = match &config.public_dir {

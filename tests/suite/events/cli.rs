@@ -5,7 +5,7 @@
 use std::process::{Output, Stdio};
 use std::time::Duration;
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::support::common::{skillgate_command, stderr, stdout};
 use crate::support::stores::{Store, admin_query};
@@ -238,7 +238,8 @@ fn dead_letters_round_trip(store: &Store) {
     };
     run(&["run", "event-subscribe", "--topic", "jobs", "--queue", "w"]);
     emit(dir.path(), store, "jobs", 7);
-    // Nack it until it uses up its five deliveries.
+    emit(dir.path(), store, "jobs", 8);
+    // Nack them until they use up their five deliveries.
     for _ in 0..5 {
         let got: Value = serde_json::from_slice(
             &run(&[
@@ -255,56 +256,85 @@ fn dead_letters_round_trip(store: &Store) {
             .stdout,
         )
         .unwrap();
-        let id = got[0]["id"].as_str().expect("delivered").to_string();
-        run(&[
-            "run",
-            "event-ack",
-            "--topic",
-            "jobs",
-            "--queue",
-            "w",
-            "--id",
-            &id,
-            "--nack",
-        ]);
+        let got = got.as_array().unwrap();
+        assert_eq!(got.len(), 2, "both delivered: {got:?}");
+        for delivered in got {
+            let id = delivered["id"].as_str().unwrap();
+            run(&[
+                "run",
+                "event-ack",
+                "--topic",
+                "jobs",
+                "--queue",
+                "w",
+                "--id",
+                id,
+                "--nack",
+            ]);
+        }
     }
-    let empty: Value = serde_json::from_slice(
-        &run(&[
-            "run",
-            "event-wait",
-            "--topic",
-            "jobs",
-            "--queue",
-            "w",
-            "--timeout",
-            "0",
-        ])
-        .stdout,
-    )
-    .unwrap();
-    assert_eq!(empty, serde_json::json!([]));
+    let wait = |timeout: &str| -> Value {
+        serde_json::from_slice(
+            &run(&[
+                "run",
+                "event-wait",
+                "--topic",
+                "jobs",
+                "--queue",
+                "w",
+                "--timeout",
+                timeout,
+            ])
+            .stdout,
+        )
+        .unwrap()
+    };
+    assert_eq!(wait("0"), serde_json::json!([]));
     let dead = lines(&run(&["events", "dead", "jobs"]));
-    assert_eq!(dead.len(), 1);
-    assert_eq!(dead[0]["queue"], "w");
-    assert_eq!(dead[0]["attempts"], 5);
-    assert_eq!(dead[0]["event"]["data"]["n"], 7);
+    assert_eq!(dead.len(), 2);
+    let mut died: Vec<_> = dead
+        .iter()
+        .map(|d| {
+            (
+                d["queue"].clone(),
+                d["attempts"].clone(),
+                d["event"]["data"]["n"].clone(),
+            )
+        })
+        .collect();
+    died.sort_by_key(|d| d.2.as_u64());
+    assert_eq!(
+        died,
+        [
+            (json!("w"), json!(5), json!(7)),
+            (json!("w"), json!(5), json!(8))
+        ]
+    );
+    // `skillgate dead` lists every topic's letters; `replay` puts one back into its queue.
+    let listed: Value = serde_json::from_slice(&run(&["dead", "list", "--json"]).stdout).unwrap();
+    let letters = listed["letters"].as_array().unwrap();
+    assert_eq!(letters.len(), 2, "{listed}");
+    let seven = letters
+        .iter()
+        .find(|l| l["event"]["data"]["n"] == 7)
+        .expect("the letter of 7");
+    assert_eq!(
+        (&seven["topic"], &seven["queue"]),
+        (&json!("jobs"), &json!("w"))
+    );
+    let first = seven["id"].as_str().unwrap();
+    run(&["dead", "replay", first]);
+    let back = wait("2000");
+    assert_eq!(back.as_array().unwrap().len(), 1, "{back}");
+    assert_eq!(back[0]["data"]["n"], 7);
+    let out = skillgate_on(dir.path(), store, &["dead", "replay", first]);
+    assert!(!out.status.success(), "a replayed letter is gone");
+    assert!(stderr(&out).contains(first), "{}", stderr(&out));
+    // `events dead --requeue` puts back the rest of a topic's letters.
     run(&["events", "dead", "jobs", "--requeue"]);
     assert!(lines(&run(&["events", "dead", "jobs"])).is_empty());
-    let back: Value = serde_json::from_slice(
-        &run(&[
-            "run",
-            "event-wait",
-            "--topic",
-            "jobs",
-            "--queue",
-            "w",
-            "--timeout",
-            "2000",
-        ])
-        .stdout,
-    )
-    .unwrap();
-    assert_eq!(back[0]["data"]["n"], 7);
+    let back = wait("2000");
+    assert_eq!(back[0]["data"]["n"], 8);
 }
 
 /// `skillgate run` waiting on an event gets `signal`: it emits `shutdown` naming it, then exits
@@ -395,4 +425,27 @@ fn database_url_is_the_store_when_none_is_configured_and_store_wins_over_it() {
         &[],
     );
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("memory event store"));
+}
+
+/// Processes that open a new SQLite store at the same moment (CLI commands beside a starting
+/// server) all find it migrated, none fails on the migration another one applied first.
+#[test]
+fn processes_opening_a_new_sqlite_store_at_once_all_migrate_it() {
+    for _ in 0..3 {
+        let dir = tempfile::tempdir().unwrap();
+        let children: Vec<_> = (0..6)
+            .map(|_| {
+                skillgate_command(dir.path())
+                    .arg("migrate")
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .expect("spawn")
+            })
+            .collect();
+        for child in children {
+            let out = child.wait_with_output().unwrap();
+            assert!(out.status.success(), "{}", stderr(&out));
+        }
+    }
 }

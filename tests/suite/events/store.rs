@@ -9,7 +9,7 @@ use parking_lot::Mutex;
 use serde_json::{Value, json};
 use skillgate::events::WithBus;
 use skillgate::events::postgres::PostgresStore;
-use skillgate::events::{Bus, EventStore, Limits};
+use skillgate::events::{Bus, EventStore, Limits, dead};
 use skillgate::{ErrorKind, InvokeOptions, Kernel};
 
 use crate::support::common::{Project, event, native, plain};
@@ -55,6 +55,7 @@ contract!(
     an_acked_event_never_comes_back,
     nack_returns_the_event_to_the_front,
     the_delivery_limit_moves_an_event_to_the_dead_topic,
+    dead_letters_of_every_topic_are_listed_and_one_replays_into_the_queue_it_died_in,
     the_replay_buffer_is_bounded_by_count,
     the_replay_buffer_is_bounded_by_age,
     a_committed_emit_is_visible_to_another_store_on_the_same_data,
@@ -338,6 +339,61 @@ async fn the_delivery_limit_moves_an_event_to_the_dead_topic(b: &Backend) {
     assert_eq!(data["event"]["data"]["n"], 9);
     assert_eq!(data["queue"], "q");
     assert_eq!(data["attempts"], 2);
+}
+
+async fn dead_letters_of_every_topic_are_listed_and_one_replays_into_the_queue_it_died_in(
+    b: &Backend,
+) {
+    let limits = Limits {
+        delivery_limit: 1,
+        ..Limits::default()
+    };
+    let bus = b.bus(limits, LONG).await;
+    for (topic, queue, n) in [("mail", "m", 5), ("jobs", "q", 9)] {
+        bus.subscribe_queue(topic, queue, false).await.unwrap();
+        bus.emit(&event(topic, n)).await.unwrap();
+        let got = bus.wait(topic, queue, GUARD, 1, false).await.unwrap();
+        bus.ack(topic, queue, &[got[0].receipt], true)
+            .await
+            .unwrap();
+        // Claimed past its limit, it moves to `<topic>.dead`.
+        let after = bus
+            .wait(topic, queue, Duration::from_millis(50), 1, false)
+            .await
+            .unwrap();
+        assert!(after.is_empty());
+    }
+    let letters = dead::list(bus.store(), 10).await.unwrap();
+    let seen: Vec<_> = letters
+        .iter()
+        .map(|l| {
+            (
+                l.topic.as_str(),
+                l.queue.as_str(),
+                l.attempts,
+                l.event["data"]["n"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [("jobs", "q", 1, json!(9)), ("mail", "m", 1, json!(5))]
+    );
+    assert_eq!(dead::list(bus.store(), 1).await.unwrap().len(), 1);
+    let replayed = dead::replay(bus.store(), &letters[0].id).await.unwrap();
+    assert_eq!(replayed.event, letters[0].event);
+    let left = dead::list(bus.store(), 10).await.unwrap();
+    assert_eq!(left.len(), 1);
+    assert_eq!(left[0].topic, "mail");
+    // Back in its queue as a fresh entry, its deliveries counted from one again.
+    let again = bus.wait("jobs", "q", GUARD, 1, false).await.unwrap();
+    assert_eq!(again[0].event.data.as_ref().unwrap()["n"], 9);
+    assert_eq!(again[0].attempts, 1);
+    let missing = dead::replay(bus.store(), &letters[0].id).await.unwrap_err();
+    assert!(
+        matches!(missing, dead::ReplayError::Missing(_)),
+        "{missing}"
+    );
 }
 
 async fn the_replay_buffer_is_bounded_by_count(b: &Backend) {

@@ -1,7 +1,9 @@
 //! The runs record: the store's part on every store (`store`), runs from each door read back
-//! over HTTP with who may see them and what is redacted (`doors`), and `skillgate runs`
-//! (`cli`).
+//! over HTTP with who may see them and what is redacted (`doors`), retries and the live stream
+//! (`retry`), dead letters listed and replayed (`dead`), and `skillgate runs` (`cli`).
 
 mod cli;
+mod dead;
 mod doors;
+mod retry;
 mod store;
