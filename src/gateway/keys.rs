@@ -88,6 +88,12 @@ impl ApiKey {
     }
 
     /// The skills this key may invoke.
+    /// A short digest of the key's hash: what a login signed for this key names, so a login
+    /// ends when the key is rotated under the same name.
+    pub fn fingerprint(&self) -> String {
+        crate::digest::hex(&self.hash[..8])
+    }
+
     pub fn scope(&self) -> &Scope {
         &self.scope
     }
@@ -145,6 +151,11 @@ impl KeyRing {
 
     pub fn len(&self) -> usize {
         self.keys.len()
+    }
+
+    /// The key named `name`.
+    pub fn named(&self, name: &str) -> Option<&Arc<ApiKey>> {
+        self.keys.iter().find(|k| k.name == name)
     }
 
     /// The key whose hash matches `presented`, compared in constant time.

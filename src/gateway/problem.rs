@@ -22,7 +22,7 @@ pub struct Problem {
 }
 
 /// The HTTP status of each problem type (the pairs of `PROBLEMS`).
-fn status(err: &GatewayError) -> StatusCode {
+pub(crate) fn status(err: &GatewayError) -> StatusCode {
     match err {
         GatewayError::BadRequest(_) | GatewayError::MalformedJson { .. } => StatusCode::BAD_REQUEST,
         GatewayError::Unauthorized { .. } | GatewayError::BadSignature(_) => {

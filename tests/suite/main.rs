@@ -36,6 +36,7 @@ mod agent;
 mod api_description;
 mod cli;
 mod config_middleware;
+mod console;
 mod context;
 mod deep;
 mod deploy;

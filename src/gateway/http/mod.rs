@@ -15,6 +15,7 @@
 mod activity;
 pub mod auth;
 
+mod console;
 mod dead;
 mod descriptors;
 pub mod hosts;

@@ -81,7 +81,7 @@ pub enum RouteError {
 }
 
 /// Paths the gateway serves itself.
-pub const RESERVED: [&str; 12] = [
+pub const RESERVED: [&str; 15] = [
     "/invoke",
     "/skills",
     "/openapi.json",
@@ -94,6 +94,9 @@ pub const RESERVED: [&str; 12] = [
     "/ws",
     "/events",
     "/mcp",
+    "/runs",
+    "/dead",
+    "/console",
 ];
 
 /// True when `path` is one the gateway serves itself.

@@ -121,15 +121,45 @@ pub async fn retry(
     caller: Option<Extension<Caller>>,
 ) -> Result<Response, GatewayError> {
     let caller = caller.map(|Extension(c)| c);
-    if !Caller::principal(caller.as_ref()).admin() {
+    let started = start_retry(&state, caller.as_ref(), &id).await?;
+    let new_id = started.dispatch.root_id.clone();
+    Ok(respond(
+        started.dispatch,
+        &started.skill,
+        &started.request_id,
+        move |result, messages| {
+            let mut body = json!({ "id": new_id, "parent": id, "result": result });
+            if !messages.is_empty() {
+                body["messages"] = Value::Array(messages);
+            }
+            Json(body).into_response()
+        },
+    )
+    .await)
+}
+
+/// A retry on its way.
+pub(super) struct Retrying {
+    pub dispatch: crate::gateway::dispatch::Dispatch,
+    pub skill: String,
+    pub request_id: String,
+}
+
+/// Starts the retry of the recorded run `id` for `caller`, who must hold `admin`.
+pub(super) async fn start_retry(
+    state: &AppState,
+    caller: Option<&Caller>,
+    id: &str,
+) -> Result<Retrying, GatewayError> {
+    if !Caller::principal(caller).admin() {
         return Err(GatewayError::Denied {
             message: "retrying a run acts for its principal: it needs an `admin` key".into(),
             run: None,
         });
     }
     let kernel = &state.gateway.kernel;
-    let Some(run) = kernel.bus().store().run(&id).await.map_err(store_failed)? else {
-        return Err(GatewayError::NotFound(Missing::Run(id)));
+    let Some(run) = kernel.bus().store().run(id).await.map_err(store_failed)? else {
+        return Err(GatewayError::NotFound(Missing::Run(id.to_string())));
     };
     let window = kernel
         .bus()
@@ -139,10 +169,10 @@ pub async fn retry(
         .retry_window;
     let retry =
         runs::retry_of(&run, window, now_ms() as i64).map_err(GatewayError::NotRetryable)?;
-    let principal = principal::recorded(&retry.principal, kernel.extension::<Keys>().map(|k| &**k))
-        .map_err(|why| {
-            GatewayError::NotRetryable(format!("run `{id}` cannot be retried: {why}"))
-        })?;
+    let keys = kernel.extension::<Keys>().map(|k| &**k);
+    let principal = principal::recorded(&retry.principal, keys).map_err(|why| {
+        GatewayError::NotRetryable(format!("run `{id}` cannot be retried: {why}"))
+    })?;
     let authority = if retry.project_level {
         Authority::serving(principal)
     } else {
@@ -163,19 +193,9 @@ pub async fn retry(
         duplex: false,
         session: None,
     };
-    let dispatch = state.gateway.dispatch_retry(inbound, id.clone());
-    let new_id = dispatch.root_id.clone();
-    Ok(respond(
-        dispatch,
-        &retry.skill,
-        &request_id,
-        move |result, messages| {
-            let mut body = json!({ "id": new_id, "parent": id, "result": result });
-            if !messages.is_empty() {
-                body["messages"] = Value::Array(messages);
-            }
-            Json(body).into_response()
-        },
-    )
-    .await)
+    Ok(Retrying {
+        dispatch: state.gateway.dispatch_retry(inbound, id.to_string()),
+        skill: retry.skill,
+        request_id,
+    })
 }

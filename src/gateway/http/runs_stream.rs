@@ -25,6 +25,11 @@ pub async fn stream(
 ) -> Result<Response, GatewayError> {
     let caller = caller.map(|Extension(c)| c);
     let own = seen_by(caller.as_ref())?;
+    Ok(follow(&state, own))
+}
+
+/// The runs of this server as server-sent events, those of `own` only when given.
+pub(super) fn follow(state: &AppState, own: Option<String>) -> Response {
     let feed = state.gateway.kernel.bus().runs().feed();
     let until = state.stopping.clone();
     let frames = futures::stream::unfold((feed, own, until), |(mut feed, own, until)| async move {
@@ -44,9 +49,9 @@ pub async fn stream(
             return Some((Ok::<_, Infallible>(frame), (feed, own, until)));
         }
     });
-    Ok(Sse::new(frames)
+    Sse::new(frames)
         .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
-        .into_response())
+        .into_response()
 }
 
 /// Whether a listener that sees only `own`'s runs (`None`: every run) is shown `run`.

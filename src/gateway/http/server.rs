@@ -24,7 +24,7 @@ use crate::gateway::http::public::PublicDir;
 use crate::gateway::http::startup::BindError;
 use crate::gateway::http::state::AppState;
 use crate::gateway::http::{
-    dead, descriptors, hosts, idempotency, invoke, listen, ops, request_id, routes, runs,
+    console, dead, descriptors, hosts, idempotency, invoke, listen, ops, request_id, routes, runs,
     runs_stream, skills, topics,
 };
 use crate::gateway::served::{HttpDoor, Listener};
@@ -207,7 +207,8 @@ fn build_router(state: &AppState, web_routes: &[routes::WebRoute]) -> Result<Rou
         .route("/runs/{id}/retry", post(runs::retry))
         .route("/dead", get(dead::list))
         .route("/dead/{id}/replay", post(dead::replay))
-        .route("/docs", get(ops::docs));
+        .route("/docs", get(ops::docs))
+        .merge(console::routes());
     router = routes::mount(router, web_routes);
     router = match &config.public_dir {
         Some(dir) => {

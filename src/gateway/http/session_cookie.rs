@@ -45,7 +45,7 @@ impl SessionSecrets {
 
     /// The secret of `epoch`: the first replica to ask makes it (a claim on the store, kept two
     /// periods); the others read the one it made.
-    async fn secret(&self, epoch: u64) -> Option<Arc<[u8; 32]>> {
+    pub(crate) async fn secret(&self, epoch: u64) -> Option<Arc<[u8; 32]>> {
         if let Some(found) = self.known.lock().get(&epoch) {
             return Some(found.clone());
         }
