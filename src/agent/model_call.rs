@@ -64,7 +64,7 @@ pub(crate) async fn call(
     info: CallInfo<'_>,
 ) -> Result<ModelResponse> {
     if info.config.hooks.is_empty() {
-        return direct(&env, &request).await;
+        return direct(ctx, &env, &request).await;
     }
     let model = json!({
         "agent": { "name": info.agent_name, "model": request.model, "instructions": info.instructions },
@@ -102,7 +102,7 @@ pub(crate) async fn call(
 }
 
 /// The provider call with retries, deltas and retries sent to the loop.
-async fn direct(env: &CallEnv, request: &ModelRequest) -> Result<ModelResponse> {
+async fn direct(ctx: &Context, env: &CallEnv, request: &ModelRequest) -> Result<ModelResponse> {
     let deltas = env.deltas.clone();
     let retries = env.retries.clone();
     let provider = env.provider.name();
@@ -122,6 +122,8 @@ async fn direct(env: &CallEnv, request: &ModelRequest) -> Result<ModelResponse> 
         gen_ai.usage.output_tokens = tracing::field::Empty,
         error.type = tracing::field::Empty,
     );
+    let run = crate::kernel::timings::of(ctx);
+    let start_us = run.as_ref().map_or(0, |r| r.now_us());
     let out = retry::call(
         env.provider.as_ref(),
         request,
@@ -136,6 +138,32 @@ async fn direct(env: &CallEnv, request: &ModelRequest) -> Result<ModelResponse> 
     .instrument(span.clone())
     .await;
     metrics::record(&span, provider, &request.model, &out);
+    if let Some(run) = run {
+        let (usage, model, outcome) = match &out {
+            Ok(answer) => {
+                let stop = serde_json::to_value(answer.stop).unwrap_or_default();
+                let stop = stop.as_str().unwrap_or_default().to_string();
+                let model = match answer.model.as_str() {
+                    "" => request.model.clone(),
+                    named => named.to_string(),
+                };
+                (answer.usage, model, Ok(stop))
+            }
+            Err(err) => (
+                Default::default(),
+                request.model.clone(),
+                Err(err.to_string()),
+            ),
+        };
+        run.turn(crate::kernel::timings::Turn {
+            provider,
+            model: &model,
+            input_tokens: usage.input_tokens,
+            output_tokens: usage.output_tokens,
+            outcome: outcome.as_deref().map_err(Clone::clone),
+            start_us,
+        });
+    }
     out.map_err(|err| model_error(&err))
 }
 
@@ -183,7 +211,7 @@ metadata:
             })?;
             let model = ctx.get("locals.model")?.unwrap_or(Value::Null);
             let request = request_of(&model)?;
-            let response = direct(&env, &request).await?;
+            let response = direct(&ctx, &env, &request).await?;
             Ok(Some(to_json(&response)))
         },
     )

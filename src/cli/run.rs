@@ -113,6 +113,12 @@ pub async fn run(
         record
     });
     let times = record.as_ref().and_then(|r| r.entries.clone());
+    if let Some(times) = &times {
+        options.context.extensions.push((
+            crate::kernel::timings::RECORD_PATH.to_string(),
+            times.clone(),
+        ));
+    }
     let run = async {
         if interactive {
             kernel

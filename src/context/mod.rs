@@ -398,7 +398,15 @@ impl Context {
         stamp.insert("contextId".into(), Value::String(self.id()));
         stamp.insert("tool".into(), Value::String(self.tool_name().to_string()));
         stamp.insert("timestamp".into(), Value::from(id::now_ms()));
-        self.0.kernel.logs().log(self.0.root, &event.into(), stamp)
+        let event = self
+            .0
+            .kernel
+            .logs()
+            .log(self.0.root, &event.into(), stamp)?;
+        if let Some(run) = crate::kernel::timings::of(self) {
+            run.log(&event);
+        }
+        Ok(event)
     }
 
     /// Recent log events of this run (`tail(opts)`).

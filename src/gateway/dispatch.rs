@@ -18,7 +18,7 @@ use crate::events::runs::RunRecord;
 use crate::gateway::metrics::Metrics;
 use crate::gateway::reply::{RESPONSE_PATH, Reply, ReplyPart, ReplyParts};
 use crate::kernel::authority::Level;
-use crate::kernel::timings::{EntryTimes, timed};
+use crate::kernel::timings::{EntryTimes, RECORD_PATH, timed};
 use crate::kernel::{InvokeOptions, Kernel, ToolRef};
 
 /// A verified inbound message, routed to a skill.
@@ -341,6 +341,10 @@ impl Run {
         seed.nonlocals.insert("gateway".into(), gateway);
         seed.extensions
             .push((RESPONSE_PATH.to_string(), self.reply.clone()));
+        if let Some(times) = &times {
+            seed.extensions
+                .push((RECORD_PATH.to_string(), times.clone()));
+        }
 
         // One instant: the one the run's long waits end before is the one enforced here.
         let ends = timeout.map(|limit| tokio::time::Instant::now() + limit);

@@ -1,6 +1,7 @@
-//! The timings of a run's chain entries (the onion: each middleware, body and `fn` entry of the
-//! root skill and of every skill it invokes on the run's task, with its depth), gathered while
-//! the run is awaited inside [`timed`], for the runs record.
+//! What the runs record gathers of a run while it is awaited inside [`timed`]: the timings of
+//! its chain entries (the onion: each middleware, body and `fn` entry of the root skill and of
+//! every skill it invokes on the run's task, with its depth), its model calls (provider, model,
+//! tokens, time) and its log events.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -20,8 +21,17 @@ pub async fn timed<F: Future>(times: Arc<EntryTimes>, run: F) -> F::Output {
     TIMES.scope(times, run).await
 }
 
+/// Where a run's [`EntryTimes`] sit on its root context, for what runs off the run's task (a
+/// sandbox's thread) and still belongs to the run.
+pub const RECORD_PATH: &str = "nonlocals.runs.gathered";
+
+/// What the run of `ctx` gathers, if anything: this task's, else its root context's.
+pub fn of(ctx: &crate::context::Context) -> Option<Arc<EntryTimes>> {
+    current().or_else(|| ctx.extension::<EntryTimes>(RECORD_PATH))
+}
+
 /// The timings this task gathers, if any.
-pub(crate) fn current() -> Option<Arc<EntryTimes>> {
+pub fn current() -> Option<Arc<EntryTimes>> {
     TIMES.try_with(Arc::clone).ok()
 }
 
@@ -37,11 +47,16 @@ struct Timed {
     ok: bool,
 }
 
-/// The entries of one run as they finish.
+/// Log events a run keeps at most (the first ones; the rest are counted).
+pub const MAX_LOGS: usize = 100;
+
+/// The entries, model calls and log events of one run as they happen.
 #[derive(Debug)]
 pub struct EntryTimes {
     started: Instant,
     entries: Mutex<Vec<Timed>>,
+    turns: Mutex<Vec<Value>>,
+    logs: Mutex<(Vec<Arc<Value>>, usize)>,
 }
 
 impl Default for EntryTimes {
@@ -49,13 +64,27 @@ impl Default for EntryTimes {
         EntryTimes {
             started: Instant::now(),
             entries: Mutex::new(Vec::new()),
+            turns: Mutex::new(Vec::new()),
+            logs: Mutex::new((Vec::new(), 0)),
         }
     }
 }
 
+/// One model call of a run, as [`EntryTimes::turn`] keeps it.
+#[derive(Debug, Clone)]
+pub struct Turn<'a> {
+    pub provider: &'a str,
+    pub model: &'a str,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    /// Why the model stopped, or the error that ended the call.
+    pub outcome: Result<&'a str, String>,
+    pub start_us: u64,
+}
+
 impl EntryTimes {
     /// Microseconds since the run started.
-    pub(crate) fn now_us(&self) -> u64 {
+    pub fn now_us(&self) -> u64 {
         self.started.elapsed().as_micros() as u64
     }
 
@@ -78,6 +107,60 @@ impl EntryTimes {
             end_us,
             ok,
         });
+    }
+
+    /// Keeps a model call the run made, ending now.
+    pub fn turn(&self, turn: Turn<'_>) {
+        let end_us = self.now_us();
+        let mut kept = json!({
+            "provider": turn.provider,
+            "model": turn.model,
+            "inputTokens": turn.input_tokens,
+            "outputTokens": turn.output_tokens,
+            "startMs": turn.start_us as f64 / 1000.0,
+            "durationMs": end_us.saturating_sub(turn.start_us) as f64 / 1000.0,
+        });
+        match turn.outcome {
+            Ok(stop) => kept["stop"] = json!(stop),
+            Err(error) => kept["error"] = json!(error),
+        }
+        self.turns.lock().push(kept);
+    }
+
+    /// Keeps a log event of the run (the first [`MAX_LOGS`]; the rest are counted).
+    pub fn log(&self, event: &Arc<Value>) {
+        let mut logs = self.logs.lock();
+        if logs.0.len() < MAX_LOGS {
+            logs.0.push(event.clone());
+        } else {
+            logs.1 += 1;
+        }
+    }
+
+    /// The model calls in the order they ended, and their tokens in all.
+    pub fn turns_json(&self) -> Option<(Value, Value)> {
+        let turns = self.turns.lock();
+        if turns.is_empty() {
+            return None;
+        }
+        let sum = |key: &str| {
+            turns
+                .iter()
+                .map(|t| t[key].as_u64().unwrap_or(0))
+                .sum::<u64>()
+        };
+        let tokens = json!({ "input": sum("inputTokens"), "output": sum("outputTokens") });
+        Some((Value::Array(turns.clone()), tokens))
+    }
+
+    /// The log events kept and how many more were left out.
+    pub fn logs_json(&self) -> Option<(Value, usize)> {
+        let logs = self.logs.lock();
+        if logs.0.is_empty() {
+            return None;
+        }
+        let kept = logs.0.iter().map(|e| (**e).clone()).collect();
+        Some((Value::Array(kept), logs.1))
     }
 
     /// The entries in the order they started (outer layers before the ones they wrap), each

@@ -216,8 +216,22 @@ impl RunRecord {
             detail["level"] = Value::String("project".into());
         }
         let notable = ended.status != Status::Ok || ended.duration >= SLOW;
-        if let Some(entries) = self.entries.filter(|_| notable || self.keep_entries) {
-            detail["entries"] = entries.to_json();
+        if let Some(gathered) = &self.entries {
+            // What the run cost in tokens is always kept; its onion and logs for the runs
+            // worth reading.
+            if let Some((turns, tokens)) = gathered.turns_json() {
+                detail["turns"] = turns;
+                detail["tokens"] = tokens;
+            }
+            if notable || self.keep_entries {
+                detail["entries"] = gathered.to_json();
+                if let Some((logs, left_out)) = gathered.logs_json() {
+                    detail["logs"] = logs;
+                    if left_out > 0 {
+                        detail["logsLeftOut"] = json!(left_out);
+                    }
+                }
+            }
         }
         StoredRun {
             seq: 0,

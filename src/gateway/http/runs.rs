@@ -105,8 +105,9 @@ pub async fn show(
         && Caller::principal(caller.as_ref()).kind() == PrincipalKind::Key
         && let Value::Object(fields) = &mut shown
     {
-        fields.remove("error");
-        fields.remove("entries");
+        for inside in ["error", "entries", "logs", "logsLeftOut", "turns"] {
+            fields.remove(inside);
+        }
     }
     Ok(Json(shown))
 }

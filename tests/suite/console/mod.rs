@@ -3,4 +3,4 @@
 
 mod browser;
 mod pages;
-mod support;
+pub(crate) mod support;

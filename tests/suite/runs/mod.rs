@@ -2,6 +2,7 @@
 //! over HTTP with who may see them and what is redacted (`doors`), retries and the live stream
 //! (`retry`), dead letters listed and replayed (`dead`), and `skillgate runs` (`cli`).
 
+mod agent;
 mod cli;
 mod dead;
 mod doors;

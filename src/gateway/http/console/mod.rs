@@ -283,8 +283,9 @@ async fn run_page(
         && login.key.is_some()
         && let Value::Object(fields) = &mut shown
     {
-        fields.remove("error");
-        fields.remove("entries");
+        for inside in ["error", "entries", "logs", "logsLeftOut", "turns"] {
+            fields.remove(inside);
+        }
     }
     page(StatusCode::OK, pages::run(&viewer, &shown), cookie)
 }

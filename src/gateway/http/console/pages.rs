@@ -180,6 +180,9 @@ pub fn run(viewer: &Viewer, run: &Value) -> Markup {
                 @if let Some(event) = run["event"].as_str() {
                     dt { "event" } dd { code { (event) } }
                 }
+                @if run["tokens"].is_object() {
+                    dt { "tokens" } dd #tokens { (run["tokens"]["input"]) " in, " (run["tokens"]["output"]) " out" }
+                }
             }
             @if viewer.admin {
                 form method="post" action=(format!("/console/runs/{id}/retry")) {
@@ -195,6 +198,33 @@ pub fn run(viewer: &Viewer, run: &Value) -> Markup {
             @match run["entries"].as_array() {
                 Some(entries) if !entries.is_empty() => { (waterfall(entries, run["durationMs"].as_f64().unwrap_or(0.0))) }
                 _ => { p.empty { "The chain's timings are kept for runs that failed or took a second or more, and a sampled share of the others (" code { "--runs-detail-sample" } ")." } }
+            }
+            @if let Some(turns) = run["turns"].as_array() {
+                h2 { "Model calls" }
+                table.turns #turns {
+                    thead { tr { th { "provider" } th { "model" } th.num { "tokens in" } th.num { "tokens out" } th.num { "ms" } th { "ended" } } }
+                    tbody {
+                        @for turn in turns {
+                            tr {
+                                td { (turn["provider"].as_str().unwrap_or("")) }
+                                td { (turn["model"].as_str().unwrap_or("")) }
+                                td.num { (turn["inputTokens"]) }
+                                td.num { (turn["outputTokens"]) }
+                                td.num { (format!("{:.1}", turn["durationMs"].as_f64().unwrap_or(0.0))) }
+                                td { (turn["stop"].as_str().or(turn["error"].as_str()).unwrap_or("")) }
+                            }
+                        }
+                    }
+                }
+            }
+            @if let Some(logs) = run["logs"].as_array() {
+                h2 { "Logs" }
+                ol.logs #logs {
+                    @for log in logs {
+                        li { span.level { (log["level"].as_str().unwrap_or("")) } " " (log["text"].as_str().map_or_else(|| log.to_string(), str::to_string)) }
+                    }
+                }
+                @if let Some(more) = run["logsLeftOut"].as_u64() { p.note { (more) " more left out." } }
             }
             h2 { "Args" }
             @if run["redacted"] == true { p.note { "Fields marked secret were redacted." } }
