@@ -60,6 +60,7 @@ pub mod events;
 pub mod failure;
 pub mod gateway;
 pub mod kernel;
+pub mod markdown;
 pub mod mcp;
 pub mod middleware;
 pub mod model_usage;

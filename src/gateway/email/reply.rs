@@ -117,25 +117,10 @@ pub fn build(
         .map_err(|e| format!("building the answer: {e}"))
 }
 
-/// Markdown to HTML. The text comes from mail and skills, so raw HTML in it is shown as text,
-/// never taken as markup, and what the markdown makes is cleaned by ammonia (links only to
-/// http, https and mailto; no scripts, forms, styles or event handlers).
+/// Markdown to an HTML document. The text comes from mail and skills, so it is made safe the
+/// way [`crate::markdown::to_html`] makes it.
 pub fn to_html(markdown: &str) -> String {
-    use pulldown_cmark::{Event, Options, Parser};
-    let parser = Parser::new_ext(
-        markdown,
-        Options::ENABLE_STRIKETHROUGH | Options::ENABLE_TABLES,
-    )
-    .map(|event| match event {
-        Event::Html(raw) | Event::InlineHtml(raw) => Event::Text(raw),
-        other => other,
-    });
-    let mut body = String::new();
-    pulldown_cmark::html::push_html(&mut body, parser);
-    let clean = ammonia::Builder::default()
-        .url_schemes(["http", "https", "mailto"].into())
-        .clean(&body)
-        .to_string();
+    let clean = crate::markdown::to_html(markdown);
     format!("<!doctype html><html><body>{clean}</body></html>")
 }
 

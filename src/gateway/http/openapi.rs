@@ -27,6 +27,95 @@ fn text<'a>(v: &'a Value, key: &str) -> &'a str {
     v.get(key).and_then(Value::as_str).unwrap_or("")
 }
 
+/// One line of markdown as inline HTML (its paragraph's tags left off).
+fn inline(markdown: &str) -> String {
+    let html = crate::markdown::to_html(markdown);
+    let html = html.trim();
+    html.strip_prefix("<p>")
+        .and_then(|h| h.strip_suffix("</p>"))
+        .unwrap_or(html)
+        .to_string()
+}
+
+/// The docs page with the project's skills listed (`skills`, `None` when they are not shown to
+/// this visitor), each linking to its "try it" form in the console.
+pub fn docs_with_skills(skills: Option<&[std::sync::Arc<crate::skills::tool::Tool>]>) -> String {
+    let page = docs_page();
+    let base = page.trim_end().trim_end_matches("</body></html>");
+    let mut html = String::with_capacity(page.len() + 4096);
+    html.push_str(base);
+    html.push_str("<h2 id=\"skills\">Skills</h2>");
+    match skills {
+        None => html.push_str(
+            "<p>The skills a key may invoke are listed for that key at <a href=\"/openapi.json\">/openapi.json</a> and in the <a href=\"/console/skills\">console</a>.</p>",
+        ),
+        Some([]) => html.push_str("<p>The project has no skill a caller may invoke.</p>"),
+        Some(tools) => {
+            for tool in tools {
+                skill_section(&mut html, tool);
+            }
+        }
+    }
+    html.push_str("</body></html>\n");
+    html
+}
+
+fn skill_section(html: &mut String, tool: &crate::skills::tool::Tool) {
+    let name = esc(&tool.name);
+    let _ = write!(
+        html,
+        "<div class=\"op\" id=\"skill-{name}\"><h3><code>{name}</code></h3>{description}",
+        description = crate::markdown::to_html(&tool.description),
+    );
+    let params = tool.params();
+    let properties = params
+        .and_then(|p| p.get("properties"))
+        .and_then(Value::as_object);
+    let required: Vec<&str> = params
+        .and_then(|p| p.get("required"))
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    match properties {
+        Some(properties) if !properties.is_empty() => {
+            html.push_str(
+                "<table><tr><th>param</th><th>type</th><th>required</th><th>description</th></tr>",
+            );
+            for (param, field) in properties {
+                let _ = write!(
+                    html,
+                    "<tr><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                    esc(param),
+                    esc(&field.get("type").map_or_else(String::new, |t| t
+                        .as_str()
+                        .map_or_else(|| t.to_string(), str::to_string))),
+                    if required.contains(&param.as_str()) {
+                        "yes"
+                    } else {
+                        ""
+                    },
+                    inline(text(field, "description")),
+                );
+            }
+            html.push_str("</table>");
+        }
+        _ => html.push_str("<p>No params.</p>"),
+    }
+    if let Some(returns) = tool.metadata.get("returns").filter(|r| !r.is_null()) {
+        let _ = write!(
+            html,
+            "<p>Returns:</p><pre>{}</pre>",
+            esc(&serde_json::to_string_pretty(returns).unwrap_or_default())
+        );
+    }
+    let _ = write!(
+        html,
+        "<p><a href=\"/console/skills/{name}\">Try it in the console</a> · <code>POST /invoke/{name}</code></p></div>"
+    );
+}
+
 /// The HTML docs page.
 pub fn docs_page() -> &'static str {
     static PAGE: OnceLock<String> = OnceLock::new();
@@ -44,11 +133,11 @@ fn render(doc: &Value) -> String {
          .op{{border:1px solid #ddd;border-radius:6px;padding:.5rem 1rem;margin:1rem 0}}\
          .m{{font-weight:bold;text-transform:uppercase;margin-right:.5rem}}table{{border-collapse:collapse}}\
          td,th{{border:1px solid #ddd;padding:.2rem .5rem;text-align:left}}</style></head><body>\
-         <h1>{title} <small>{version}</small></h1><p>{description}</p>\
+         <h1>{title} <small>{version}</small></h1>{description}\
          <p>The machine-readable document: <a href=\"/openapi.yaml\">/openapi.yaml</a> (OpenAPI {openapi}).</p>",
         title = esc(text(&info, "title")),
         version = esc(text(&info, "version")),
-        description = esc(text(&info, "description")),
+        description = crate::markdown::to_html(text(&info, "description")),
         openapi = esc(text(doc, "openapi")),
     );
     html.push_str("<h2>Operations</h2>");
@@ -70,7 +159,7 @@ fn render(doc: &Value) -> String {
         let _ = write!(
             html,
             "<tr id=\"problem-{slug}\"><td><code>/docs#problem-{slug}</code></td><td>{status}</td><td>{}</td></tr>",
-            esc(meaning)
+            inline(meaning)
         );
     }
     html.push_str("</table></body></html>\n");
@@ -80,12 +169,12 @@ fn render(doc: &Value) -> String {
 fn render_operation(html: &mut String, doc: &Value, path: &str, method: &str, op: &Value) {
     let _ = write!(
         html,
-        "<div class=\"op\" id=\"{id}\"><h3><span class=\"m\">{method}</span><code>{path}</code></h3><p><b>{summary}</b></p><p>{description}</p>",
+        "<div class=\"op\" id=\"{id}\"><h3><span class=\"m\">{method}</span><code>{path}</code></h3><p><b>{summary}</b></p>{description}",
         id = esc(text(op, "operationId")),
         method = esc(method),
         path = esc(path),
-        summary = esc(text(op, "summary")),
-        description = esc(text(op, "description")),
+        summary = inline(text(op, "summary")),
+        description = crate::markdown::to_html(text(op, "description")),
     );
     if let Some(Value::Array(params)) = op.get("parameters") {
         html.push_str("<table><tr><th>parameter</th><th>in</th><th>description</th></tr>");
@@ -96,7 +185,7 @@ fn render_operation(html: &mut String, doc: &Value, path: &str, method: &str, op
                 "<tr><td><code>{}</code></td><td>{}</td><td>{}</td></tr>",
                 esc(text(p, "name")),
                 esc(text(p, "in")),
-                esc(text(p, "description"))
+                inline(text(p, "description"))
             );
         }
         html.push_str("</table>");
@@ -109,7 +198,7 @@ fn render_operation(html: &mut String, doc: &Value, path: &str, method: &str, op
                 html,
                 "<tr><td>{}</td><td>{}</td></tr>",
                 esc(status),
-                esc(text(response, "description"))
+                inline(text(response, "description"))
             );
         }
         html.push_str("</table>");

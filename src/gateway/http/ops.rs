@@ -131,8 +131,22 @@ pub async fn asyncapi_yaml() -> Response {
 pub const ASYNCAPI: &str = include_str!("../../../asyncapi.yaml");
 
 /// The docs page, rendered from the OpenAPI document.
-pub async fn docs() -> Response {
-    Html(openapi::docs_page()).into_response()
+/// `GET /docs`: the API, and the project's skills when keys are off (the local caller's; with
+/// keys on `/docs` is public, and which skills exist is for keys to know).
+pub async fn docs(State(state): State<AppState>) -> Response {
+    if !state.config.keys.is_empty() {
+        return Html(openapi::docs_with_skills(None)).into_response();
+    }
+    let index = state.gateway.kernel.registry().current();
+    let scope = crate::gateway::keys::Caller::scope(None);
+    let mut tools: Vec<_> = state
+        .policy
+        .listing(&index, scope, false)
+        .into_iter()
+        .cloned()
+        .collect();
+    tools.sort_by(|a, b| a.name.cmp(&b.name));
+    Html(openapi::docs_with_skills(Some(&tools))).into_response()
 }
 
 pub async fn not_found(uri: Uri) -> Response {

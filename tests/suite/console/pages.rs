@@ -197,3 +197,76 @@ async fn an_admin_retries_a_run_from_its_page_and_is_shown_the_new_run() {
     assert!(html.contains(&format!("/console/runs/{old}")), "{html}");
     assert!(html.contains("Hello, Ada!"), "{html}");
 }
+
+#[tokio::test]
+async fn a_skill_is_tried_from_its_console_page_as_the_login_and_its_run_recorded() {
+    let project = project();
+    project.skill(
+        "secret.skill.md",
+        "---\nname: secret\ndescription: Not for narrow keys.\n---\nsecret",
+    );
+    let server = TestServer::start(project, with_keys()).await;
+    let mut narrow = Visitor::new(&server);
+    narrow.log_in("sg_narrow_key").await;
+    let list = narrow.page("/console/skills").await;
+    assert!(list.contains("/console/skills/hello"), "{list}");
+    assert!(
+        !list.contains("/console/skills/secret"),
+        "outside the key's scope: {list}"
+    );
+    assert_eq!(narrow.get("/console/skills/secret").await.status(), 404);
+    let form = narrow.page("/console/skills/hello").await;
+    assert!(
+        form.contains("<code>name</code>"),
+        "the params are listed: {form}"
+    );
+    let token = csrf(&form);
+    let response = narrow
+        .post(
+            "/console/skills/hello/try",
+            &[("csrf", &token), ("args", r#"{"name": "Ada"}"#)],
+            &[],
+        )
+        .await;
+    assert_eq!(response.status(), 200);
+    let answered = response.text().await.unwrap();
+    assert!(answered.contains("Hello, Ada!"), "{answered}");
+    let response = narrow
+        .post(
+            "/console/skills/hello/try",
+            &[("csrf", &token), ("args", "{name")],
+            &[],
+        )
+        .await;
+    assert_eq!(response.status(), 400);
+    assert!(response.text().await.unwrap().contains("not JSON"));
+    let response = narrow
+        .post(
+            "/console/skills/secret/try",
+            &[("csrf", &token), ("args", "{}")],
+            &[],
+        )
+        .await;
+    assert_eq!(response.status(), 404);
+    let response = narrow
+        .post(
+            "/console/skills/hello/try",
+            &[("args", r#"{"name": "Ada"}"#)],
+            &[],
+        )
+        .await;
+    assert_eq!(response.status(), 403, "no CSRF token, no run");
+    server.kernel.bus().runs().settled_at_least(1).await;
+    let page: serde_json::Value = server
+        .get_as("sg_ops_key", "/runs?door=console")
+        .await
+        .json()
+        .await
+        .unwrap();
+    let runs = page["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 1, "{page}");
+    assert_eq!(
+        (&runs[0]["principal"], &runs[0]["skill"], &runs[0]["status"]),
+        (&json!("key:narrow"), &json!("hello"), &json!("ok"))
+    );
+}

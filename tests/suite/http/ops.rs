@@ -207,6 +207,34 @@ fn collect_refs(value: &Value, out: &mut Vec<String>) {
 }
 
 #[tokio::test]
+async fn the_docs_page_renders_markdown_and_lists_the_skills_only_with_keys_off() {
+    let server = TestServer::start(project(), config()).await;
+    let page = server.get("/docs").await.text().await.unwrap();
+    // Backticks in the descriptions are code, not raw text.
+    assert!(
+        page.contains("<code>Idempotency-Key</code>"),
+        "markdown is rendered"
+    );
+    assert!(!page.contains("`Idempotency-Key`"), "no raw backticks");
+    let skill = "hello";
+    assert!(
+        page.contains(&format!("id=\"skill-{skill}\"")),
+        "the skill is listed"
+    );
+    assert!(
+        page.contains(&format!("href=\"/console/skills/{skill}\"")),
+        "with its try-it form"
+    );
+    let keyed = TestServer::start(project(), crate::support::server::with_keys()).await;
+    let page = keyed.get("/docs").await.text().await.unwrap();
+    assert!(page.contains("id=\"skills\""));
+    assert!(
+        !page.contains(&format!("id=\"skill-{skill}\"")),
+        "which skills exist is for keys"
+    );
+}
+
+#[tokio::test]
 async fn the_docs_page_renders_every_operation_and_problem_type() {
     let mut server = TestServer::start(project(), config()).await;
     let page = server.get("/docs").await;

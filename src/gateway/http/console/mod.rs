@@ -6,6 +6,7 @@
 
 mod login;
 mod pages;
+mod skills;
 
 use axum::Router;
 use axum::extract::rejection::QueryRejection;
@@ -49,6 +50,9 @@ pub fn routes() -> Router<AppState> {
         .route("/console/dead", get(dead_page))
         .route("/console/dead/{id}/replay", post(replay))
         .route("/console/stream", get(stream))
+        .route("/console/skills", get(skills::list))
+        .route("/console/skills/{name}", get(skills::show))
+        .route("/console/skills/{name}/try", post(skills::try_it))
         .route("/console/console.css", get(css))
         .route("/console/live.js", get(script))
 }

@@ -32,6 +32,7 @@ pub fn layout(title: &str, viewer: Option<&Viewer>, body: Markup) -> Markup {
                     @if let Some(viewer) = viewer {
                         nav {
                             a href="/console" { "Runs" }
+                            a href="/console/skills" { "Skills" }
                             @if viewer.admin {
                                 a href="/console/dead" { "Dead letters" }
                             }
