@@ -94,7 +94,7 @@ async fn run_entry(served: &Context, entry: &Entry) -> Result<Ran> {
     };
     times.done(
         (entry.name.clone(), kind),
-        (served.tool_name(), served.depth()),
+        (served.created_for(), served.depth()),
         start,
         ran.is_ok(),
     );

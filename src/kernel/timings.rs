@@ -40,7 +40,9 @@ pub fn current() -> Option<Arc<EntryTimes>> {
 struct Timed {
     name: Arc<str>,
     kind: &'static str,
-    skill: String,
+    /// The skill whose chain it is (its name read when the entries are shown: a reference
+    /// count here, not a copy of the name, on every entry of every run).
+    skill: Arc<crate::skills::tool::Tool>,
     depth: u32,
     start_us: u64,
     end_us: u64,
@@ -63,7 +65,8 @@ impl Default for EntryTimes {
     fn default() -> Self {
         EntryTimes {
             started: Instant::now(),
-            entries: Mutex::new(Vec::new()),
+            // A small run's chain (its layers and body) fits without growing.
+            entries: Mutex::new(Vec::with_capacity(8)),
             turns: Mutex::new(Vec::new()),
             logs: Mutex::new((Vec::new(), 0)),
         }
@@ -93,7 +96,7 @@ impl EntryTimes {
     pub(crate) fn done(
         &self,
         (name, kind): (Arc<str>, &'static str),
-        (skill, depth): (&str, u32),
+        (skill, depth): (&Arc<crate::skills::tool::Tool>, u32),
         start_us: u64,
         ok: bool,
     ) {
@@ -101,7 +104,7 @@ impl EntryTimes {
         self.entries.lock().push(Timed {
             name,
             kind,
-            skill: skill.to_string(),
+            skill: skill.clone(),
             depth,
             start_us,
             end_us,
@@ -175,7 +178,7 @@ impl EntryTimes {
                     json!({
                         "name": &*e.name,
                         "kind": e.kind,
-                        "skill": e.skill,
+                        "skill": e.skill.name,
                         "depth": e.depth,
                         "startMs": e.start_us as f64 / 1000.0,
                         "durationMs": (e.end_us - e.start_us) as f64 / 1000.0,

@@ -20,7 +20,7 @@ use crate::events::store::EventStore;
 /// Runs waiting to be written; past it they are dropped (and counted).
 const QUEUE: usize = 8192;
 /// Runs written in one transaction at most.
-const BATCH: usize = 256;
+const BATCH: usize = 1024;
 /// How long the writer gathers runs after the first of a batch: a few larger transactions cost
 /// the store far less than one a run (the record may lag this much behind the runs).
 const LINGER: Duration = Duration::from_millis(50);
