@@ -25,6 +25,23 @@ pub struct Telemetry {
     provider: Option<SdkTracerProvider>,
 }
 
+/// Whether spans are exported (OTLP is configured and its exporter started).
+static EXPORTING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The W3C trace id (32 hex digits) of the current span while spans are exported, so a record
+/// can name the trace an operator finds in the tracing backend.
+pub fn trace_id() -> Option<String> {
+    use opentelemetry::trace::TraceContextExt;
+    use tracing_opentelemetry::OpenTelemetrySpanExt;
+    if !EXPORTING.load(std::sync::atomic::Ordering::Relaxed) {
+        return None;
+    }
+    let context = tracing::Span::current().context();
+    let span = context.span();
+    let span = span.span_context();
+    span.is_valid().then(|| span.trace_id().to_string())
+}
+
 /// Where the per-invocation and per-entry spans come from.
 const KERNEL_SPANS: &str = "skillgate::kernel";
 
@@ -95,6 +112,7 @@ pub fn init(format: LogFormat, default_filter: &str) -> Telemetry {
     for error in errors {
         tracing::warn!("{error}");
     }
+    EXPORTING.store(provider.is_some(), std::sync::atomic::Ordering::Relaxed);
     Telemetry { provider }
 }
 

@@ -247,6 +247,7 @@ impl Gateway {
         );
         record.tool = tool;
         record.parent = parent;
+        record.trace = crate::telemetry::trace_id();
         record.project_level = inbound.authority.level == Level::Project;
         runs.started(&record);
         Some(record)

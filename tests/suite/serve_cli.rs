@@ -176,6 +176,33 @@ async fn spans_for_the_request_the_invocation_and_each_chain_entry_reach_the_otl
         .await
         .unwrap();
     assert_eq!(response.status(), 200);
+    // The run's record names its trace.
+    let recorded = tokio::time::timeout(std::time::Duration::from_secs(30), async {
+        loop {
+            let page: Value = crate::support::common::http_client()
+                .get(served.url("/runs"))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            if let Some(run) = page["runs"].as_array().and_then(|r| r.first()) {
+                let id = run["id"].as_str().unwrap().to_string();
+                return crate::support::common::http_client()
+                    .get(served.url(&format!("/runs/{id}")))
+                    .send()
+                    .await
+                    .unwrap()
+                    .json::<Value>()
+                    .await
+                    .unwrap();
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("the run is recorded");
     let (code, rest) = served.stop();
     assert_eq!(code, Some(0), "{rest:?}");
     // The exporter flushes at exit.
@@ -196,6 +223,11 @@ async fn spans_for_the_request_the_invocation_and_each_chain_entry_reach_the_otl
         "the invocation is in the request's trace"
     );
     assert_eq!(trace_of("execute"), request, "chain entries are too");
+    assert_eq!(
+        recorded["trace"],
+        json!(request),
+        "the runs record names the trace"
+    );
     assert_eq!(trace_of("validate-args"), request);
     let service = batches[0]["resourceSpans"][0]["resource"]["attributes"]
         .as_array()

@@ -90,6 +90,8 @@ pub struct RunRecord {
     pub event: Option<String>,
     /// The run this one repeats (a retry).
     pub parent: Option<String>,
+    /// The W3C trace id of the request that started it, while spans are exported.
+    pub trace: Option<String>,
     /// The run was named by project code serving its principal (a route the project declared,
     /// a schedule), not by the principal itself: a retry repeats it at that level.
     pub project_level: bool,
@@ -128,6 +130,7 @@ impl RunRecord {
             keep_entries: false,
             event: None,
             parent: None,
+            trace: None,
             project_level: false,
             started_ms: now_ms() as i64,
             started: Instant::now(),
@@ -214,6 +217,9 @@ impl RunRecord {
         }
         if self.project_level {
             detail["level"] = Value::String("project".into());
+        }
+        if let Some(trace) = self.trace {
+            detail["trace"] = Value::String(trace);
         }
         let notable = ended.status != Status::Ok || ended.duration >= SLOW;
         if let Some(gathered) = &self.entries {

@@ -181,6 +181,9 @@ pub fn run(viewer: &Viewer, run: &Value) -> Markup {
                 @if let Some(event) = run["event"].as_str() {
                     dt { "event" } dd { code { (event) } }
                 }
+                @if let Some(trace) = run["trace"].as_str() {
+                    dt { "trace" } dd { code { (trace) } }
+                }
                 @if run["tokens"].is_object() {
                     dt { "tokens" } dd #tokens { (run["tokens"]["input"]) " in, " (run["tokens"]["output"]) " out" }
                 }
