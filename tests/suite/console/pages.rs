@@ -270,3 +270,40 @@ async fn a_skill_is_tried_from_its_console_page_as_the_login_and_its_run_recorde
         (&json!("key:narrow"), &json!("hello"), &json!("ok"))
     );
 }
+
+#[tokio::test]
+async fn an_admin_sees_each_doors_health_the_schedules_and_the_subscriptions() {
+    let server = TestServer::start(project(), with_keys()).await;
+    server
+        .kernel
+        .invoke(
+            "schedule-create",
+            json!({ "name": "nightly", "ref": "hello", "every": "1h", "args": { "name": "Night" } }),
+            skillgate::InvokeOptions::default(),
+        )
+        .await
+        .unwrap();
+    // A subscription `event-subscribe` keeps.
+    server
+        .kernel
+        .bus()
+        .store()
+        .put_subscription("deploys", "handler:hello", r#"{"ref":"hello","args":null}"#)
+        .await
+        .unwrap();
+    let mut admin = Visitor::new(&server);
+    admin.log_in("sg_ops_key").await;
+    let html = admin.page("/console/status").await;
+    assert!(
+        html.contains("class=\"door-ready\"><td>http</td>"),
+        "{html}"
+    );
+    assert!(html.contains("<td>nightly</td><td>hello</td>"), "{html}");
+    assert!(
+        html.contains("<td>deploys</td><td>handler:hello</td><td>hello</td>"),
+        "{html}"
+    );
+    let mut ci = Visitor::new(&server);
+    ci.log_in("sg_ci_key").await;
+    assert_eq!(ci.get("/console/status").await.status(), 403);
+}

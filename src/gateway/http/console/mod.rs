@@ -7,6 +7,7 @@
 mod login;
 mod pages;
 mod skills;
+mod status;
 
 use axum::Router;
 use axum::extract::rejection::QueryRejection;
@@ -50,6 +51,7 @@ pub fn routes() -> Router<AppState> {
         .route("/console/dead", get(dead_page))
         .route("/console/dead/{id}/replay", post(replay))
         .route("/console/stream", get(stream))
+        .route("/console/status", get(status::show))
         .route("/console/skills", get(skills::list))
         .route("/console/skills/{name}", get(skills::show))
         .route("/console/skills/{name}/try", post(skills::try_it))

@@ -35,6 +35,7 @@ pub fn layout(title: &str, viewer: Option<&Viewer>, body: Markup) -> Markup {
                             a href="/console/skills" { "Skills" }
                             @if viewer.admin {
                                 a href="/console/dead" { "Dead letters" }
+                                a href="/console/status" { "Status" }
                             }
                         }
                         span.who { (viewer.principal) @if viewer.admin { " (admin)" } }
