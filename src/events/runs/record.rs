@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use crate::context::id::now_ms;
 use crate::error::SkillError;
 use crate::events::records::StoredRun;
-use crate::events::runs::redact::redact;
+use crate::events::runs::redact::redact_in_place;
 use crate::failure::Failure;
 use crate::kernel::timings::EntryTimes;
 use crate::skills::tool::Tool;
@@ -191,11 +191,13 @@ impl RunRecord {
             .params
             .as_ref()
             .or_else(|| self.tool.as_ref().and_then(|t| t.params()));
-        let (args, args_redacted) = redact(&self.args, schema);
+        // The record owns what it redacts: in place, not copied.
+        let mut args = self.args;
+        let args_redacted = redact_in_place(&mut args, schema);
         let (args, args_cut) = capped(&args, max_bytes);
-        let (result, result_cut) = match &ended.result {
-            Some(result) => {
-                let (result, _) = redact(result, None);
+        let (result, result_cut) = match ended.result {
+            Some(mut result) => {
+                redact_in_place(&mut result, None);
                 let (text, cut) = capped(&result, max_bytes);
                 (Some(text), cut)
             }

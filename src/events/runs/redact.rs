@@ -30,8 +30,13 @@ fn secret(schema: &Value) -> bool {
 /// anything was.
 pub fn redact(value: &Value, schema: Option<&Value>) -> (Value, bool) {
     let mut out = value.clone();
-    let redacted = walk(&mut out, schema);
+    let redacted = redact_in_place(&mut out, schema);
     (out, redacted)
+}
+
+/// [`redact`] on a value the caller owns; whether anything was redacted.
+pub fn redact_in_place(value: &mut Value, schema: Option<&Value>) -> bool {
+    walk(value, schema)
 }
 
 fn walk(value: &mut Value, schema: Option<&Value>) -> bool {
