@@ -7,7 +7,7 @@ use std::sync::Arc;
 use clap::Subcommand;
 use serde_json::{Value, json};
 
-use crate::cli::FAILED;
+use crate::cli::done;
 use crate::cli::remote::Remote;
 use crate::events::EventStore;
 use crate::events::dead;
@@ -101,14 +101,4 @@ fn replayed(letter: &Value) {
         letter["topic"].as_str().unwrap_or("?"),
         letter["queue"].as_str().unwrap_or("?"),
     );
-}
-
-fn done(outcome: Result<(), String>) -> ExitCode {
-    match outcome {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(err) => {
-            eprintln!("error: {err}");
-            ExitCode::from(FAILED)
-        }
-    }
 }

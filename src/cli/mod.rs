@@ -143,6 +143,17 @@ impl Cli {
     }
 }
 
+/// The exit of a command that printed its answer, or says what went wrong.
+pub(crate) fn done(outcome: Result<(), String>) -> ExitCode {
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err}");
+            ExitCode::from(FAILED)
+        }
+    }
+}
+
 /// Log settings for `-q` / `-v` counts: errors only, warn (default), info, debug, trace.
 pub fn log_config(quiet: bool, verbose: u8) -> LogConfig {
     let level = match (quiet, verbose) {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use clap::{Args, Subcommand};
 use serde_json::Value;
 
-use crate::cli::FAILED;
+use crate::cli::done;
 use crate::cli::remote::{Remote, param};
 use crate::events::EventStore;
 use crate::events::runs::{self, RunsQuery};
@@ -124,16 +124,6 @@ pub async fn retry_here(
 
 fn segment(id: &str) -> String {
     percent_encoding::utf8_percent_encode(id, percent_encoding::NON_ALPHANUMERIC).to_string()
-}
-
-fn done(outcome: Result<(), String>) -> ExitCode {
-    match outcome {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(err) => {
-            eprintln!("error: {err}");
-            ExitCode::from(FAILED)
-        }
-    }
 }
 
 async fn list(store: Arc<dyn EventStore>, args: &ListArgs) -> Result<(), String> {

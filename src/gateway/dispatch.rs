@@ -51,6 +51,33 @@ pub struct Inbound {
     pub session: Option<String>,
 }
 
+impl Inbound {
+    /// A plain call of `skill` from `transport`: no request fields, no reply address, no
+    /// announcement, no stream, no conversation.
+    pub fn call(
+        transport: &'static str,
+        skill: &str,
+        authority: crate::kernel::authority::Authority,
+        args: Value,
+        timeout: Duration,
+    ) -> Inbound {
+        Inbound {
+            transport,
+            skill: ToolRef::Name(Arc::from(skill)),
+            authority,
+            args,
+            request: Map::new(),
+            request_id: id::format(id::next_id()),
+            reply_to: Value::Null,
+            announce: None,
+            follow: false,
+            timeout: Some(timeout),
+            duplex: false,
+            session: None,
+        }
+    }
+}
+
 /// A running dispatch: read `parts` until [`ReplyPart::Done`]. Dropping it aborts the run
 /// (the client went away).
 #[derive(Debug)]

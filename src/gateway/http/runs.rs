@@ -9,8 +9,7 @@ use axum::Json;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
-use serde_json::{Map, Value, json};
-use std::sync::Arc;
+use serde_json::{Value, json};
 
 use crate::context::id::now_ms;
 use crate::events::KernelBus;
@@ -21,7 +20,6 @@ use crate::gateway::http::invoke::respond;
 use crate::gateway::http::state::AppState;
 use crate::gateway::keys::Caller;
 use crate::gateway::principal;
-use crate::kernel::ToolRef;
 use crate::kernel::authority::{Authority, Keys, PrincipalKind};
 
 /// Whose runs `caller` may see: `None` for everyone's (admin), or its own principal's.
@@ -179,21 +177,14 @@ pub(super) async fn start_retry(
     } else {
         Authority::caller(principal)
     };
-    let request_id = crate::context::id::format(crate::context::id::next_id());
-    let inbound = Inbound {
-        transport: "retry",
-        skill: ToolRef::Name(Arc::from(retry.skill.as_str())),
+    let inbound = Inbound::call(
+        "retry",
+        &retry.skill,
         authority,
-        args: retry.args,
-        request: Map::new(),
-        request_id: request_id.clone(),
-        reply_to: Value::Null,
-        announce: None,
-        follow: false,
-        timeout: Some(state.config.timeout),
-        duplex: false,
-        session: None,
-    };
+        retry.args,
+        state.config.timeout,
+    );
+    let request_id = inbound.request_id.clone();
     Ok(Retrying {
         dispatch: state.gateway.dispatch_retry(inbound, id.to_string()),
         skill: retry.skill,

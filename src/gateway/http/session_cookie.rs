@@ -132,17 +132,22 @@ impl WebSession {
     }
 }
 
-/// The id, period and signature in the request's cookie, if it has the shape of one skillgate
-/// gives; anything else is ignored.
-fn from_cookie(headers: &HeaderMap) -> Option<(String, u64, String)> {
-    let value = headers
+/// The value of the request's cookie `name`, trimmed.
+pub(crate) fn cookie_value(headers: &HeaderMap, name: &str) -> Option<String> {
+    headers
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(name, _)| *name == COOKIE)
-        .map(|(_, value)| value.trim().to_string())?;
+        .find(|(found, _)| *found == name)
+        .map(|(_, value)| value.trim().to_string())
+}
+
+/// The id, period and signature in the request's cookie, if it has the shape of one skillgate
+/// gives; anything else is ignored.
+fn from_cookie(headers: &HeaderMap) -> Option<(String, u64, String)> {
+    let value = cookie_value(headers, COOKIE)?;
     let mut parts = value.split('.');
     let (id, epoch, signature) = (parts.next()?, parts.next()?, parts.next()?);
     let hex = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_hexdigit());

@@ -6,12 +6,12 @@
 
 use std::sync::Arc;
 
-use axum::http::{HeaderMap, HeaderValue, header};
+use axum::http::{HeaderMap, HeaderValue};
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use subtle::ConstantTimeEq;
 
-use crate::gateway::http::session_cookie::{PERIOD_MS, SessionSecrets};
+use crate::gateway::http::session_cookie::{PERIOD_MS, SessionSecrets, cookie_value};
 use crate::gateway::keys::{ApiKey, Caller, KeyRing};
 use crate::kernel::authority::Principal;
 
@@ -93,7 +93,7 @@ pub async fn read(
     headers: &HeaderMap,
     now_ms: u64,
 ) -> Option<Login> {
-    let value = cookie(headers)?;
+    let value = cookie_value(headers, COOKIE)?;
     let mut parts = value.split('.');
     let (name, epoch, expires, nonce, signature) = (
         parts.next()?,
@@ -142,17 +142,6 @@ fn name_of_hex(hex: &str) -> Option<String> {
     String::from_utf8(bytes?).ok()
 }
 
-fn cookie(headers: &HeaderMap) -> Option<String> {
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(name, _)| *name == COOKIE)
-        .map(|(_, value)| value.to_string())
-}
-
 /// The `Set-Cookie` of a login: for the console's paths only, unreadable by script, never sent
 /// from another site's page.
 pub fn set_cookie(value: &str, secure: bool) -> Option<HeaderValue> {
@@ -177,6 +166,7 @@ mod tests {
     use crate::events::Limits;
     use crate::events::memory::MemoryStore;
     use crate::gateway::keys::hash_key;
+    use axum::http::header;
 
     fn ring() -> KeyRing {
         KeyRing::new(vec![

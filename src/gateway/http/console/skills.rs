@@ -17,7 +17,6 @@ use crate::gateway::dispatch::Inbound;
 use crate::gateway::http::state::AppState;
 use crate::gateway::keys::Caller;
 use crate::gateway::reply::gather;
-use crate::kernel::ToolRef;
 use crate::skills::tool::Tool;
 
 /// The skills `caller` may invoke, by name.
@@ -230,21 +229,8 @@ pub async fn try_it(
             );
         }
     };
-    let request_id = crate::context::id::format(crate::context::id::next_id());
-    let inbound = Inbound {
-        transport: "console",
-        skill: ToolRef::Name(Arc::from(tool.name.as_str())),
-        authority: state.policy.authority(&tool, principal.clone()),
-        args,
-        request: Map::new(),
-        request_id,
-        reply_to: Value::Null,
-        announce: None,
-        follow: false,
-        timeout: Some(state.config.timeout),
-        duplex: false,
-        session: None,
-    };
+    let authority = state.policy.authority(&tool, principal.clone());
+    let inbound = Inbound::call("console", &tool.name, authority, args, state.config.timeout);
     let mut dispatch = state.gateway.dispatch(inbound);
     let run_id = dispatch.root_id.clone();
     let gathered = gather(&mut dispatch.parts).await;
