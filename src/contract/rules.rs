@@ -69,6 +69,17 @@ pub async fn every_run_is_recorded_with_the_doors_name_its_status_and_problem<H:
         (broken.status.as_str(), broken.problem.as_deref()),
         ("failed", Some("internal"))
     );
+    assert!(broken.duration_us > 0, "{broken:?}");
+    // A failed run keeps its chain's entries: the onion, with the failing skill's marked.
+    let detail: Value = serde_json::from_str(&broken.detail).unwrap_or_default();
+    let entries = detail["entries"].as_array().cloned().unwrap_or_default();
+    assert!(
+        entries
+            .iter()
+            .any(|e| e["skill"] == "broken" && e["ok"] == false),
+        "the failed run's entries from {}: {detail}",
+        H::NAME
+    );
     assert_eq!(hello.principal, broken.principal);
     h.shutdown().await;
 }
