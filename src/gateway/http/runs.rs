@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 
 use crate::context::id::now_ms;
 use crate::events::KernelBus;
+use crate::events::records::StoredRun;
 use crate::events::runs::{self, RunsQuery};
 use crate::gateway::dispatch::Inbound;
 use crate::gateway::error::{GatewayError, Missing};
@@ -96,18 +97,24 @@ pub async fn show(
     let Some(run) = found else {
         return Err(GatewayError::NotFound(Missing::Run(id)));
     };
-    let mut shown = runs::full(&run);
-    // A key that is not `admin` is told of its own runs what it was told when they ran: not
-    // the server's error message nor the layers and skills inside (hidden ones among them).
-    if own.is_some()
-        && Caller::principal(caller.as_ref()).kind() == PrincipalKind::Key
+    Ok(Json(shown_to(&run, caller.as_ref())))
+}
+
+/// A run as `caller` is shown it. A key that is not `admin` is told of its own runs what it was
+/// told when they ran: not the server's error message, nor the layers, skills, logs and model
+/// calls inside (hidden ones among them).
+pub(super) fn shown_to(run: &StoredRun, caller: Option<&Caller>) -> Value {
+    let mut shown = runs::full(run);
+    let principal = Caller::principal(caller);
+    if principal.kind() == PrincipalKind::Key
+        && !principal.admin()
         && let Value::Object(fields) = &mut shown
     {
         for inside in ["error", "entries", "logs", "logsLeftOut", "turns"] {
             fields.remove(inside);
         }
     }
-    Ok(Json(shown))
+    shown
 }
 
 /// `POST /runs/{id}/retry`: runs the recorded run again as a new run linked to it (`parent`),

@@ -13,12 +13,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use fantoccini::{Client, ClientBuilder, Locator};
-use serde_json::{Value, json};
-use skillgate::events::memory::MemoryStore;
-use skillgate::events::{Bus, BusConfig, Event, KernelBus, Limits, WithBus};
+use serde_json::json;
+use skillgate::events::{Event, KernelBus};
 
-use crate::support::common::{Project, native};
-use crate::support::server::{TestServer, with_keys};
+use crate::support::common::Project;
+use crate::support::server::TestServer;
 
 /// A hang guard on waits that end only if the console works.
 const GUARD: Duration = Duration::from_secs(30);
@@ -101,36 +100,7 @@ async fn start(broken: Arc<AtomicBool>) -> TestServer {
         "boom.skill.js",
         "export const frontmatter = { description: 'Fails.' };\nexport default async () => { throw new Error('the database is down'); };\n",
     );
-    let store = Arc::new(MemoryStore::new(Limits {
-        delivery_limit: 2,
-        ..Limits::default()
-    }));
-    let bus = Arc::new(Bus::new(
-        store,
-        BusConfig::with_visibility(Duration::from_millis(200)),
-    ));
-    let server = TestServer::start_with(project, with_keys(), move |b| {
-        b.bus(bus).native(native(
-            "name: deployer\ndescription: Deploys.\n",
-            move |_ctx, _args| {
-                let broken = broken.clone();
-                async move {
-                    if broken.load(Ordering::SeqCst) {
-                        return Err(skillgate::SkillError::failed("the cluster is down"));
-                    }
-                    Ok(Some(json!("deployed")))
-                }
-            },
-        ))
-    })
-    .await;
-    server
-        .kernel
-        .bus()
-        .subscribe_handler(&server.kernel, "deploy", "deployer", None, false)
-        .await
-        .unwrap();
-    server
+    crate::runs::dead::start(project, broken).await
 }
 
 /// The rows of the runs list, as their text.
@@ -249,22 +219,7 @@ async fn an_admin_logs_in_sees_a_run_arrive_live_opens_its_waterfall_and_replays
     let mut event = Event::new("deploy", "release");
     event.data = Some(json!({ "version": "1.2.3" }));
     server.kernel.bus().emit(&event).await.unwrap();
-    tokio::time::timeout(GUARD, async {
-        loop {
-            let body: Value = server
-                .get_as("sg_ops_key", "/dead")
-                .await
-                .json()
-                .await
-                .unwrap();
-            if !body["letters"].as_array().unwrap().is_empty() {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    })
-    .await
-    .expect("the event dies");
+    crate::runs::dead::until_dead(&server).await;
     broken.store(false, Ordering::SeqCst);
     browser.goto(&server.url("/console/dead")).await.unwrap();
     let letters = browser.source().await.unwrap();

@@ -15,8 +15,9 @@ use crate::support::server::{TestServer, problem, with_keys};
 
 const GUARD: Duration = Duration::from_secs(30);
 
-/// A server whose `deploy` handler fails while `broken` holds; deliveries are tried twice.
-async fn start(broken: Arc<AtomicBool>) -> TestServer {
+/// A server of `project` (with keys) whose `deploy` handler fails while `broken` holds;
+/// deliveries are tried twice.
+pub(crate) async fn start(project: Project, broken: Arc<AtomicBool>) -> TestServer {
     let store = Arc::new(MemoryStore::new(Limits {
         delivery_limit: 2,
         ..Limits::default()
@@ -25,7 +26,7 @@ async fn start(broken: Arc<AtomicBool>) -> TestServer {
         store,
         BusConfig::with_visibility(Duration::from_millis(200)),
     ));
-    let server = TestServer::start_with(Project::new(), with_keys(), move |b| {
+    let server = TestServer::start_with(project, with_keys(), move |b| {
         b.bus(bus).native(native(
             "name: deployer\ndescription: Deploys.\n",
             move |_ctx, _args| {
@@ -49,6 +50,21 @@ async fn start(broken: Arc<AtomicBool>) -> TestServer {
     server
 }
 
+/// The dead letters once there is one (a hang guard fails the test otherwise).
+pub(crate) async fn until_dead(server: &TestServer) -> Vec<Value> {
+    tokio::time::timeout(GUARD, async {
+        loop {
+            let found = letters(server).await;
+            if !found.is_empty() {
+                return found;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("the event dies after its deliveries")
+}
+
 async fn letters(server: &TestServer) -> Vec<Value> {
     let response = server.get_as("sg_ops_key", "/dead").await;
     assert_eq!(response.status(), 200);
@@ -59,22 +75,12 @@ async fn letters(server: &TestServer) -> Vec<Value> {
 #[tokio::test]
 async fn an_admin_lists_a_dead_letter_and_replays_it_as_a_new_handled_run() {
     let broken = Arc::new(AtomicBool::new(true));
-    let server = start(broken.clone()).await;
+    let server = start(Project::new(), broken.clone()).await;
     let mut event = Event::new("deploy", "release");
     event.data = Some(json!({ "version": "1.2.3" }));
     server.kernel.bus().emit(&event).await.unwrap();
     // Two failed deliveries, then the letter.
-    let found = tokio::time::timeout(GUARD, async {
-        loop {
-            let found = letters(&server).await;
-            if !found.is_empty() {
-                return found;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    })
-    .await
-    .expect("the event dies after its deliveries");
+    let found = until_dead(&server).await;
     assert_eq!(found.len(), 1);
     let letter = &found[0];
     assert_eq!(

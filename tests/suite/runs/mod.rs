@@ -4,7 +4,7 @@
 
 mod agent;
 mod cli;
-mod dead;
+pub(crate) mod dead;
 mod doors;
 mod retry;
 mod store;

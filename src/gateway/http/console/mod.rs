@@ -23,7 +23,7 @@ use crate::context::id::now_ms;
 use crate::events::KernelBus;
 use crate::events::dead;
 use crate::events::runs::{self, RunsQuery};
-use crate::gateway::http::runs::{seen_by, start_retry};
+use crate::gateway::http::runs::{seen_by, shown_to, start_retry};
 use crate::gateway::http::runs_stream;
 use crate::gateway::http::state::AppState;
 use crate::gateway::reply::gather;
@@ -283,16 +283,7 @@ async fn run_page(
             return page(StatusCode::SERVICE_UNAVAILABLE, body, cookie);
         }
     };
-    let mut shown = runs::full(&run);
-    // A key that is not admin reads what the API tells it of its own runs.
-    if own.is_some()
-        && login.key.is_some()
-        && let Value::Object(fields) = &mut shown
-    {
-        for inside in ["error", "entries", "logs", "logsLeftOut", "turns"] {
-            fields.remove(inside);
-        }
-    }
+    let shown = shown_to(&run, login.caller().as_ref());
     page(StatusCode::OK, pages::run(&viewer, &shown), cookie)
 }
 
