@@ -205,6 +205,14 @@ fn main() {
         if std::env::var("SKILLGATE_BENCH_PROFILE").is_ok() {
             // Only the gateway at saturation, for a profiler.
             println!("{:.0} req/s", saturate(gateway, conns, secs).await);
+            let runs = bus.runs();
+            runs.settled().await;
+            println!(
+                "runs record {}: {} recorded, {} dropped",
+                if runs.on() { "on" } else { "off" },
+                runs.written_total(),
+                runs.dropped_total()
+            );
             return;
         }
         let bare_rps = saturate(bare, conns, secs).await;

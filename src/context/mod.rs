@@ -202,11 +202,6 @@ impl Context {
         &self.0.created_for.name
     }
 
-    /// The tool this context was created for (whose name [`Context::tool_name`] is), shared.
-    pub(crate) fn created_for(&self) -> &Arc<Tool> {
-        &self.0.created_for
-    }
-
     pub fn same(&self, other: &Context) -> bool {
         Arc::ptr_eq(&self.0, &other.0)
     }

@@ -2,6 +2,8 @@
 //! once for SQLite and Postgres: both read `$N` placeholders, `ON CONFLICT … DO UPDATE` and
 //! `RETURNING`, so only what a statement reports back differs (the [`Dialect`]).
 
+use std::borrow::Cow;
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -28,6 +30,10 @@ pub trait Dialect: Database {
     /// SQLite's numbered ones by looking each name up among all of them, so a long `INSERT`
     /// there uses plain `?`.
     fn placeholder(n: usize) -> String;
+
+    /// The `INSERT` of [`RUNS_A_STATEMENT`] runs, made once: most batches of a busy server
+    /// are written in statements of that many.
+    fn full_runs_insert() -> &'static str;
 }
 
 impl Dialect for sqlx::Sqlite {
@@ -38,6 +44,11 @@ impl Dialect for sqlx::Sqlite {
     fn placeholder(_: usize) -> String {
         "?".into()
     }
+
+    fn full_runs_insert() -> &'static str {
+        static SQL: OnceLock<String> = OnceLock::new();
+        SQL.get_or_init(|| runs_insert::<Self>(RUNS_A_STATEMENT))
+    }
 }
 
 impl Dialect for sqlx::Postgres {
@@ -47,6 +58,11 @@ impl Dialect for sqlx::Postgres {
 
     fn placeholder(n: usize) -> String {
         format!("${n}")
+    }
+
+    fn full_runs_insert() -> &'static str {
+        static SQL: OnceLock<String> = OnceLock::new();
+        SQL.get_or_init(|| runs_insert::<Self>(RUNS_A_STATEMENT))
     }
 }
 
@@ -304,7 +320,10 @@ where
         // A statement of many rows: one step of the database for a batch, not one a run.
         let mut tx = self.records().pool.begin().await?;
         for chunk in runs.chunks(RUNS_A_STATEMENT) {
-            let sql = runs_insert::<S::Db>(chunk.len());
+            let sql = match chunk.len() {
+                RUNS_A_STATEMENT => Cow::Borrowed(S::Db::full_runs_insert()),
+                rows => Cow::Owned(runs_insert::<S::Db>(rows)),
+            };
             let mut insert = sqlx::query(&sql);
             for run in chunk {
                 insert = insert
@@ -424,7 +443,6 @@ fn runs_insert<D: Dialect>(rows: usize) -> String {
         }
         sql.push(')');
     }
-    sql.push_str("");
     sql
 }
 

@@ -77,26 +77,29 @@ enum Ran {
 
 async fn run_entry(served: &Context, entry: &Entry) -> Result<Ran> {
     // Timed only for a run that asked (the runs record's), and only entries that run.
-    let times = match &entry.kind {
+    let start = match &entry.kind {
         EntryKind::Sentinel => None,
         EntryKind::Tool if entry.idle => None,
-        _ => timings::current(),
+        _ => timings::entry_start(),
     };
-    let Some(times) = times else {
+    let Some(start) = start else {
         return run_untimed(served, entry).await;
     };
-    let start = times.now_us();
     let ran = run_untimed(served, entry).await;
     let kind = match entry.kind {
         EntryKind::Body => "body",
         EntryKind::Fn(_) => "fn",
         _ => "middleware",
     };
-    times.done(
-        (entry.name.clone(), kind),
-        (served.created_for(), served.depth()),
+    timings::entry_done(
+        timings::Entry {
+            name: &entry.name,
+            kind,
+            skill: served.tool_name(),
+            depth: served.depth(),
+            ok: ran.is_ok(),
+        },
         start,
-        ran.is_ok(),
     );
     ran
 }

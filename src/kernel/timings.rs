@@ -35,18 +35,62 @@ pub fn current() -> Option<Arc<EntryTimes>> {
     TIMES.try_with(Arc::clone).ok()
 }
 
-/// One entry's span.
-#[derive(Debug, Clone)]
+/// Microseconds since the start of the run this task gathers for, if it gathers: where an
+/// entry's span starts (borrowed, not a reference counted, since it runs on every entry).
+pub(crate) fn entry_start() -> Option<u64> {
+    TIMES.try_with(|times| times.now_us()).ok()
+}
+
+/// Keeps an entry that started at `start_us` (from [`entry_start`]) and ends now, in the
+/// timings this task gathers.
+pub(crate) fn entry_done(entry: Entry<'_>, start_us: u64) {
+    let _ = TIMES.try_with(|times| times.done(entry, start_us));
+}
+
+/// A chain entry as [`entry_done`] keeps it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Entry<'a> {
+    pub name: &'a str,
+    /// `middleware`, `body` or `fn`.
+    pub kind: &'static str,
+    /// The skill whose chain it is.
+    pub skill: &'a str,
+    pub depth: u32,
+    pub ok: bool,
+}
+
+/// One entry's span. Its names are ranges of [`Gathered::text`]: copying a few bytes costs a
+/// run less than counting references to names every run on every core shares.
+#[derive(Debug, Clone, Copy)]
 struct Timed {
-    name: Arc<str>,
+    name: (u32, u32),
+    skill: (u32, u32),
     kind: &'static str,
-    /// The skill whose chain it is (its name read when the entries are shown: a reference
-    /// count here, not a copy of the name, on every entry of every run).
-    skill: Arc<crate::skills::tool::Tool>,
     depth: u32,
     start_us: u64,
     end_us: u64,
     ok: bool,
+}
+
+/// The entries of a run so far, and the text of their names.
+#[derive(Debug, Default)]
+struct Gathered {
+    entries: Vec<Timed>,
+    text: String,
+    /// The range of the last entry's skill name: most entries belong to the skill before them.
+    last_skill: Option<(u32, u32)>,
+}
+
+impl Gathered {
+    fn keep(&mut self, name: &str) -> (u32, u32) {
+        let start = self.text.len() as u32;
+        self.text.push_str(name);
+        (start, self.text.len() as u32)
+    }
+
+    fn name(&self, (start, end): (u32, u32)) -> &str {
+        &self.text[start as usize..end as usize]
+    }
 }
 
 /// Log events a run keeps at most (the first ones; the rest are counted).
@@ -56,7 +100,7 @@ pub const MAX_LOGS: usize = 100;
 #[derive(Debug)]
 pub struct EntryTimes {
     started: Instant,
-    entries: Mutex<Vec<Timed>>,
+    entries: Mutex<Gathered>,
     turns: Mutex<Vec<Value>>,
     logs: Mutex<(Vec<Arc<Value>>, usize)>,
 }
@@ -66,7 +110,11 @@ impl Default for EntryTimes {
         EntryTimes {
             started: Instant::now(),
             // A small run's chain (its layers and body) fits without growing.
-            entries: Mutex::new(Vec::with_capacity(8)),
+            entries: Mutex::new(Gathered {
+                entries: Vec::with_capacity(8),
+                text: String::with_capacity(128),
+                last_skill: None,
+            }),
             turns: Mutex::new(Vec::new()),
             logs: Mutex::new((Vec::new(), 0)),
         }
@@ -91,24 +139,24 @@ impl EntryTimes {
         self.started.elapsed().as_micros() as u64
     }
 
-    /// Keeps entry `name` (`kind`: `middleware`, `body` or `fn`) of `skill` at `depth`, from
-    /// `start_us` to now.
-    pub(crate) fn done(
-        &self,
-        (name, kind): (Arc<str>, &'static str),
-        (skill, depth): (&Arc<crate::skills::tool::Tool>, u32),
-        start_us: u64,
-        ok: bool,
-    ) {
+    /// Keeps `entry`, from `start_us` to now.
+    pub(crate) fn done(&self, entry: Entry<'_>, start_us: u64) {
         let end_us = self.now_us();
-        self.entries.lock().push(Timed {
+        let mut gathered = self.entries.lock();
+        let skill = match gathered.last_skill {
+            Some(last) if gathered.name(last) == entry.skill => last,
+            _ => gathered.keep(entry.skill),
+        };
+        gathered.last_skill = Some(skill);
+        let name = gathered.keep(entry.name);
+        gathered.entries.push(Timed {
             name,
-            kind,
-            skill: skill.clone(),
-            depth,
+            skill,
+            kind: entry.kind,
+            depth: entry.depth,
             start_us,
             end_us,
-            ok,
+            ok: entry.ok,
         });
     }
 
@@ -169,16 +217,17 @@ impl EntryTimes {
     /// The entries in the order they started (outer layers before the ones they wrap), each
     /// `{name, kind, skill, depth, startMs, durationMs, ok}` from the run's start.
     pub fn to_json(&self) -> Value {
-        let mut entries = self.entries.lock().clone();
+        let gathered = self.entries.lock();
+        let mut entries = gathered.entries.clone();
         entries.sort_by_key(|e| (e.start_us, e.depth));
         Value::Array(
             entries
                 .iter()
                 .map(|e| {
                     json!({
-                        "name": &*e.name,
+                        "name": gathered.name(e.name),
                         "kind": e.kind,
-                        "skill": e.skill.name,
+                        "skill": gathered.name(e.skill),
                         "depth": e.depth,
                         "startMs": e.start_us as f64 / 1000.0,
                         "durationMs": (e.end_us - e.start_us) as f64 / 1000.0,

@@ -3,8 +3,9 @@
 //! redacts and writes them to the store in batches on a task of its own, and prunes the record
 //! by age and count.
 
+use std::cell::Cell;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::RwLock;
@@ -64,11 +65,15 @@ impl Default for RecordConfig {
 struct Shared {
     /// `None`: runs are not recorded.
     config: RwLock<Option<RecordConfig>>,
+    /// What every run reads of the config, without a lock every core takes: whether runs are
+    /// recorded, and the detail sample (an `f64`'s bits).
+    on: AtomicBool,
+    sample: AtomicU64,
     sent: AtomicU64,
     written: AtomicU64,
-    /// Runs taken so far, for the sample of entries' timings.
-    taken: AtomicU64,
     dropped: AtomicU64,
+    /// Listeners of the feed, read on every run (the feed's own count takes a lock).
+    listeners: AtomicUsize,
     /// Woken each time a batch is written or dropped.
     settled: Notify,
     /// Runs as they start and once written (`GET /runs/stream`), for whoever listens.
@@ -88,10 +93,12 @@ impl Recorder {
             store,
             shared: Arc::new(Shared {
                 config: RwLock::new(None),
+                on: AtomicBool::new(false),
+                sample: AtomicU64::new(0),
                 sent: AtomicU64::new(0),
-                taken: AtomicU64::new(0),
                 written: AtomicU64::new(0),
                 dropped: AtomicU64::new(0),
+                listeners: AtomicUsize::new(0),
                 settled: Notify::new(),
                 feed: broadcast::channel(FEED).0,
             }),
@@ -101,12 +108,18 @@ impl Recorder {
 
     /// Records runs with `config` from now on; `None` stops recording.
     pub fn configure(&self, config: Option<RecordConfig>) {
-        *self.shared.config.write() = config;
+        let mut current = self.shared.config.write();
+        *current = config;
+        let sample = config.map_or(0.0, |c| c.detail_sample);
+        self.shared
+            .sample
+            .store(sample.to_bits(), Ordering::Relaxed);
+        self.shared.on.store(config.is_some(), Ordering::Release);
     }
 
     /// Whether runs are being recorded.
     pub fn on(&self) -> bool {
-        self.shared.config.read().is_some()
+        self.shared.on.load(Ordering::Acquire)
     }
 
     /// How runs are recorded now; `None` while they are not.
@@ -116,13 +129,17 @@ impl Recorder {
 
     /// Runs as they start (`"phase": "start"`) and once they are written (`"phase": "end"`,
     /// the listing's summary of the run), on this server.
-    pub fn feed(&self) -> broadcast::Receiver<Arc<Value>> {
-        self.shared.feed.subscribe()
+    pub fn feed(&self) -> Feed {
+        self.shared.listeners.fetch_add(1, Ordering::Relaxed);
+        Feed {
+            runs: self.shared.feed.subscribe(),
+            shared: self.shared.clone(),
+        }
     }
 
     /// Tells the feed's listeners `run` started (nothing is done while none listens).
     pub fn started(&self, run: &RunRecord) {
-        if self.shared.feed.receiver_count() == 0 {
+        if self.shared.listeners.load(Ordering::Relaxed) == 0 {
             return;
         }
         let _ = self.shared.feed.send(Arc::new(json!({
@@ -139,12 +156,10 @@ impl Recorder {
     /// Takes `run` to be written, without waiting: dropped (and counted) when the queue is
     /// full, and ignored when recording is off.
     pub fn record(&self, mut run: RunRecord) {
-        let Some(config) = *self.shared.config.read() else {
+        if !self.on() {
             return;
-        };
-        // Every run whose share reaches a new whole: `detail_sample` of them, evenly spread.
-        let n = self.shared.taken.fetch_add(1, Ordering::Relaxed) as f64;
-        if ((n + 1.0) * config.detail_sample).floor() > (n * config.detail_sample).floor() {
+        }
+        if sampled(f64::from_bits(self.shared.sample.load(Ordering::Relaxed))) {
             run.keep_entries();
         }
         let Some(queue) = self.queue() else {
@@ -202,6 +217,42 @@ impl Recorder {
     }
 }
 
+thread_local! {
+    /// Runs this thread has taken, for the sample of entries' timings: counted per thread, so
+    /// no count is shared by every core on every run.
+    static TAKEN: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Whether the run taken now is in the share `sample` whose entries are kept: every run whose
+/// share reaches a new whole, evenly spread over each thread's runs.
+fn sampled(sample: f64) -> bool {
+    let n = TAKEN.with(|taken| {
+        let n = taken.get();
+        taken.set(n + 1);
+        n
+    }) as f64;
+    ((n + 1.0) * sample).floor() > (n * sample).floor()
+}
+
+/// A listener of the runs feed ([`Recorder::feed`]).
+pub struct Feed {
+    runs: broadcast::Receiver<Arc<Value>>,
+    shared: Arc<Shared>,
+}
+
+impl Feed {
+    /// The next run started or written, or how many this listener missed.
+    pub async fn recv(&mut self) -> Result<Arc<Value>, broadcast::error::RecvError> {
+        self.runs.recv().await
+    }
+}
+
+impl Drop for Feed {
+    fn drop(&mut self) {
+        self.shared.listeners.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// The writer: batches of runs to the store as they come, and the record pruned every
 /// [`PRUNE_EVERY`], until the recorder is dropped.
 async fn write(
@@ -225,7 +276,7 @@ async fn write(
                 match store.put_runs(&rows).await {
                     Ok(()) => {
                         shared.written.fetch_add(n, Ordering::Relaxed);
-                        if shared.feed.receiver_count() > 0 {
+                        if shared.listeners.load(Ordering::Relaxed) > 0 {
                             for row in &rows {
                                 let mut ended = summary(row);
                                 ended["phase"] = Value::String("end".into());
@@ -257,11 +308,15 @@ async fn write(
     }
 }
 
-/// Lets runs gather for [`LINGER`], then adds what came to `batch` (up to [`BATCH`] runs);
-/// whether the queue closed meanwhile. The writer sleeps through the linger rather than
-/// waking for each run that arrives: on a busy server that is a wake-up a request saved.
+/// Lets runs gather for [`LINGER`] unless a whole batch is already there, then adds what came
+/// to `batch` (up to [`BATCH`] runs); whether the queue closed meanwhile. The writer sleeps
+/// through the linger rather than waking for each run that arrives: on a busy server that is a
+/// wake-up a request saved. A full batch is written at once, so the record keeps up with any
+/// rate the store can write.
 async fn gather(queue: &mut mpsc::Receiver<RunRecord>, batch: &mut Vec<RunRecord>) -> bool {
-    tokio::time::sleep(LINGER).await;
+    if batch.len() < BATCH {
+        tokio::time::sleep(LINGER).await;
+    }
     while batch.len() < BATCH {
         match queue.try_recv() {
             Ok(run) => batch.push(run),

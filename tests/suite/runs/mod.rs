@@ -6,5 +6,6 @@ mod agent;
 mod cli;
 pub(crate) mod dead;
 mod doors;
+mod recorder;
 mod retry;
 mod store;
