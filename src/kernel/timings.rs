@@ -36,7 +36,8 @@ pub fn current() -> Option<Arc<EntryTimes>> {
 }
 
 /// Microseconds since the start of the run this task gathers for, if it gathers: where an
-/// entry's span starts (borrowed, not a reference counted, since it runs on every entry).
+/// entry's span starts (the timings borrowed, not counted as one more reference: this runs
+/// on every entry).
 pub(crate) fn entry_start() -> Option<u64> {
     TIMES.try_with(|times| times.now_us()).ok()
 }
