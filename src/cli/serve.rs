@@ -103,9 +103,11 @@ pub async fn serve(
     let loopback = config.http.bind.ip().is_loopback();
     let keys = config.http.keys.len();
     let grace = config.http.grace;
+    let drain = config.http.drain;
     let gateway = Gateway::new(kernel.clone(), Arc::new(Metrics::new()))
         .with_max_runs(config.http.max_runs)
         .with_max_arg_bytes(config.http.max_args_in_flight);
+    let readiness = gateway.readiness.clone();
     let doors = match Doors::open(gateway, config, resolved, project).await {
         Ok(doors) => doors,
         Err(err) => {
@@ -170,6 +172,16 @@ pub async fn serve(
         let stop = stop.clone();
         async move {
             let signal = signals.recv().await;
+            if !drain.is_zero() {
+                // Out of the balancer first: `/readyz` fails while work is still taken.
+                readiness.drain();
+                eprintln!(
+                    "skillgate: {}: draining for {:.1} s (`/readyz` answers 503, work is still taken)",
+                    signal.name(),
+                    drain.as_secs_f64()
+                );
+                tokio::time::sleep(drain).await;
+            }
             eprintln!(
                 "skillgate: {}: stopping; in-flight work gets up to {:.1} s",
                 signal.name(),

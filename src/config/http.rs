@@ -32,6 +32,9 @@ pub struct HttpConfig {
     pub cors_origins: Vec<String>,
     /// How long shutdown waits for in-flight requests and streams.
     pub grace: Duration,
+    /// How long a server told to stop keeps taking work with `/readyz` failing, before its
+    /// grace starts: the time a balancer needs to see it go.
+    pub drain: Duration,
     /// How long a client may take to send a request's headers, counted from when the
     /// connection opened or its last response ended (so also how long a connection without a
     /// request in flight stays open); slower connections are closed.
@@ -89,6 +92,7 @@ impl Default for HttpConfig {
             timeout: Duration::from_secs(30),
             cors_origins: Vec::new(),
             grace: Duration::from_secs(10),
+            drain: Duration::ZERO,
             header_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(30),
             max_connections: DEFAULT_MAX_CONNECTIONS,
@@ -142,6 +146,10 @@ pub struct HttpSettings {
     /// Seconds shutdown waits for in-flight requests and streams [default: 10].
     #[arg(long, env = "SKILLGATE_SHUTDOWN_GRACE")]
     pub grace: Option<Seconds>,
+    /// Seconds a server told to stop keeps taking work while `/readyz` fails, before the grace
+    /// starts, so a balancer takes it out first [default: 0].
+    #[arg(long, env = "SKILLGATE_DRAIN")]
+    pub drain: Option<Seconds>,
     /// Seconds a client may take to send a request's headers, and a connection with no
     /// request in flight (one that never sends a byte included) stays open [default: 10].
     #[arg(long, env = "SKILLGATE_HEADER_TIMEOUT")]
@@ -197,7 +205,7 @@ macro_rules! or_fields {
 impl HttpSettings {
     /// True when `key` names an HTTP setting (to point a misplaced top-level key to `http:`).
     pub fn is_setting(key: &str) -> bool {
-        const KEYS: [&str; 20] = [
+        const KEYS: [&str; 21] = [
             "max-runs",
             "max-args-in-flight",
             "max-connections-per-peer",
@@ -212,6 +220,7 @@ impl HttpSettings {
             "timeout",
             "cors-origins",
             "grace",
+            "drain",
             "header-timeout",
             "body-timeout",
             "max-connections",
@@ -237,6 +246,7 @@ impl HttpSettings {
                 timeout,
                 cors_origins,
                 grace,
+                drain,
                 header_timeout,
                 body_timeout,
                 max_connections,
@@ -297,6 +307,9 @@ impl HttpConfig {
         }
         if let Some(Seconds(t)) = settings.grace {
             config.grace = t;
+        }
+        if let Some(Seconds(t)) = settings.drain {
+            config.drain = t;
         }
         above_zero(
             &mut errors,

@@ -73,6 +73,8 @@ pub struct Readiness(Arc<Shared>);
 #[derive(Debug, Default)]
 struct Shared {
     doors: Mutex<BTreeMap<&'static str, State>>,
+    /// The server was told to stop and still takes work, so a balancer takes it out first.
+    draining: std::sync::atomic::AtomicBool,
     /// Woken at every change.
     changed: Notify,
 }
@@ -98,9 +100,22 @@ impl Readiness {
         }
     }
 
-    /// True when every transport that registered is ready.
+    /// True when every transport that registered is ready and the server is not draining.
     pub fn ready(&self) -> bool {
-        self.0.doors.lock().values().all(|s| *s == State::Ready)
+        !self.draining() && self.0.doors.lock().values().all(|s| *s == State::Ready)
+    }
+
+    /// Marks the server as draining: told to stop, still taking work, not ready.
+    pub fn drain(&self) {
+        self.0
+            .draining
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        self.0.changed.notify_waiters();
+    }
+
+    /// Whether the server is draining ([`Readiness::drain`]).
+    pub fn draining(&self) -> bool {
+        self.0.draining.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The state of `transport`, when it registered.

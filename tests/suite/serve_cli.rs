@@ -3,6 +3,7 @@
 //! `--no-http` with the probes on the operations listener.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use parking_lot::Mutex;
 use serde_json::{Value, json};
@@ -177,7 +178,7 @@ async fn spans_for_the_request_the_invocation_and_each_chain_entry_reach_the_otl
         .unwrap();
     assert_eq!(response.status(), 200);
     // The run's record names its trace.
-    let recorded = tokio::time::timeout(std::time::Duration::from_secs(30), async {
+    let recorded = tokio::time::timeout(Duration::from_secs(30), async {
         loop {
             let page: Value = crate::support::common::http_client()
                 .get(served.url("/runs"))
@@ -198,7 +199,7 @@ async fn spans_for_the_request_the_invocation_and_each_chain_entry_reach_the_otl
                     .await
                     .unwrap();
             }
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
     })
     .await
@@ -376,4 +377,44 @@ async fn with_no_http_only_email_runs_and_the_probes_answer_where_http_would() {
     assert_eq!(status, 404, "no skill is served without HTTP");
     let (code, rest) = served.stop();
     assert_eq!(code, Some(0), "{rest:?}");
+}
+
+#[tokio::test]
+async fn a_server_told_to_stop_drains_first_failing_readyz_while_it_still_answers() {
+    let project = hello_project();
+    let mut served = serve(
+        project.path(),
+        &["--bind", "127.0.0.1:0", "--drain", "2"],
+        &[],
+    );
+    assert_eq!(served.get("/readyz").await["status"], "ready");
+    crate::support::common::sigterm(&served.child);
+    served
+        .logged("draining for 2.0 s", Duration::from_secs(10))
+        .expect("the drain is announced");
+    // Out of the balancer, still serving.
+    let ready = crate::support::common::http_client()
+        .get(served.url("/readyz"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ready.status(), 503);
+    let ready: serde_json::Value = ready.json().await.unwrap();
+    assert_eq!(
+        (ready["status"].clone(), ready["draining"].clone()),
+        (json!("not-ready"), json!(true))
+    );
+    let (status, body) = served
+        .post("/invoke/hello", &json!({ "name": "Ada" }))
+        .await;
+    assert_eq!(
+        (status, body["result"].clone()),
+        (200, json!("Hello, Ada!\n"))
+    );
+    // Then the usual stop, and a clean exit.
+    served
+        .logged("SIGTERM: stopping", Duration::from_secs(10))
+        .expect("the grace starts after the drain");
+    let code = served.child.wait().expect("wait").code();
+    assert_eq!(code, Some(0));
 }

@@ -62,6 +62,8 @@ pub async fn readiness(gateway: &Gateway) -> Response {
         "store": store,
         "skills": skills,
         "transports": transports,
+        // Told to stop and still taking work for `--drain` (not ready, so balancers let go).
+        "draining": gateway.readiness.draining(),
         // The last hot reload, when the server reloads (`null` before the first).
         "reload": kernel
             .extension::<crate::reload::ReloadState>()
