@@ -55,21 +55,21 @@ pub struct Signals {
 }
 
 impl Signals {
-    /// The first signal caught.
-    pub async fn recv(self) -> Signal {
+    /// The next signal caught.
+    pub async fn recv(&mut self) -> Signal {
         #[cfg(unix)]
         {
-            async fn next(signal: Option<tokio::signal::unix::Signal>) {
+            async fn next(signal: Option<&mut tokio::signal::unix::Signal>) {
                 match signal {
-                    Some(mut signal) => {
+                    Some(signal) => {
                         signal.recv().await;
                     }
                     None => std::future::pending().await,
                 }
             }
             tokio::select! {
-                () = next(self.interrupt) => Signal::Interrupt,
-                () = next(self.terminate) => Signal::Terminate,
+                () = next(self.interrupt.as_mut()) => Signal::Interrupt,
+                () = next(self.terminate.as_mut()) => Signal::Terminate,
             }
         }
         #[cfg(not(unix))]

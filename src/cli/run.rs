@@ -91,7 +91,7 @@ pub async fn run(
     let args = Value::Object(parsed.args);
     let name = tool.name.clone();
     // Caught before the run starts: a signal during its first steps still stops it cleanly.
-    let signals = crate::shutdown::listen();
+    let mut signals = crate::shutdown::listen();
     let (mut options, streaming) = terminal_stream();
     let id = crate::context::id::next_id();
     options.context.id = Some(id);

@@ -116,7 +116,7 @@ pub async fn serve(
         }
     };
     // Caught before the start line: whoever reads it may signal at once.
-    let signals = crate::shutdown::listen();
+    let mut signals = crate::shutdown::listen();
     // Every transport stops together on SIGINT/SIGTERM; the shutdown is announced once.
     let stop = CancellationToken::new();
     // Skills reload on changes and SIGHUP (also caught before the start line).
@@ -180,7 +180,13 @@ pub async fn serve(
                     signal.name(),
                     drain.as_secs_f64()
                 );
-                tokio::time::sleep(drain).await;
+                // A second signal cuts the drain short.
+                tokio::select! {
+                    () = tokio::time::sleep(drain) => {}
+                    again = signals.recv() => {
+                        eprintln!("skillgate: {}: the drain ends early", again.name());
+                    }
+                }
             }
             eprintln!(
                 "skillgate: {}: stopping; in-flight work gets up to {:.1} s",

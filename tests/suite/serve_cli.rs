@@ -418,3 +418,27 @@ async fn a_server_told_to_stop_drains_first_failing_readyz_while_it_still_answer
     let code = served.child.wait().expect("wait").code();
     assert_eq!(code, Some(0));
 }
+
+#[tokio::test]
+async fn a_second_signal_cuts_the_drain_short() {
+    let project = hello_project();
+    // A drain far longer than the test waits.
+    let mut served = serve(
+        project.path(),
+        &["--bind", "127.0.0.1:0", "--drain", "600"],
+        &[],
+    );
+    crate::support::common::sigterm(&served.child);
+    served
+        .logged("draining for 600.0 s", Duration::from_secs(10))
+        .expect("the drain is announced");
+    crate::support::common::sigterm(&served.child);
+    served
+        .logged("the drain ends early", Duration::from_secs(30))
+        .expect("the second signal ends the drain");
+    served
+        .logged("SIGTERM: stopping", Duration::from_secs(30))
+        .expect("the grace starts");
+    let code = served.child.wait().expect("wait").code();
+    assert_eq!(code, Some(0));
+}
