@@ -145,6 +145,15 @@ async fn acting(state: &AppState, headers: &HeaderMap, csrf: &str) -> Result<Log
     }
 }
 
+/// The refusal of an admin-only page or action to a login without `admin`; `None` for an
+/// admin.
+fn admin_only(viewer: &Viewer<'_>, why: &str, cookie: &Option<HeaderValue>) -> Option<Response> {
+    (!viewer.admin).then(|| {
+        let body = pages::problem(Some(viewer), "Admin only", why);
+        page(StatusCode::FORBIDDEN, body, cookie.clone())
+    })
+}
+
 fn viewer_of<'a>(login: &'a Login, principal: &'a str) -> Viewer<'a> {
     Viewer {
         principal,
@@ -327,13 +336,12 @@ async fn dead_page(State(state): State<AppState>, headers: HeaderMap) -> Respons
     };
     let principal = login.principal();
     let viewer = viewer_of(&login, principal.id());
-    if !login.admin() {
-        let body = pages::problem(
-            Some(&viewer),
-            "Admin only",
-            "Dead letters hold every door's payloads: log in with an `admin` key.",
-        );
-        return page(StatusCode::FORBIDDEN, body, cookie);
+    if let Some(refused) = admin_only(
+        &viewer,
+        "Dead letters hold every door's payloads: log in with an `admin` key.",
+        &cookie,
+    ) {
+        return refused;
     }
     match dead::list(state.gateway.kernel.bus().store(), 500).await {
         Ok(letters) => {
@@ -364,13 +372,12 @@ async fn replay(
     };
     let principal = login.principal();
     let viewer = viewer_of(&login, principal.id());
-    if !login.admin() {
-        let body = pages::problem(
-            Some(&viewer),
-            "Admin only",
-            "Replaying a dead letter needs an `admin` key.",
-        );
-        return page(StatusCode::FORBIDDEN, body, None);
+    if let Some(refused) = admin_only(
+        &viewer,
+        "Replaying a dead letter needs an `admin` key.",
+        &None,
+    ) {
+        return refused;
     }
     match dead::replay(state.gateway.kernel.bus().store(), &id).await {
         Ok(letter) => {

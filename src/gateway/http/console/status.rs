@@ -8,7 +8,7 @@ use maud::html;
 use serde_json::{Value, json};
 
 use super::pages::layout;
-use super::{looking, page, viewer_of};
+use super::{admin_only, looking, page, viewer_of};
 use crate::events::KernelBus;
 use crate::gateway::http::state::AppState;
 use crate::kernel::InvokeOptions;
@@ -21,13 +21,12 @@ pub async fn show(State(state): State<AppState>, headers: HeaderMap) -> Response
     };
     let principal = login.principal();
     let viewer = viewer_of(&login, principal.id());
-    if !login.admin() {
-        let body = super::pages::problem(
-            Some(&viewer),
-            "Admin only",
-            "Schedules and subscriptions are the control plane's: log in with an `admin` key.",
-        );
-        return page(StatusCode::FORBIDDEN, body, cookie);
+    if let Some(refused) = admin_only(
+        &viewer,
+        "Schedules and subscriptions are the control plane's: log in with an `admin` key.",
+        &cookie,
+    ) {
+        return refused;
     }
     let kernel = &state.gateway.kernel;
     let doors = state.gateway.readiness.to_json();
