@@ -4,10 +4,13 @@
 //! index); an edit that breaks a skill keeps the running set, logs the error with its file and
 //! line, and `/readyz` shows it under `reload`.
 //!
-//! The config file is checked on every change (mistakes logged with file and line, shown in
-//! `/readyz`); its settings take effect at the next start.
+//! The config file is read again on every reload (mistakes logged with file and line, shown in
+//! `/readyz`) and, where the caller gave an [`ApplyConfig`] (`serve`), its settings are put in
+//! force: `/readyz` shows the settings' generation and the last reload's error.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use notify::{RecursiveMode, Watcher};
@@ -16,6 +19,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::config::{ConfigErrors, ConfigFile};
 use crate::context::id::now_ms;
 use crate::kernel::Kernel;
 
@@ -23,17 +27,46 @@ use crate::kernel::Kernel;
 /// `cp -r` is many events, and one reload should see all of them.
 pub const DEBOUNCE: Duration = Duration::from_millis(300);
 
+/// Puts a config file's settings in force (what `serve` gives the reloader): `Ok(None)` when
+/// they are those in force already, `Ok(Some(names))` once applied, with the settings given
+/// new values that only a restart applies, or the mistake that kept them from applying (and
+/// left the running ones).
+pub type ApplyConfig =
+    Arc<dyn Fn(&ConfigFile) -> Result<Option<Vec<String>>, ConfigErrors> + Send + Sync>;
+
 /// What the last reload did, for `/readyz` (a kernel extension while `serve` runs).
-#[derive(Default)]
 pub struct ReloadState {
     last: RwLock<Option<Value>>,
+    /// The settings in force: 1 as started, one more each time a reload applies new ones.
+    generation: AtomicU64,
+}
+
+impl Default for ReloadState {
+    fn default() -> Self {
+        ReloadState {
+            last: RwLock::new(None),
+            generation: AtomicU64::new(1),
+        }
+    }
 }
 
 impl ReloadState {
-    /// The last attempt (`null` before the first): `ok`, what triggered it, when, the skills
-    /// that kept it from being applied, and whether the config file reads cleanly.
+    /// The settings' `generation`, and the last attempt (none before the first): `ok`, what
+    /// triggered it, when, the skills that kept it from being applied, whether the config file
+    /// reads and applies cleanly, and its `error` (`null` when it had none).
     pub fn to_json(&self) -> Value {
-        self.last.read().clone().unwrap_or(Value::Null)
+        let mut shown = self
+            .last
+            .read()
+            .clone()
+            .unwrap_or_else(|| json!({ "error": null }));
+        shown["generation"] = json!(self.generation.load(Ordering::Relaxed));
+        shown
+    }
+
+    /// The settings' generation now.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Relaxed)
     }
 
     fn record(&self, attempt: Value) {
@@ -41,9 +74,14 @@ impl ReloadState {
     }
 }
 
-/// Re-reads the skills (and checks the config file) now; `trigger` says why (`watch`, `SIGHUP`).
-/// Returns true when the new skills were applied.
-pub fn reload(kernel: &Kernel, project: &Path, config: Option<&Path>, trigger: &str) -> bool {
+/// Re-reads the skills and the config file now (and puts its settings in force with `apply`);
+/// `trigger` says why (`watch`, `SIGHUP`). Returns true when the new skills were applied.
+pub fn reload(
+    kernel: &Kernel,
+    (project, config): (&Path, Option<&Path>),
+    apply: Option<&ApplyConfig>,
+    trigger: &str,
+) -> bool {
     let (applied, failures) = match kernel.registry().try_reload() {
         Ok(index) => {
             tracing::info!(
@@ -64,26 +102,69 @@ pub fn reload(kernel: &Kernel, project: &Path, config: Option<&Path>, trigger: &
             (false, names)
         }
     };
-    let config_ok = match crate::config::ConfigFile::read(project, config) {
-        Ok(_) => true,
+    let state = kernel.extension::<ReloadState>();
+    let config_error = match ConfigFile::read(project, config) {
+        Ok(file) => match apply.map(|apply| apply(&file)) {
+            None | Some(Ok(None)) => None,
+            Some(Ok(Some(need_restart))) => {
+                let generation = state
+                    .as_ref()
+                    .map_or(0, |s| s.generation.fetch_add(1, Ordering::Relaxed) + 1);
+                tracing::info!(trigger, generation, "settings reloaded");
+                for setting in need_restart {
+                    tracing::warn!(
+                        trigger,
+                        setting,
+                        "`{setting}` changed: it takes effect at the next start (the running value is kept)"
+                    );
+                }
+                None
+            }
+            Some(Err(errors)) => {
+                for error in &errors.0 {
+                    tracing::error!(trigger, "settings not reloaded: {error}");
+                }
+                Some(shown(&errors))
+            }
+        },
         Err(errors) => {
             for error in &errors.0 {
                 tracing::error!(trigger, "config file not valid: {error}");
             }
-            false
+            Some(shown(&errors))
         }
     };
-    if let Some(state) = kernel.extension::<ReloadState>() {
+    if let Some(state) = state {
+        let error = match (&config_error, failures.is_empty()) {
+            (Some(error), _) => Value::String(error.clone()),
+            (None, false) => Value::String(format!(
+                "skills not reloaded: {} (see the log for files and lines)",
+                failures.join(", ")
+            )),
+            (None, true) => Value::Null,
+        };
         state.record(json!({
-            "ok": applied,
+            "ok": applied && config_error.is_none(),
             "trigger": trigger,
             "at": now_ms(),
             // Names only: `/readyz` is public; the files and lines are in the log.
             "failures": failures,
-            "config": { "ok": config_ok },
+            "config": { "ok": config_error.is_none() },
+            "error": error,
         }));
     }
     applied
+}
+
+/// A config mistake as `/readyz` (public) shows it: the settings' paths; the log has each with
+/// its file, line and message.
+fn shown(errors: &ConfigErrors) -> String {
+    let mut paths: Vec<&str> = errors.0.iter().map(|e| e.path.as_str()).collect();
+    paths.dedup();
+    format!(
+        "the config file was not applied: mistakes at {} (the log has each with its file and line); the running settings are kept",
+        paths.join(", ")
+    )
 }
 
 /// What a reload applies besides the skills.
@@ -97,11 +178,12 @@ pub enum Applies {
 
 /// Watches `project` (its own files), the skill folders and `config`, and reloads on changes
 /// (when `watch`) and on SIGHUP, until `stop`.
+/// `apply` puts the config file's settings in force on each reload.
 pub fn spawn(
     kernel: Kernel,
     (project, config): (PathBuf, Option<PathBuf>),
-    watch: bool,
-    applies: Applies,
+    (watch, applies): (bool, Applies),
+    apply: Option<ApplyConfig>,
     stop: CancellationToken,
 ) -> tokio::task::JoinHandle<()> {
     let (tx, mut rx) = mpsc::unbounded_channel::<()>();
@@ -134,9 +216,14 @@ pub fn spawn(
             let (project, config) = (project.clone(), config.clone());
             // Loading skills reads files and runs `.skill.js` top levels: off the runtime.
             let applied = {
-                let kernel = kernel.clone();
+                let (kernel, apply) = (kernel.clone(), apply.clone());
                 tokio::task::spawn_blocking(move || {
-                    reload(&kernel, &project, config.as_deref(), trigger)
+                    reload(
+                        &kernel,
+                        (&project, config.as_deref()),
+                        apply.as_ref(),
+                        trigger,
+                    )
                 })
                 .await
             };

@@ -111,6 +111,8 @@ pub struct Doors {
     policy: Policy,
     timeout: Duration,
     http: Option<SocketAddr>,
+    /// What reloads HTTP's settings while it serves.
+    reconfigure: Option<http::Reconfigure>,
     smtp: Option<SocketAddr>,
     /// Run apart from the doors: stopped once they are done, so probes see them drain.
     ops: Option<http::OpsListener>,
@@ -169,8 +171,9 @@ impl Doors {
         } = settings;
         // Stored work of a key runs with the key's grants of now, and pauses while it is gone:
         // whichever doors run, the keys are the server's.
-        if let Some(keys) = gateway.kernel.extension::<crate::kernel::authority::Keys>() {
-            keys.install(Arc::new(config.keys.clone()));
+        let keys = crate::gateway::keys::LiveKeys::new(config.keys.clone());
+        if let Some(directory) = gateway.kernel.extension::<crate::kernel::authority::Keys>() {
+            directory.install(Arc::new(keys.clone()));
         }
         let policy = Policy::new(&config.expose_hidden)
             .map_err(|e| StartError::config(http::NAME, e.to_string()))?;
@@ -189,11 +192,12 @@ impl Doors {
             policy,
             timeout,
             http: None,
+            reconfigure: None,
             smtp: None,
             ops: None,
         };
         if let Some(addr) = ops {
-            doors.ops = Some(http::OpsListener::bind(gateway.clone(), addr, &config.keys).await?);
+            doors.ops = Some(http::OpsListener::bind(gateway.clone(), addr, &keys).await?);
         }
         if serve_http {
             let mut served: Vec<Arc<dyn HttpDoor>> = Vec::new();
@@ -215,10 +219,12 @@ impl Doors {
                 served.push(webhooks);
             }
             served.push(Arc::new(McpDoor));
-            let server = http::Server::bind(gateway.clone(), config, web_routes, served)
-                .await
-                .map_err(http::BindError::for_transport)?;
+            let server =
+                http::Server::bind((gateway.clone(), config, keys), web_routes, served, project)
+                    .await
+                    .map_err(http::BindError::for_transport)?;
             doors.http = Some(server.local_addr());
+            doors.reconfigure = Some(server.reconfigure());
             doors.transports.push(Box::new(server));
         } else if let Some(slack) = slack {
             doors = doors.with(slack);
@@ -250,6 +256,11 @@ impl Doors {
     /// Where HTTP listens (none with HTTP off).
     pub fn http_addr(&self) -> Option<SocketAddr> {
         self.http
+    }
+
+    /// What puts new HTTP settings in force while the server runs (none with HTTP off).
+    pub fn reconfigure(&self) -> Option<http::Reconfigure> {
+        self.reconfigure.clone()
     }
 
     /// Where the email door's SMTP listener listens, when it is configured.

@@ -48,8 +48,8 @@ pub async fn mcp(
     crate::reload::spawn(
         kernel.clone(),
         (project.to_path_buf(), file.path.clone()),
-        true,
-        crate::reload::Applies::Skills,
+        (true, crate::reload::Applies::Skills),
+        None,
         stop,
     );
     let gateway = Gateway::new(kernel, Arc::new(Metrics::new()));

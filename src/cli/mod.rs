@@ -10,6 +10,7 @@ pub mod exit;
 pub mod init;
 pub mod keys;
 pub mod mcp;
+mod reconfigure;
 mod redact;
 pub mod remote;
 pub mod run;

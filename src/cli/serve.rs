@@ -120,11 +120,20 @@ pub async fn serve(
     // Every transport stops together on SIGINT/SIGTERM; the shutdown is announced once.
     let stop = CancellationToken::new();
     // Skills reload on changes and SIGHUP (also caught before the start line).
+    // The config file's HTTP settings are put in force on each reload too.
+    let apply = doors.reconfigure().map(|reconfigure| {
+        super::reconfigure::applier(
+            kernel.clone(),
+            reconfigure,
+            (args.http.clone(), args.websocket.clone()),
+            (project, file),
+        )
+    });
     let reloader = crate::reload::spawn(
         kernel.clone(),
         (project.to_path_buf(), file.path.clone()),
-        args.watch,
-        crate::reload::Applies::SkillsRoutesAndSchedules,
+        (args.watch, crate::reload::Applies::SkillsRoutesAndSchedules),
+        apply,
         stop.clone(),
     );
     // Event-driven skills get their workers now, not at their first invocation; a durable

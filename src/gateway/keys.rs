@@ -5,8 +5,11 @@
 
 use std::sync::Arc;
 
+use arc_swap::ArcSwap;
+
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
+use tokio_util::sync::CancellationToken;
 
 use crate::gateway::policy::{PatternError, Scope};
 use crate::kernel::authority::{Grants, Principal};
@@ -21,6 +24,9 @@ pub struct ApiKey {
     /// Who a request with this key runs for: `key:<name>`, with its skills, topics and admin.
     principal: Principal,
     skills: Vec<String>,
+    /// Cancelled when a reload removes the key or changes it (its hash or grants): the streams
+    /// it opened (WebSocket, SSE) close.
+    revoked: CancellationToken,
 }
 
 /// A key that cannot be used as configured, or a new one that cannot be made.
@@ -64,6 +70,7 @@ impl ApiKey {
             scope,
             principal: Principal::local(),
             skills,
+            revoked: CancellationToken::new(),
         };
         key = key.with_grants(None, false)?;
         Ok(key)
@@ -96,6 +103,19 @@ impl ApiKey {
 
     pub fn scope(&self) -> &Scope {
         &self.scope
+    }
+
+    /// Cancelled once a reload revokes the key: a stream opened with it ends there.
+    pub fn revoked(&self) -> &CancellationToken {
+        &self.revoked
+    }
+
+    /// The same key as configured: name, hash and grants.
+    fn same_as(&self, other: &ApiKey) -> bool {
+        self.name == other.name
+            && bool::from(self.hash.ct_eq(&other.hash))
+            && self.skills == other.skills
+            && self.principal.same_grants(&other.principal)
     }
 
     /// Who a request with this key runs for.
@@ -153,6 +173,27 @@ impl KeyRing {
         self.keys.len()
     }
 
+    /// This ring put in place of `old` (a reload): a key configured as before stays the same
+    /// key (its open streams go on); every other key of `old` is revoked.
+    pub fn succeed(self, old: &KeyRing) -> KeyRing {
+        let keys = self
+            .keys
+            .iter()
+            .map(|key| match old.named(&key.name) {
+                Some(kept) if kept.same_as(key) => kept.clone(),
+                _ => key.clone(),
+            })
+            .collect::<Vec<_>>();
+        for key in old.keys.iter() {
+            if !keys.iter().any(|k| Arc::ptr_eq(k, key)) {
+                key.revoked.cancel();
+            }
+        }
+        KeyRing {
+            keys: Arc::new(keys),
+        }
+    }
+
     /// The key named `name`.
     pub fn named(&self, name: &str) -> Option<&Arc<ApiKey>> {
         self.keys.iter().find(|k| k.name == name)
@@ -168,6 +209,37 @@ impl KeyRing {
             }
         }
         found
+    }
+}
+
+/// The keys in force, shared by every door that checks them (and by stored work, as its
+/// [`KeyDirectory`](crate::kernel::authority::KeyDirectory)), replaced whole by a reload.
+#[derive(Debug, Clone, Default)]
+pub struct LiveKeys(Arc<ArcSwap<KeyRing>>);
+
+impl LiveKeys {
+    pub fn new(ring: KeyRing) -> LiveKeys {
+        LiveKeys(Arc::new(ArcSwap::from_pointee(ring)))
+    }
+
+    /// The ring in force now.
+    pub fn current(&self) -> KeyRing {
+        KeyRing::clone(&self.0.load())
+    }
+
+    /// Puts `ring` in force (see [`KeyRing::succeed`]: keys it changes or drops are revoked)
+    /// and returns it as it now is.
+    pub fn replace(&self, ring: KeyRing) -> KeyRing {
+        let next = ring.succeed(&self.current());
+        self.0.store(Arc::new(next.clone()));
+        next
+    }
+}
+
+impl crate::kernel::authority::KeyDirectory for LiveKeys {
+    fn lookup(&self, name: &str) -> Option<Principal> {
+        let ring = self.0.load();
+        crate::kernel::authority::KeyDirectory::lookup(&**ring, name)
     }
 }
 

@@ -9,7 +9,7 @@ use axum::Router;
 
 use crate::gateway::door::Door;
 use crate::gateway::host::Host;
-use crate::gateway::keys::KeyRing;
+use crate::gateway::keys::LiveKeys;
 
 /// What the HTTP listener shares with the doors it serves: the host every door runs on, the
 /// keys it checks (a door that authenticates in its own protocol checks them itself), its
@@ -17,7 +17,8 @@ use crate::gateway::keys::KeyRing;
 #[derive(Clone)]
 pub struct Listener {
     pub host: Host,
-    pub keys: KeyRing,
+    /// The keys in force (a reload replaces them).
+    pub keys: LiveKeys,
     /// Bytes a request body may have.
     pub body_limit: usize,
     /// `cors-origins`: browser origins allowed to call (`*`: any).

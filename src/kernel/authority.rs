@@ -202,6 +202,11 @@ impl PartialEq for Principal {
 }
 
 impl Principal {
+    /// True when `other` is granted exactly what this principal is (skills, topics, admin).
+    pub fn same_grants(&self, other: &Principal) -> bool {
+        self.0.grants.to_json() == other.0.grants.to_json()
+    }
+
     /// The project: every skill and topic, the control plane.
     pub fn project() -> Principal {
         static PROJECT: std::sync::OnceLock<Principal> = std::sync::OnceLock::new();

@@ -51,6 +51,7 @@ mod no_http;
 mod orchestration;
 mod readme;
 mod reload;
+mod reload_settings;
 mod replicas;
 mod runs;
 mod sandbox;

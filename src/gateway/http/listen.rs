@@ -1,13 +1,14 @@
 //! The accept loop: at most `max-connections` connections at once (more wait in the listen
 //! backlog), one HTTP/1.1-or-2 connection per socket, closed once it has had no request in
 //! flight for the header timeout (a socket that never sends a byte included), a deadline on
-//! each request body, the caller's address in each request, and a graceful close of every
-//! connection once told to stop.
+//! each request body, the caller's address in each request, the router a reload put in force
+//! for each request, and a graceful close of every connection once told to stop.
 
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
@@ -31,19 +32,29 @@ use crate::gateway::peers::{ClientAddr, PerPeer, TrustedProxies};
 pub struct Limits {
     /// For a request's headers, and for a connection with nothing in flight.
     pub header_timeout: Duration,
-    /// For a request's whole body, from its headers.
-    pub body_timeout: Duration,
     pub max_connections: usize,
     /// Connections one client address may hold (trusted proxies are not capped here).
     pub per_peer: usize,
     pub trusted: Arc<TrustedProxies>,
 }
 
-/// Serves `router` on `listener` until `stop` is cancelled, then stops accepting, asks every
-/// open connection to finish its in-flight requests and close, and returns when all have.
+/// What each request is served with. A reload puts a new one in place: the next request,
+/// on a new connection or a kept-alive one, is served by it; requests in flight finish on theirs.
+pub struct Serving {
+    pub router: Router,
+    /// For a request's whole body, from its headers.
+    pub body_timeout: Duration,
+}
+
+/// The [`Serving`] in force.
+pub type LiveServing = Arc<ArcSwap<Serving>>;
+
+/// Serves what `serving` holds on `listener` until `stop` is cancelled, then stops accepting,
+/// asks every open connection to finish its in-flight requests and close, and returns when all
+/// have.
 pub async fn serve(
     listener: TcpListener,
-    router: Router,
+    serving: LiveServing,
     limits: Limits,
     metrics: Arc<Metrics>,
     stop: CancellationToken,
@@ -93,18 +104,19 @@ pub async fn serve(
             }
         };
         let _ = socket.set_nodelay(true);
-        let router = router.clone();
+        let serving = serving.clone();
         let trusted = limits.trusted.clone();
         let activity = Activity::new(metrics.clone());
         let watched = activity.clone();
-        let body_timeout = limits.body_timeout;
         let service = hyper::service::service_fn(move |request: Request<Incoming>| {
             let in_flight = activity.begin();
+            let serving = serving.load();
+            let body_timeout = serving.body_timeout;
             let mut request = request.map(|body| Body::new(Deadline::new(body, body_timeout)));
             let client = ClientAddr(trusted.client(peer.ip(), request.headers()));
             request.extensions_mut().insert(ConnectInfo(peer));
             request.extensions_mut().insert(client);
-            let call = router.clone().oneshot(request);
+            let call = serving.router.clone().oneshot(request);
             async move {
                 let response = call.await?;
                 Ok::<_, Infallible>(response.map(|body| Tracked::new(body, in_flight)))

@@ -3,7 +3,7 @@
 //! `/metrics`, `/openapi.yaml`, `/asyncapi.yaml` and `/docs`, behind API keys, a per-key rate limit, a body limit, timeouts and CORS.
 //!
 //! One module a concern: its settings are `crate::config::http`; [`server`] (router, layers,
-//! shutdown), [`listen`] (accept loop, connection cap, idle connections), [`activity`] (what is
+//! shutdown), [`live`] (what a reload changes while it serves), [`listen`] (accept loop, connection cap, idle connections), [`activity`] (what is
 //! in flight), [`body`] (the body deadline), [`descriptors`] (the cap's file descriptor
 //! budget), [`invoke`], [`resume`] (resumable streamed runs), [`topics`], [`routes`], [`skills`], [`ops`],
 //! [`ops_listener`] (`/healthz`, `/readyz`, `/metrics` on an address of their own), [`public`] (`public/` files),
@@ -22,6 +22,7 @@ pub mod hosts;
 pub mod idempotency;
 pub mod invoke;
 mod listen;
+pub mod live;
 pub mod openapi;
 pub mod ops;
 pub mod ops_listener;
@@ -40,6 +41,7 @@ pub mod state;
 pub mod topics;
 
 pub use crate::config::http::{HttpConfig, HttpSettings};
+pub use live::{Applied, Reconfigure};
 pub use ops_listener::OpsListener;
 pub use server::{NAME, Server};
 pub use startup::BindError;

@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::gateway::http::auth::bearer_token;
 use crate::gateway::http::{listen, ops};
-use crate::gateway::keys::KeyRing;
+use crate::gateway::keys::LiveKeys;
 use crate::gateway::transport::{Report, StartError, Transport};
 use crate::gateway::{Gateway, GatewayError};
 
@@ -36,14 +36,14 @@ pub struct OpsListener {
     listener: TcpListener,
     gateway: Gateway,
     /// Who may read `/metrics`: `None` on loopback (anyone there).
-    keys: Option<KeyRing>,
+    keys: Option<LiveKeys>,
 }
 
 /// What the handlers share.
 #[derive(Clone)]
 struct Ops {
     gateway: Gateway,
-    keys: Option<Arc<KeyRing>>,
+    keys: Option<LiveKeys>,
 }
 
 impl OpsListener {
@@ -51,7 +51,7 @@ impl OpsListener {
     pub async fn bind(
         gateway: Gateway,
         addr: SocketAddr,
-        keys: &KeyRing,
+        keys: &LiveKeys,
     ) -> Result<OpsListener, StartError> {
         let listener = TcpListener::bind(addr)
             .await
@@ -87,19 +87,20 @@ impl Transport for OpsListener {
             .route("/readyz", get(readyz))
             .route("/metrics", get(render_metrics))
             .fallback(ops::not_found)
-            .with_state(Ops {
-                gateway,
-                keys: keys.map(Arc::new),
-            });
+            .with_state(Ops { gateway, keys });
         let limits = listen::Limits {
             header_timeout: HEADER_TIMEOUT,
-            body_timeout: HEADER_TIMEOUT,
             max_connections: MAX_CONNECTIONS,
             per_peer: PER_PEER,
             trusted: Arc::default(),
         };
         // Whoever runs the doors stops this last, so probes see them stopping and drained.
-        listen::serve(listener, router, limits, metrics, stop).await;
+        let serving = listen::Serving {
+            router,
+            body_timeout: HEADER_TIMEOUT,
+        };
+        let serving = Arc::new(arc_swap::ArcSwap::from_pointee(serving));
+        listen::serve(listener, serving, limits, metrics, stop).await;
         Report {
             transport: NAME,
             drained: true,
@@ -120,7 +121,7 @@ async fn render_metrics(State(ops): State<Ops>, headers: HeaderMap) -> Response 
             .and_then(|v| v.to_str().ok())
             .and_then(bearer_token);
         let allowed = presented
-            .and_then(|k| keys.verify(k))
+            .and_then(|k| keys.current().verify(k).cloned())
             .is_some_and(|key| ops::may_read_metrics(key.principal()));
         if !allowed {
             return GatewayError::Unauthorized {

@@ -17,7 +17,7 @@ use crate::events::tail::Follow;
 use crate::events::{Bus, Event, KernelBus};
 use crate::gateway::http::idempotency::{Claim, LAST_EVENT_ID};
 use crate::gateway::http::invoke::frame;
-use crate::gateway::http::state::AppState;
+use crate::gateway::http::state::{AppState, StreamEnd};
 use crate::gateway::http::topics::sse;
 use crate::gateway::{Dispatch, GatewayError};
 
@@ -141,7 +141,7 @@ fn stream(state: &AppState, follow: Follow, until: CancellationToken) -> Respons
         + state.config.timeout
         + state.config.grace
         + Duration::from_secs(60);
-    sse(follow, until, Some(deadline), |tailed| {
+    sse(follow, StreamEnd::at(until), Some(deadline), |tailed| {
         let kind = tailed.event.kind.as_str();
         let data = tailed
             .event

@@ -16,7 +16,7 @@ use tokio::sync::broadcast::error::RecvError;
 use crate::events::KernelBus;
 use crate::gateway::GatewayError;
 use crate::gateway::http::runs::seen_by;
-use crate::gateway::http::state::AppState;
+use crate::gateway::http::state::{AppState, StreamEnd};
 use crate::gateway::keys::Caller;
 
 pub async fn stream(
@@ -25,17 +25,18 @@ pub async fn stream(
 ) -> Result<Response, GatewayError> {
     let caller = caller.map(|Extension(c)| c);
     let own = seen_by(caller.as_ref())?;
-    Ok(follow(&state, own))
+    let until = StreamEnd::of(&state, caller.as_ref());
+    Ok(follow(&state, own, until))
 }
 
-/// The runs of this server as server-sent events, those of `own` only when given.
-pub(super) fn follow(state: &AppState, own: Option<String>) -> Response {
+/// The runs of this server as server-sent events, those of `own` only when given, until
+/// `until` is reached.
+pub(super) fn follow(state: &AppState, own: Option<String>, until: StreamEnd) -> Response {
     let feed = state.gateway.kernel.bus().runs().feed();
-    let until = state.stopping.clone();
     let frames = futures::stream::unfold((feed, own, until), |(mut feed, own, until)| async move {
         loop {
             let next = tokio::select! {
-                () = until.cancelled() => return None,
+                () = until.reached() => return None,
                 next = feed.recv() => next,
             };
             let frame = match next {

@@ -2,6 +2,7 @@
 //! accepting, drain for a bounded grace period; whoever runs the doors announces `shutdown`).
 
 use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,6 +21,7 @@ use tower_http::cors::{AllowOrigin, CorsLayer};
 
 use crate::config::http::HttpConfig;
 use crate::gateway::http::auth::{self, CallerKey};
+use crate::gateway::http::live::{Live, Reconfigure};
 use crate::gateway::http::public::PublicDir;
 use crate::gateway::http::startup::BindError;
 use crate::gateway::http::state::AppState;
@@ -27,6 +29,7 @@ use crate::gateway::http::{
     console, dead, descriptors, hosts, idempotency, invoke, listen, ops, request_id, routes, runs,
     runs_stream, skills, topics,
 };
+use crate::gateway::keys::LiveKeys;
 use crate::gateway::served::{HttpDoor, Listener};
 use crate::gateway::transport::{Report, State, Transport};
 use crate::gateway::{Gateway, GatewayError};
@@ -34,33 +37,24 @@ use crate::gateway::{Gateway, GatewayError};
 /// A bound HTTP server, not yet serving.
 pub struct Server {
     listener: TcpListener,
-    router: Router,
-    state: AppState,
+    live: Arc<Live>,
 }
 
 impl Server {
     /// Builds the router (the project's custom routes, collected by [`routes::collect`], and the
     /// routes of `doors`, the other doors served on this listener) and binds the listener.
     /// [`crate::server::Doors::bind`] does this with the doors the settings ask for.
+    /// `keys` are the keys in force (`config.keys` put in force), `project` where the web
+    /// routes are collected again on a reload.
     pub async fn bind(
-        gateway: Gateway,
-        config: HttpConfig,
+        (gateway, config, keys): (Gateway, HttpConfig, LiveKeys),
         web_routes: Vec<routes::WebRoute>,
         doors: Vec<Arc<dyn HttpDoor>>,
+        project: &Path,
     ) -> Result<Server, BindError> {
-        let mut clashes = Vec::new();
-        let mut served: Vec<String> = Vec::new();
-        for (setting, path) in doors.iter().flat_map(|door| door.paths()) {
-            if routes::is_served(&web_routes, &path) || served.contains(&path) {
-                clashes.push(format!("{setting}: `{path}` is already served"));
-            }
-            served.push(path);
-        }
-        if !clashes.is_empty() {
-            return Err(BindError::DoorPath(clashes));
-        }
+        check_door_paths(&web_routes, &doors)?;
         let bind = config.bind;
-        let state = AppState::new(gateway, config, doors)?;
+        let state = AppState::new(gateway, config, keys, doors)?;
         let router = build_router(&state, &web_routes)?;
         let listener = TcpListener::bind(bind)
             .await
@@ -68,25 +62,28 @@ impl Server {
         state.gateway.readiness.set(NAME, State::Starting);
         Ok(Server {
             listener,
-            router,
-            state,
+            live: Arc::new(Live::new(state, router, project)),
         })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
         self.listener
             .local_addr()
-            .unwrap_or_else(|_| self.state.config.bind)
+            .unwrap_or_else(|_| self.live.state().config.bind)
+    }
+
+    /// What reloads this server's settings while it runs.
+    pub fn reconfigure(&self) -> Reconfigure {
+        Reconfigure(self.live.clone())
     }
 
     /// Serves until `stop` is cancelled, then stops accepting and drains for up to `grace`
     /// (whoever runs the doors announces the shutdown, once for all of them).
     async fn serve(self, stop_serving: CancellationToken, grace: Duration) -> Report {
-        let Server {
-            listener,
-            router,
-            state,
-        } = self;
+        let Server { listener, live } = self;
+        // What lasts across reloads (the doors, the gateway, what drains) is the same in every
+        // state a reload makes; the connection limits need a restart.
+        let state = live.state();
         let host = state.host();
         for door in &state.doors {
             door.clone().start(&host);
@@ -104,14 +101,13 @@ impl Server {
         }
         let limits = listen::Limits {
             header_timeout: config.header_timeout,
-            body_timeout: config.body_timeout,
             max_connections,
             per_peer: config.max_connections_per_peer,
             trusted: state.trusted.clone(),
         };
         let metrics = state.gateway.metrics.clone();
         let readiness = state.gateway.readiness.clone();
-        let serve = listen::serve(listener, router, limits, metrics, stop.clone());
+        let serve = listen::serve(listener, live.serving(), limits, metrics, stop.clone());
         let mut serving = tokio::spawn(serve);
         readiness.set(NAME, State::Ready);
         tokio::select! {
@@ -188,7 +184,30 @@ impl Transport for Server {
     }
 }
 
-fn build_router(state: &AppState, web_routes: &[routes::WebRoute]) -> Result<Router, BindError> {
+/// Refuses a door's path that a web route or another door already serves.
+pub(super) fn check_door_paths(
+    web_routes: &[routes::WebRoute],
+    doors: &[Arc<dyn HttpDoor>],
+) -> Result<(), BindError> {
+    let mut clashes = Vec::new();
+    let mut served: Vec<String> = Vec::new();
+    for (setting, path) in doors.iter().flat_map(|door| door.paths()) {
+        if routes::is_served(web_routes, &path) || served.contains(&path) {
+            clashes.push(format!("{setting}: `{path}` is already served"));
+        }
+        served.push(path);
+    }
+    if clashes.is_empty() {
+        Ok(())
+    } else {
+        Err(BindError::DoorPath(clashes))
+    }
+}
+
+pub(super) fn build_router(
+    state: &AppState,
+    web_routes: &[routes::WebRoute],
+) -> Result<Router, BindError> {
     let config = &state.config;
     let mut router: Router<AppState> = Router::new()
         .route("/invoke/{skill}", post(invoke::invoke))
@@ -221,7 +240,7 @@ fn build_router(state: &AppState, web_routes: &[routes::WebRoute]) -> Result<Rou
     let mut router: Router = router.with_state(state.clone());
     let listener = Listener {
         host: state.host(),
-        keys: config.keys.clone(),
+        keys: state.keys.clone(),
         body_limit: config.body_limit,
         cors_origins: config.cors_origins.clone().into(),
     };
@@ -238,13 +257,17 @@ fn build_router(state: &AppState, web_routes: &[routes::WebRoute]) -> Result<Rou
             .finish()
             .ok_or(BindError::RateLimit)?;
         let governor = Arc::new(governor);
-        let limiter = governor.limiter().clone();
-        // Forget idle callers now and then so the limiter does not grow without bound.
+        let limiter = Arc::downgrade(governor.limiter());
+        // Forget idle callers now and then so the limiter does not grow without bound (until
+        // a reload replaces it).
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_secs(60));
             loop {
                 tick.tick().await;
-                limiter.retain_recent();
+                match limiter.upgrade() {
+                    Some(limiter) => limiter.retain_recent(),
+                    None => return,
+                }
             }
         });
         router =

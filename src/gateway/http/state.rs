@@ -7,6 +7,7 @@ use crate::gateway::Gateway;
 use crate::gateway::http::auth::PublicPaths;
 use crate::gateway::http::hosts::AllowedHosts;
 use crate::gateway::http::startup::BindError;
+use crate::gateway::keys::{Caller, LiveKeys};
 use crate::gateway::policy::Policy;
 use crate::gateway::served::HttpDoor;
 
@@ -31,7 +32,10 @@ pub struct Shared {
     /// Webhook workers and their runs, drained at shutdown.
     pub background: tokio_util::task::TaskTracker,
     /// What signs web session cookies (secrets shared by the replicas through the store).
-    pub sessions: crate::gateway::http::session_cookie::SessionSecrets,
+    pub sessions: Arc<crate::gateway::http::session_cookie::SessionSecrets>,
+    /// The keys in force, shared with the doors served here (`config.keys` is the same ring,
+    /// as it was when this state was made).
+    pub keys: LiveKeys,
 }
 
 impl std::ops::Deref for AppState {
@@ -57,8 +61,49 @@ impl AppState {
     pub fn new(
         gateway: Gateway,
         config: HttpConfig,
+        keys: LiveKeys,
         doors: Vec<Arc<dyn HttpDoor>>,
     ) -> Result<AppState, BindError> {
+        let gateway_store = {
+            use crate::events::KernelBus;
+            gateway.kernel.bus().store().clone()
+        };
+        let lasting = Lasting {
+            gateway,
+            doors,
+            stopping: Default::default(),
+            background: Default::default(),
+            sessions: Arc::new(crate::gateway::http::session_cookie::SessionSecrets::new(
+                gateway_store,
+            )),
+            keys,
+        };
+        AppState::make(lasting, config)
+    }
+
+    /// The same server with `config` (a reload): the gateway, the doors, what drains at
+    /// shutdown and the session secrets stay.
+    pub fn with_config(&self, config: HttpConfig) -> Result<AppState, BindError> {
+        let lasting = Lasting {
+            gateway: self.gateway.clone(),
+            doors: self.doors.clone(),
+            stopping: self.stopping.clone(),
+            background: self.background.clone(),
+            sessions: self.sessions.clone(),
+            keys: self.keys.clone(),
+        };
+        AppState::make(lasting, config)
+    }
+
+    fn make(lasting: Lasting, config: HttpConfig) -> Result<AppState, BindError> {
+        let Lasting {
+            gateway,
+            doors,
+            stopping,
+            background,
+            sessions,
+            keys,
+        } = lasting;
         let public = PublicPaths::new(&config.public)?;
         // On loopback with no names given, only loopback names: a rebinding page is not served.
         let hosts = match AllowedHosts::new(&config.allowed_hosts)? {
@@ -69,10 +114,6 @@ impl AppState {
         let trusted = crate::gateway::peers::TrustedProxies::new(&config.trusted_proxies)
             .map(Arc::new)
             .map_err(BindError::TrustedProxies)?;
-        let gateway_store = {
-            use crate::events::KernelBus;
-            gateway.kernel.bus().store().clone()
-        };
         Ok(AppState(Arc::new(Shared {
             gateway,
             config,
@@ -81,9 +122,60 @@ impl AppState {
             trusted,
             policy,
             doors,
-            stopping: Default::default(),
-            background: Default::default(),
-            sessions: crate::gateway::http::session_cookie::SessionSecrets::new(gateway_store),
+            stopping,
+            background,
+            sessions,
+            keys,
         })))
     }
+}
+
+/// When a stream a caller follows (a topic, the runs) ends: the server stops, or a reload
+/// revokes the key the caller follows it with.
+#[derive(Clone)]
+pub struct StreamEnd {
+    stopping: tokio_util::sync::CancellationToken,
+    revoked: Option<tokio_util::sync::CancellationToken>,
+}
+
+impl StreamEnd {
+    /// A stream `caller` opened on the server of `state`.
+    pub fn of(state: &AppState, caller: Option<&Caller>) -> StreamEnd {
+        StreamEnd {
+            stopping: state.stopping.clone(),
+            revoked: match caller {
+                Some(Caller::Key(key)) => Some(key.revoked().clone()),
+                _ => None,
+            },
+        }
+    }
+
+    /// Ends only when `token` is cancelled.
+    pub fn at(token: tokio_util::sync::CancellationToken) -> StreamEnd {
+        StreamEnd {
+            stopping: token,
+            revoked: None,
+        }
+    }
+
+    /// Waits until the stream must end.
+    pub async fn reached(&self) {
+        match &self.revoked {
+            Some(revoked) => tokio::select! {
+                () = self.stopping.cancelled() => {}
+                () = revoked.cancelled() => {}
+            },
+            None => self.stopping.cancelled().await,
+        }
+    }
+}
+
+/// What a server keeps across reloads.
+struct Lasting {
+    gateway: Gateway,
+    doors: Vec<Arc<dyn HttpDoor>>,
+    stopping: tokio_util::sync::CancellationToken,
+    background: tokio_util::task::TaskTracker,
+    sessions: Arc<crate::gateway::http::session_cookie::SessionSecrets>,
+    keys: LiveKeys,
 }

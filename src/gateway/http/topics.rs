@@ -11,12 +11,11 @@ use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
 use crate::events::KernelBus;
 use crate::events::tail::{Follow, FollowError, Tailed};
 use crate::gateway::GatewayError;
-use crate::gateway::http::state::AppState;
+use crate::gateway::http::state::{AppState, StreamEnd};
 use crate::gateway::keys::Caller;
 
 #[derive(Debug, Deserialize)]
@@ -50,7 +49,8 @@ pub async fn follow(
         .follow(&topic, from.as_deref())
         .await
         .map_err(|e| GatewayError::BadRequest(e.message().to_string()))?;
-    Ok(sse(follow, state.stopping.clone(), None, |tailed| {
+    let until = StreamEnd::of(&state, caller.as_ref());
+    Ok(sse(follow, until, None, |tailed| {
         let event = SseEvent::default()
             .event("event")
             .id(tailed.event.id.clone())
@@ -61,11 +61,11 @@ pub async fn follow(
 
 /// A followed topic as server-sent events: a `gap` event where events went missing, then each
 /// event as `frame` makes it (with whether it is the last one). Ends when `until` is
-/// cancelled, at `deadline`, or when the follower falls behind or the bus closes (the client
+/// reached, at `deadline`, or when the follower falls behind or the bus closes (the client
 /// comes back with its last id).
 pub fn sse(
     follow: Follow,
-    until: CancellationToken,
+    until: StreamEnd,
     deadline: Option<Instant>,
     frame: impl Fn(&Tailed) -> (SseEvent, bool) + Send + 'static,
 ) -> Response {
@@ -87,7 +87,7 @@ pub fn sse(
                 }
             };
             let next = tokio::select! {
-                () = until.cancelled() => return None,
+                () = until.reached() => return None,
                 () = ends => return None,
                 next = follow.next() => next,
             };

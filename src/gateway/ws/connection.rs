@@ -71,7 +71,7 @@ pub async fn serve(socket: WebSocket, on: Arc<Listener>, hub: Arc<Hub>, peer: Pe
     let (mut incoming, outbox, writer) = split(socket, limits);
     let writer = tokio::spawn(writer);
     let (finished, mut finished_rx) = mpsc::unbounded_channel();
-    let needs_auth = !on.keys.is_empty() && peer.caller.is_none();
+    let needs_auth = !on.keys.current().is_empty() && peer.caller.is_none();
     let caller = (!needs_auth).then(|| peer.caller.clone());
     let id = id::format(id::next_id());
     outbox.push(out::welcome(&id, needs_auth));
@@ -96,10 +96,18 @@ pub async fn serve(socket: WebSocket, on: Arc<Listener>, hub: Arc<Hub>, peer: Pe
     let mut ping = tokio::time::interval(config.idle_timeout / 2);
     ping.reset();
     loop {
+        // Cancelled when a reload revokes the key this socket runs with.
+        let revocation = match conn.caller() {
+            Some(Caller::Key(key)) => Some(key.revoked().clone()),
+            _ => None,
+        };
         tokio::select! {
             biased;
             () = outbox.closed() => break,
             () = hub.closing().cancelled(), if !conn.draining => conn.drain(),
+            () = revoked(revocation.as_ref()) => {
+                outbox.close(code::POLICY, "the API key was revoked");
+            }
             Some(id) = finished_rx.recv() => {
                 conn.runs.remove(&id);
                 conn.close_if_drained();
@@ -152,6 +160,14 @@ pub async fn serve(socket: WebSocket, on: Arc<Listener>, hub: Arc<Hub>, peer: Pe
         .is_err()
     {
         abort.abort();
+    }
+}
+
+/// Waits for `token` (forever without one).
+async fn revoked(token: Option<&tokio_util::sync::CancellationToken>) {
+    match token {
+        Some(token) => token.cancelled().await,
+        None => std::future::pending().await,
     }
 }
 
@@ -259,7 +275,7 @@ impl Connection {
     }
 
     fn authenticate(&mut self, key: &str) {
-        match self.on.keys.verify(key) {
+        match self.on.keys.current().verify(key) {
             Some(found) => {
                 self.outbox.push(out::authenticated(Some(&found.name)));
                 self.caller = Some(Some(Caller::Key(found.clone())));

@@ -25,7 +25,7 @@ use crate::events::dead;
 use crate::events::runs::{self, RunsQuery};
 use crate::gateway::http::runs::{seen_by, shown_to, start_retry};
 use crate::gateway::http::runs_stream;
-use crate::gateway::http::state::AppState;
+use crate::gateway::http::state::{AppState, StreamEnd};
 use crate::gateway::reply::gather;
 use login::Login;
 use pages::{Filters, Viewer};
@@ -402,8 +402,10 @@ async fn stream(State(state): State<AppState>, headers: HeaderMap) -> Response {
     let Some(login) = login else {
         return StatusCode::UNAUTHORIZED.into_response();
     };
-    let own = seen_by(login.caller().as_ref()).ok().flatten();
-    runs_stream::follow(&state, own)
+    let caller = login.caller();
+    let own = seen_by(caller.as_ref()).ok().flatten();
+    let until = StreamEnd::of(&state, caller.as_ref());
+    runs_stream::follow(&state, own, until)
 }
 
 #[derive(Debug, Deserialize)]

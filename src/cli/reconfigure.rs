@@ -1,0 +1,90 @@
+//! What `skillgate serve` puts in force when a reload reads its config file again: the HTTP
+//! settings as the flags, their variables and the file now give them (flags still win), and
+//! the names of changed settings that only a restart applies.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use crate::config::websocket::{WsConfig, WsSettings};
+use crate::config::{ConfigErrors, ConfigFile};
+use crate::gateway::http::{HttpConfig, HttpSettings, Reconfigure};
+use crate::kernel::Kernel;
+use crate::reload::ApplyConfig;
+
+/// What the server started with, to tell what a reload changes.
+struct Given {
+    /// The flags and their variables (they win over the file).
+    http: HttpSettings,
+    websocket: WsSettings,
+    project: PathBuf,
+    /// The sections whose doors and store are made once, as the server started with them.
+    started: [String; 3],
+}
+
+/// The [`ApplyConfig`] of a server started with `file` and the `http` and `websocket` flags.
+pub fn applier(
+    kernel: Kernel,
+    reconfigure: Reconfigure,
+    (http, websocket): (HttpSettings, WsSettings),
+    (project, file): (&Path, &ConfigFile),
+) -> ApplyConfig {
+    let given = Given {
+        http,
+        websocket,
+        project: project.to_path_buf(),
+        started: made_once(file),
+    };
+    // What was last put in force: a reload that changes nothing rebuilds nothing.
+    let last = Mutex::new(Some(given.fingerprint(&kernel, file)));
+    Arc::new(move |file: &ConfigFile| {
+        let seen = given.fingerprint(&kernel, file);
+        if last.lock().as_deref() == Some(seen.as_str()) {
+            return Ok(None);
+        }
+        let origin = |path: &str| file.origin(path);
+        let settings = given.http.clone().or(file.http.clone());
+        let websocket = given.websocket.clone().or(file.websocket.clone());
+        let mut config = HttpConfig::resolve(&given.project, settings, &origin)?;
+        config.websocket = WsConfig::resolve(websocket, &origin)?;
+        let applied = reconfigure.apply(config).map_err(|message| {
+            let mut errors = ConfigErrors::default();
+            errors.at("http", message);
+            errors.located(&origin)
+        })?;
+        *last.lock() = Some(seen);
+        let mut need_restart: Vec<String> = applied
+            .need_restart
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        let now = made_once(file);
+        for (i, section) in ["store", "slack", "email"].into_iter().enumerate() {
+            if now[i] != given.started[i] {
+                need_restart.push(section.to_string());
+            }
+        }
+        Ok(Some(need_restart))
+    })
+}
+
+impl Given {
+    /// The HTTP settings as `file` and the flags give them, and the skills (whose web routes
+    /// the router serves).
+    fn fingerprint(&self, kernel: &Kernel, file: &ConfigFile) -> String {
+        let http = self.http.clone().or(file.http.clone());
+        let websocket = self.websocket.clone().or(file.websocket.clone());
+        let skills = kernel.registry().current().generation;
+        format!("{http:?}\n{websocket:?}\n{skills}")
+    }
+}
+
+/// The sections a restart alone applies: the store, Slack's and email's.
+fn made_once(file: &ConfigFile) -> [String; 3] {
+    [
+        format!("{:?}", file.store),
+        format!("{:?}", file.slack),
+        format!("{:?}", file.email),
+    ]
+}

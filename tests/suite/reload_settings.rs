@@ -1,0 +1,384 @@
+//! Settings reloaded without a restart: keys added, revoked and rotated, their scopes, and the
+//! HTTP settings a request reads (CORS, allowed hosts, the body limit) are put in force on
+//! SIGHUP and when the config file changes; a revoked key's open WebSocket and SSE streams
+//! close and its stored work pauses while other keys' go on; a mistake keeps the running
+//! settings and `/readyz` names it; a setting only a restart applies is named in the log.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use serde_json::{Value, json};
+use skillgate::gateway::keys::hash_key;
+
+use crate::support::common::{Project, http_client};
+use crate::support::process::{Served, serve};
+use crate::support::ws_client::WsClient;
+
+const OLD: &str = "sg_old_key";
+const NEW: &str = "sg_new_key";
+const OTHER: &str = "sg_other_key";
+const ROOT: &str = "sg_root_key";
+
+/// A key entry of the config file: `name` with `key`'s hash and extra fields (`skills`, `admin`).
+fn key(name: &str, key: &str, extra: &str) -> String {
+    format!(
+        "    - {{ name: {name}, hash: \"{}\"{extra} }}\n",
+        hash_key(key)
+    )
+}
+
+/// Writes the project's `skillgate.yaml`: the `http:` section with `keys` and `more` lines.
+fn write_config(project: &Path, keys: &[String], more: &str) {
+    let text = format!("http:\n  api-keys:\n{}{more}", keys.concat());
+    std::fs::write(project.join("skillgate.yaml"), text).unwrap();
+}
+
+fn project() -> Project {
+    let project = Project::new();
+    project.skill(
+        "greet.skill.md",
+        "---\nname: greet\ndescription: Greets.\n---\nHello.\n",
+    );
+    project.skill(
+        "other.skill.md",
+        "---\nname: other\ndescription: Another.\n---\nOther.\n",
+    );
+    project
+}
+
+fn sighup(served: &Served) {
+    let status = std::process::Command::new("kill")
+        .args(["-HUP", &served.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+/// Polls `check` until it holds, for up to 20 s; returns the last value it saw.
+async fn eventually<F, Fut>(what: &str, mut check: F) -> Value
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = (bool, Value)>,
+{
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (ok, seen) = check().await;
+        if ok {
+            return seen;
+        }
+        assert!(Instant::now() < deadline, "{what}; last seen: {seen}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn status_of(served: &Served, key: &str, skill: &str) -> u16 {
+    served
+        .post_as(Some(key), &format!("/invoke/{skill}"), &json!({}))
+        .await
+        .0
+}
+
+/// `/readyz`'s `reload` (public).
+async fn reload_state(served: &Served) -> Value {
+    served.get("/readyz").await["reload"].clone()
+}
+
+fn no_watch() -> [&'static str; 4] {
+    ["--bind", "127.0.0.1:0", "--watch", "false"]
+}
+
+#[tokio::test]
+async fn a_key_rotated_in_the_config_file_is_taken_and_the_old_one_refused_after_sighup() {
+    let project = project();
+    write_config(project.path(), &[key("app", OLD, "")], "");
+    let served = serve(project.path(), &no_watch(), &[]);
+    assert_eq!(status_of(&served, OLD, "greet").await, 200);
+    assert_eq!(status_of(&served, NEW, "greet").await, 401);
+    assert_eq!(reload_state(&served).await["generation"], 1);
+    // Rotated under the same name, and a second key added.
+    write_config(
+        project.path(),
+        &[key("app", NEW, ""), key("second", OTHER, "")],
+        "",
+    );
+    sighup(&served);
+    eventually("the rotated key is taken", || async {
+        let status = status_of(&served, NEW, "greet").await;
+        (status == 200, json!(status))
+    })
+    .await;
+    assert_eq!(status_of(&served, OLD, "greet").await, 401);
+    assert_eq!(status_of(&served, OTHER, "greet").await, 200);
+    let reload = reload_state(&served).await;
+    assert_eq!(reload["generation"], 2, "{reload}");
+    assert_eq!(reload["error"], Value::Null, "{reload}");
+    assert_eq!(reload["trigger"], "SIGHUP", "{reload}");
+    let (code, _) = served.stop();
+    assert_eq!(code, Some(0));
+}
+
+#[tokio::test]
+async fn scopes_cors_allowed_hosts_and_the_body_limit_follow_the_watched_config_file() {
+    let project = project();
+    write_config(project.path(), &[key("app", OLD, "")], "");
+    let served = serve(project.path(), &["--bind", "127.0.0.1:0"], &[]);
+    let client = http_client();
+    let origin = "https://app.example";
+    let preflight = || {
+        client
+            .get(served.url("/skills"))
+            .bearer_auth(OLD)
+            .header("origin", origin)
+            .send()
+    };
+    let allowed = |r: &reqwest::Response| r.headers().get("access-control-allow-origin").cloned();
+    let before = preflight().await.unwrap();
+    assert_eq!(allowed(&before), None);
+    let elsewhere = || {
+        client
+            .get(served.url("/skills"))
+            .bearer_auth(OLD)
+            .header("host", "gateway.example")
+            .send()
+    };
+    assert_eq!(elsewhere().await.unwrap().status(), 421);
+    let big = json!({ "pad": "x".repeat(4096) });
+    assert_eq!(
+        served.post_as(Some(OLD), "/invoke/greet", &big).await.0,
+        200
+    );
+    // Narrowed to `other`, CORS for the app, a second host name, a small body limit.
+    write_config(
+        project.path(),
+        &[key("app", OLD, ", skills: [other]")],
+        &format!(
+            "  cors-origins: [\"{origin}\"]\n  allowed-hosts: [gateway.example, 127.0.0.1]\n  body-limit: 1024\n"
+        ),
+    );
+    // Out of the key's scope, a skill is not found for it.
+    eventually("the narrowed scope is in force", || async {
+        let status = status_of(&served, OLD, "greet").await;
+        (status == 404, json!(status))
+    })
+    .await;
+    assert_eq!(status_of(&served, OLD, "other").await, 200);
+    let after = preflight().await.unwrap();
+    assert_eq!(
+        allowed(&after).as_ref().and_then(|v| v.to_str().ok()),
+        Some(origin)
+    );
+    assert_eq!(elsewhere().await.unwrap().status(), 200);
+    assert_eq!(
+        served.post_as(Some(OLD), "/invoke/other", &big).await.0,
+        413
+    );
+    let reload = reload_state(&served).await;
+    assert_eq!(reload["trigger"], "watch", "{reload}");
+    assert_eq!(reload["generation"], 2, "{reload}");
+}
+
+/// Opens `/events/{topic}` as SSE with `key`: the byte stream of the answer.
+async fn follow_topic(
+    served: &Served,
+    key: &str,
+    topic: &str,
+) -> impl futures::Stream<Item = reqwest::Result<bytes::Bytes>> + Unpin {
+    let response = http_client()
+        .get(served.url(&format!("/events/{topic}")))
+        .bearer_auth(key)
+        .header("accept", "text/event-stream")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    Box::pin(response.bytes_stream())
+}
+
+/// Reads `stream` until it ends (true) or 20 s pass (false).
+async fn ends(
+    stream: &mut (impl futures::Stream<Item = reqwest::Result<bytes::Bytes>> + Unpin),
+) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, stream.next()).await {
+            Ok(Some(Ok(_))) => continue,
+            Ok(Some(Err(_)) | None) => return true,
+            Err(_) => return false,
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_revoked_keys_websocket_and_sse_streams_close_while_other_keys_streams_go_on() {
+    let project = project();
+    write_config(
+        project.path(),
+        &[key("app", OLD, ""), key("second", OTHER, "")],
+        "",
+    );
+    let served = serve(project.path(), &no_watch(), &[]);
+    let addr = served.addr.parse().unwrap();
+    let (mut revoked_ws, _) = WsClient::connect(addr, Some(OLD)).await;
+    // A socket that authenticates in its first frame instead of a header.
+    let (mut framed_ws, _) = WsClient::connect(addr, None).await;
+    framed_ws.send(json!({ "type": "auth", "key": OLD })).await;
+    assert_eq!(framed_ws.recv().await["type"], "authenticated");
+    let (mut kept_ws, _) = WsClient::connect(addr, Some(OTHER)).await;
+    let mut revoked_sse = follow_topic(&served, OLD, "jobs").await;
+    let mut runs_sse = {
+        let response = http_client()
+            .get(served.url("/runs/stream"))
+            .bearer_auth(OLD)
+            .send()
+            .await
+            .unwrap();
+        Box::pin(response.bytes_stream())
+    };
+    write_config(project.path(), &[key("second", OTHER, "")], "");
+    sighup(&served);
+    let (code, reason) = revoked_ws.closed().await;
+    assert_eq!((code, reason.as_str()), (1008, "the API key was revoked"));
+    let (code, _) = framed_ws.closed().await;
+    assert_eq!(code, 1008);
+    assert!(
+        ends(&mut revoked_sse).await,
+        "the revoked key's topic stream ended"
+    );
+    assert!(
+        ends(&mut runs_sse).await,
+        "the revoked key's runs stream ended"
+    );
+    // The other key's socket still runs skills.
+    kept_ws
+        .send(json!({ "type": "invoke", "id": "1", "skill": "greet", "args": {} }))
+        .await;
+    let answer = kept_ws.answer("1").await;
+    assert_eq!(answer.last().unwrap()["type"], "result", "{answer:?}");
+    assert_eq!(status_of(&served, OLD, "greet").await, 401);
+}
+
+#[tokio::test]
+async fn a_revoked_keys_schedule_pauses_at_its_next_firing() {
+    let project = project();
+    let admin = ", admin: true";
+    write_config(
+        project.path(),
+        &[key("app", OLD, admin), key("root", ROOT, admin)],
+        "",
+    );
+    let served = serve(project.path(), &no_watch(), &[]);
+    let create = json!({ "name": "tick", "ref": "greet", "every": 200 });
+    let (status, made) = served
+        .post_as(Some(OLD), "/invoke/schedule-create", &create)
+        .await;
+    assert_eq!(status, 200, "{made}");
+    // Runs of the schedule, newest first, as the root key sees them.
+    let fired = || async {
+        let runs: Value = http_client()
+            .get(served.url("/runs?door=schedule"))
+            .bearer_auth(ROOT)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        runs["runs"].as_array().cloned().unwrap_or_default()
+    };
+    eventually("the schedule fires as its key", || async {
+        let runs = fired().await;
+        let ok = runs.iter().any(|r| r["status"] == "ok");
+        (ok, json!(runs))
+    })
+    .await;
+    write_config(project.path(), &[key("root", ROOT, admin)], "");
+    sighup(&served);
+    let runs = eventually("the schedule's firings are refused", || async {
+        let runs = fired().await;
+        let refused = runs
+            .first()
+            .is_some_and(|r| r["status"] != "ok" && r["principal"] == "key:app");
+        (refused, json!(runs))
+    })
+    .await;
+    assert_eq!(
+        runs[0]["problem"], "/docs#problem-denied",
+        "the firing is refused as paused: {runs}"
+    );
+}
+
+#[tokio::test]
+async fn a_mistaken_config_keeps_the_running_settings_and_readyz_names_the_mistake() {
+    let project = project();
+    write_config(project.path(), &[key("app", OLD, "")], "");
+    let served = serve(project.path(), &no_watch(), &[]);
+    std::fs::write(
+        project.path().join("skillgate.yaml"),
+        format!(
+            "http:\n  api-keys:\n{}    - {{ name: broken, hash: \"md5:abc\" }}\n",
+            key("app", NEW, "")
+        ),
+    )
+    .unwrap();
+    sighup(&served);
+    let reload = eventually("readyz reports the mistake", || async {
+        let reload = reload_state(&served).await;
+        (reload["config"]["ok"] == false, reload)
+    })
+    .await;
+    let error = reload["error"].as_str().unwrap_or_default();
+    assert!(error.contains("http.api-keys[1]"), "{reload}");
+    assert_eq!(reload["generation"], 1, "{reload}");
+    // Nothing of the mistaken file was applied: the old key still works, the new one not yet.
+    assert_eq!(status_of(&served, OLD, "greet").await, 200);
+    assert_eq!(status_of(&served, NEW, "greet").await, 401);
+    assert!(
+        served
+            .logged("http.api-keys[1]", Duration::from_secs(10))
+            .is_ok(),
+        "the log names the setting with its file and line"
+    );
+}
+
+#[tokio::test]
+async fn a_setting_only_a_restart_applies_is_named_in_the_log_and_kept() {
+    let project = project();
+    write_config(project.path(), &[key("app", OLD, "")], "");
+    let served = serve(project.path(), &no_watch(), &[]);
+    write_config(
+        project.path(),
+        &[key("app", NEW, "")],
+        "  max-connections: 10\n",
+    );
+    sighup(&served);
+    let line = served
+        .logged("takes effect at the next start", Duration::from_secs(20))
+        .expect("the log names the setting");
+    assert!(line.contains("http.max-connections"), "{line}");
+    // The rest of the file is in force.
+    assert_eq!(status_of(&served, NEW, "greet").await, 200);
+}
+
+#[tokio::test]
+async fn a_web_route_a_skill_edit_declares_is_served_after_the_reload() {
+    let project = project();
+    let ping =
+        |metadata: &str| format!("---\nname: ping\ndescription: Pong.\n{metadata}---\npong\n");
+    project.skill("ping.skill.md", &ping(""));
+    let served = serve(project.path(), &no_watch(), &[]);
+    let get = || http_client().get(served.url("/ping")).send();
+    assert_eq!(get().await.unwrap().status(), 404);
+    project.skill(
+        "ping.skill.md",
+        &ping("metadata:\n  web:\n    route: GET /ping\n"),
+    );
+    sighup(&served);
+    eventually("the new route is served", || async {
+        let status = get().await.unwrap().status().as_u16();
+        (status == 200, json!(status))
+    })
+    .await;
+    assert_eq!(get().await.unwrap().text().await.unwrap(), "pong\n");
+}
