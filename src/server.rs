@@ -114,6 +114,8 @@ pub struct Doors {
     /// What reloads HTTP's settings while it serves.
     reconfigure: Option<http::Reconfigure>,
     smtp: Option<SocketAddr>,
+    /// The SMTP listener's certificate, read again on a reload.
+    email_cert: Option<Arc<email::tls::LiveCert>>,
     /// Run apart from the doors: stopped once they are done, so probes see them drain.
     ops: Option<http::OpsListener>,
 }
@@ -194,6 +196,7 @@ impl Doors {
             http: None,
             reconfigure: None,
             smtp: None,
+            email_cert: None,
             ops: None,
         };
         if let Some(addr) = ops {
@@ -234,6 +237,7 @@ impl Doors {
                 .await
                 .map_err(|e| StartError::runtime(email::NAME, e))?;
             doors.smtp = email.addr;
+            doors.email_cert = email.cert.clone();
             doors = doors.with(email);
         }
         Ok(doors)
@@ -261,6 +265,12 @@ impl Doors {
     /// What puts new HTTP settings in force while the server runs (none with HTTP off).
     pub fn reconfigure(&self) -> Option<http::Reconfigure> {
         self.reconfigure.clone()
+    }
+
+    /// The email door's STARTTLS certificate, when it has one: [`email::tls::LiveCert::reload`]
+    /// reads its files again.
+    pub fn email_cert(&self) -> Option<Arc<email::tls::LiveCert>> {
+        self.email_cert.clone()
     }
 
     /// Where the email door's SMTP listener listens, when it is configured.

@@ -1,6 +1,7 @@
 //! What `skillgate serve` puts in force when a reload reads its config file again: the HTTP
-//! settings as the flags, their variables and the file now give them (flags still win), and
-//! the names of changed settings that only a restart applies.
+//! settings as the flags, their variables and the file now give them (flags still win), the
+//! SMTP listener's certificate read again from its files, and the names of changed settings
+//! that only a restart applies.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -9,6 +10,7 @@ use parking_lot::Mutex;
 
 use crate::config::websocket::{WsConfig, WsSettings};
 use crate::config::{ConfigErrors, ConfigFile};
+use crate::gateway::email::tls::LiveCert;
 use crate::gateway::http::{HttpConfig, HttpSettings, Reconfigure};
 use crate::kernel::Kernel;
 use crate::reload::ApplyConfig;
@@ -23,13 +25,18 @@ struct Given {
     started: [String; 3],
 }
 
-/// The [`ApplyConfig`] of a server started with `file` and the `http` and `websocket` flags.
+/// The [`ApplyConfig`] of a server started with `file` and the `http` and `websocket` flags,
+/// whose HTTP door `reconfigure` changes and whose SMTP listener offers `cert`; none when it has
+/// neither.
 pub fn applier(
     kernel: Kernel,
-    reconfigure: Reconfigure,
+    (reconfigure, cert): (Option<Reconfigure>, Option<Arc<LiveCert>>),
     (http, websocket): (HttpSettings, WsSettings),
     (project, file): (&Path, &ConfigFile),
-) -> ApplyConfig {
+) -> Option<ApplyConfig> {
+    if reconfigure.is_none() && cert.is_none() {
+        return None;
+    }
     let given = Given {
         http,
         websocket,
@@ -38,11 +45,24 @@ pub fn applier(
     };
     // What was last put in force: a reload that changes nothing rebuilds nothing.
     let last = Mutex::new(Some(given.fingerprint(&kernel, file)));
-    Arc::new(move |file: &ConfigFile| {
-        let seen = given.fingerprint(&kernel, file);
-        if last.lock().as_deref() == Some(seen.as_str()) {
-            return Ok(None);
+    Some(Arc::new(move |file: &ConfigFile| {
+        // A certificate renewed in place is offered from now on; a half-written one is not.
+        let renewed = match &cert {
+            Some(cert) => cert.reload()?,
+            None => false,
+        };
+        if renewed {
+            tracing::info!(
+                "the SMTP listener's certificate was read again: STARTTLS offers the new one"
+            );
         }
+        let seen = given.fingerprint(&kernel, file);
+        let Some(reconfigure) = reconfigure
+            .as_ref()
+            .filter(|_| last.lock().as_deref() != Some(seen.as_str()))
+        else {
+            return Ok(renewed.then(Vec::new));
+        };
         let origin = |path: &str| file.origin(path);
         let settings = given.http.clone().or(file.http.clone());
         let websocket = given.websocket.clone().or(file.websocket.clone());
@@ -66,7 +86,7 @@ pub fn applier(
             }
         }
         Ok(Some(need_restart))
-    })
+    }))
 }
 
 impl Given {

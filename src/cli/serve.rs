@@ -120,15 +120,14 @@ pub async fn serve(
     // Every transport stops together on SIGINT/SIGTERM; the shutdown is announced once.
     let stop = CancellationToken::new();
     // Skills reload on changes and SIGHUP (also caught before the start line).
-    // The config file's HTTP settings are put in force on each reload too.
-    let apply = doors.reconfigure().map(|reconfigure| {
-        super::reconfigure::applier(
-            kernel.clone(),
-            reconfigure,
-            (args.http.clone(), args.websocket.clone()),
-            (project, file),
-        )
-    });
+    // The config file's HTTP settings and the SMTP certificate are put in force on each
+    // reload too.
+    let apply = super::reconfigure::applier(
+        kernel.clone(),
+        (doors.reconfigure(), doors.email_cert()),
+        (args.http.clone(), args.websocket.clone()),
+        (project, file),
+    );
     let reloader = crate::reload::spawn(
         kernel.clone(),
         (project.to_path_buf(), file.path.clone()),

@@ -382,3 +382,68 @@ async fn a_web_route_a_skill_edit_declares_is_served_after_the_reload() {
     .await;
     assert_eq!(get().await.unwrap().text().await.unwrap(), "pong\n");
 }
+
+/// A self-signed certificate for `localhost` written over `tls/cert.pem` and `tls/key.pem`:
+/// its PEM, for a client to trust.
+fn write_certificate(project: &Project) -> String {
+    let made = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    project
+        .write("tls/cert.pem", &made.cert.pem())
+        .write("tls/key.pem", &made.signing_key.serialize_pem());
+    made.cert.pem()
+}
+
+/// Whether a client trusting only `cert` gets through STARTTLS at `smtp`.
+async fn starttls_trusting(smtp: std::net::SocketAddr, cert: &str) -> bool {
+    use lettre::transport::smtp::client::{Certificate, Tls, TlsParameters};
+    use lettre::{AsyncSmtpTransport, Tokio1Executor};
+    let parameters = TlsParameters::builder("localhost".into())
+        .add_root_certificate(Certificate::from_pem(cert.as_bytes()).unwrap())
+        .build_rustls()
+        .unwrap();
+    let transport: AsyncSmtpTransport<Tokio1Executor> =
+        AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous("127.0.0.1")
+            .port(smtp.port())
+            .tls(Tls::Required(parameters))
+            .build();
+    transport.test_connection().await.unwrap_or(false)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_smtp_certificate_renewed_in_place_is_offered_after_sighup() {
+    let sink = crate::support::smtp_sink::Sink::start().await;
+    let project = project();
+    let first = write_certificate(&project);
+    let at = |file: &str| project.path().join("tls").join(file).display().to_string();
+    project.write(
+        "skillgate.yaml",
+        &format!(
+            "email:\n  from: bot@skillgate.test\n  smtp: {{ bind: \"127.0.0.1:0\", tls: {{ cert: \"{}\", key: \"{}\" }} }}\n  relay: {}\n  default: greet\n",
+            at("cert.pem"),
+            at("key.pem"),
+            sink.relay()
+        ),
+    );
+    let served = serve(project.path(), &no_watch(), &[]);
+    let smtp: std::net::SocketAddr = served
+        .started
+        .split("smtp://")
+        .nth(1)
+        .and_then(|rest| rest.split([' ', ',', ')']).next())
+        .and_then(|a| a.parse().ok())
+        .expect("an smtp:// address");
+    assert!(starttls_trusting(smtp, &first).await);
+    let renewed = write_certificate(&project);
+    assert!(
+        !starttls_trusting(smtp, &renewed).await,
+        "the new certificate is not offered before the reload"
+    );
+    sighup(&served);
+    eventually("the renewed certificate is offered", || async {
+        let through = starttls_trusting(smtp, &renewed).await;
+        (through, json!(through))
+    })
+    .await;
+    assert!(!starttls_trusting(smtp, &first).await);
+    assert_eq!(reload_state(&served).await["generation"], 2);
+}

@@ -44,6 +44,8 @@ pub struct Email {
     pub mailer: Mailer,
     /// STARTTLS, when a certificate is configured.
     pub tls: Option<tokio_rustls::TlsAcceptor>,
+    /// Its certificate, read again on a reload.
+    pub cert: Option<Arc<tls::LiveCert>>,
     /// Where the SMTP listener listens (none when mail comes by IMAP only).
     pub addr: Option<SocketAddr>,
     /// Bound at start, served once the server runs.

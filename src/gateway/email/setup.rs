@@ -20,7 +20,7 @@ use crate::skills::index::SearchIndex;
 pub struct Resolved {
     config: EmailConfig,
     mailer: Mailer,
-    tls: Option<tokio_rustls::TlsAcceptor>,
+    tls: Option<Arc<super::tls::LiveCert>>,
 }
 
 /// The project's email settings resolved and checked; every mistake at once.
@@ -45,7 +45,7 @@ pub fn resolve(
         .map_err(|e| errors.at("email.relay", e))
         .ok();
     let tls = config.tls.as_ref().and_then(|settings| {
-        super::tls::acceptor(settings)
+        super::tls::LiveCert::read(settings)
             .map_err(|more| errors.extend(more))
             .ok()
     });
@@ -83,7 +83,8 @@ pub async fn open(gateway: &Gateway, resolved: Resolved) -> Result<Arc<Email>, S
     Ok(Arc::new(Email {
         intake: Arc::new(Intake::new(gateway.clone(), config.clone())),
         mailer,
-        tls,
+        tls: tls.as_ref().map(super::tls::LiveCert::acceptor),
+        cert: tls,
         addr,
         listener: parking_lot::Mutex::new(listener),
         config,
