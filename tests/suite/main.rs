@@ -53,6 +53,7 @@ mod readme;
 mod reload;
 mod reload_settings;
 mod replicas;
+mod rolling_restart;
 mod runs;
 mod sandbox;
 mod schedules;
