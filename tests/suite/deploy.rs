@@ -207,3 +207,87 @@ fn the_chart_uses_only_values_it_defines_and_has_probes_budget_autoscaler_secret
     assert!(values["resources"]["requests"]["memory"].as_str().is_some());
     assert_eq!(values["podSecurityContext"]["runAsNonRoot"], true);
 }
+
+/// The documents of a YAML stream, each with its `kind`.
+fn documents(text: &str) -> Vec<(String, String)> {
+    text.split("\n---\n")
+        .map(|doc| {
+            let kind = doc
+                .lines()
+                .find_map(|l| l.strip_prefix("kind: "))
+                .unwrap_or_default()
+                .trim()
+                .to_string();
+            (kind, doc.to_string())
+        })
+        .collect()
+}
+
+#[test]
+fn the_chart_rendered_by_hand_holds_every_literal_line_of_its_templates_and_the_drain() {
+    let rendered = documents(&read("deploy/helm/rendered.yaml"));
+    let values = yaml("deploy/helm/skillgate/values.yaml");
+    let dir = repo("deploy/helm/skillgate/templates");
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
+        if name.starts_with('_') {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let kind = text
+            .lines()
+            .find_map(|l| l.strip_prefix("kind: "))
+            .unwrap_or_else(|| panic!("{name} has no kind"))
+            .trim();
+        let (_, doc) = rendered
+            .iter()
+            .find(|(k, _)| k == kind)
+            .unwrap_or_else(|| panic!("rendered.yaml has no {kind} ({name})"));
+        let lines: Vec<&str> = doc.lines().map(str::trim).collect();
+        // A line without a template expression is rendered as written, but inside a `with`
+        // block: the defaults leave those (node selector, tolerations, affinity) empty.
+        let mut within_with = 0usize;
+        let mut depth = 0usize;
+        for line in text.lines().map(str::trim) {
+            let opens = ["{{- if", "{{- with", "{{- range", "{{ if"]
+                .iter()
+                .any(|o| line.starts_with(o));
+            if opens {
+                depth += 1;
+                if line.starts_with("{{- with") && within_with == 0 {
+                    within_with = depth;
+                }
+            } else if line.starts_with("{{- end") {
+                if within_with == depth {
+                    within_with = 0;
+                }
+                depth = depth.saturating_sub(1);
+            }
+            if within_with > 0 || line.is_empty() || line.contains("{{") || line.starts_with('#') {
+                continue;
+            }
+            assert!(
+                lines.contains(&line),
+                "{name}: `{line}` is not in rendered.yaml's {kind}: render the chart again"
+            );
+        }
+    }
+    // The values the rendering took.
+    let deployment = &rendered.iter().find(|(k, _)| k == "Deployment").unwrap().1;
+    let grace = values["terminationGracePeriodSeconds"].as_u64().unwrap();
+    assert!(deployment.contains(&format!("terminationGracePeriodSeconds: {grace}")));
+    let drain: u64 = values["env"]["SKILLGATE_DRAIN"]
+        .as_str()
+        .and_then(|s| s.parse().ok())
+        .expect("the chart drains on SIGTERM");
+    let shutdown: u64 = values["env"]["SKILLGATE_SHUTDOWN_GRACE"]
+        .as_str()
+        .and_then(|s| s.parse().ok())
+        .unwrap();
+    assert!(
+        drain + shutdown < grace,
+        "Kubernetes waits {grace} s: the drain ({drain} s) and the grace ({shutdown} s) fit in it"
+    );
+    assert!(deployment.contains(&format!("value: \"{drain}\"")));
+}
