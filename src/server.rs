@@ -114,8 +114,10 @@ pub struct Doors {
     /// What reloads HTTP's settings while it serves.
     reconfigure: Option<http::Reconfigure>,
     smtp: Option<SocketAddr>,
-    /// The SMTP listener's certificate, read again on a reload.
-    email_cert: Option<Arc<email::tls::LiveCert>>,
+    /// The email door, whose routes and certificate a reload changes.
+    email: Option<Arc<email::Email>>,
+    /// The Slack door, whose routes a reload changes.
+    slack: Option<Arc<slack::Slack>>,
     /// Run apart from the doors: stopped once they are done, so probes see them drain.
     ops: Option<http::OpsListener>,
 }
@@ -196,7 +198,8 @@ impl Doors {
             http: None,
             reconfigure: None,
             smtp: None,
-            email_cert: None,
+            email: None,
+            slack: slack.clone(),
             ops: None,
         };
         if let Some(addr) = ops {
@@ -237,7 +240,7 @@ impl Doors {
                 .await
                 .map_err(|e| StartError::runtime(email::NAME, e))?;
             doors.smtp = email.addr;
-            doors.email_cert = email.cert.clone();
+            doors.email = Some(email.clone());
             doors = doors.with(email);
         }
         Ok(doors)
@@ -267,10 +270,17 @@ impl Doors {
         self.reconfigure.clone()
     }
 
-    /// The email door's STARTTLS certificate, when it has one: [`email::tls::LiveCert::reload`]
-    /// reads its files again.
-    pub fn email_cert(&self) -> Option<Arc<email::tls::LiveCert>> {
-        self.email_cert.clone()
+    /// The email door, when it runs: a reload gives its intake new routes
+    /// ([`email::intake::Intake::reroute`]) and reads its certificate again
+    /// ([`email::tls::LiveCert::reload`]).
+    pub fn email(&self) -> Option<Arc<email::Email>> {
+        self.email.clone()
+    }
+
+    /// The Slack door, when it runs: a reload gives its intake new routes
+    /// ([`slack::intake::Intake::reroute`]).
+    pub fn slack(&self) -> Option<Arc<slack::Slack>> {
+        self.slack.clone()
     }
 
     /// Where the email door's SMTP listener listens, when it is configured.

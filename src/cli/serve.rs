@@ -124,7 +124,11 @@ pub async fn serve(
     // reload too.
     let apply = super::reconfigure::applier(
         kernel.clone(),
-        (doors.reconfigure(), doors.email_cert()),
+        super::reconfigure::Reloaded {
+            http: doors.reconfigure(),
+            email: doors.email(),
+            slack: doors.slack(),
+        },
         (args.http.clone(), args.websocket.clone()),
         (project, file),
     );

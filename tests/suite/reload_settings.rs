@@ -425,13 +425,7 @@ async fn the_smtp_certificate_renewed_in_place_is_offered_after_sighup() {
         ),
     );
     let served = serve(project.path(), &no_watch(), &[]);
-    let smtp: std::net::SocketAddr = served
-        .started
-        .split("smtp://")
-        .nth(1)
-        .and_then(|rest| rest.split([' ', ',', ')']).next())
-        .and_then(|a| a.parse().ok())
-        .expect("an smtp:// address");
+    let smtp = smtp_addr(&served);
     assert!(starttls_trusting(smtp, &first).await);
     let renewed = write_certificate(&project);
     assert!(
@@ -446,4 +440,174 @@ async fn the_smtp_certificate_renewed_in_place_is_offered_after_sighup() {
     .await;
     assert!(!starttls_trusting(smtp, &first).await);
     assert_eq!(reload_state(&served).await["generation"], 2);
+}
+
+/// The SMTP address a `serve` process printed.
+fn smtp_addr(served: &Served) -> std::net::SocketAddr {
+    served
+        .started
+        .split("smtp://")
+        .nth(1)
+        .and_then(|rest| rest.split([' ', ',', ')']).next())
+        .and_then(|a| a.parse().ok())
+        .expect("an smtp:// address")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn email_routes_follow_the_config_file_and_a_changed_listener_is_named_for_a_restart() {
+    let sink = crate::support::smtp_sink::Sink::start().await;
+    let project = project();
+    let email = |default: &str, routes: &str| {
+        format!(
+            "email:\n  from: bot@skillgate.test\n  smtp: {{ bind: \"127.0.0.1:0\" }}\n  relay: {}\n  reply-window: 0\n  default: {default}\n{routes}",
+            sink.relay()
+        )
+    };
+    project.write("skillgate.yaml", &email("greet", ""));
+    let served = serve(project.path(), &no_watch(), &[]);
+    let smtp = smtp_addr(&served);
+    let send = crate::transport::email::send;
+    let answer = |id: String| {
+        let sink = &sink;
+        async move {
+            sink.answer_to(&id, Duration::from_secs(20))
+                .await
+                .expect("an answer")
+                .text()
+        }
+    };
+    assert_eq!(
+        answer(send(smtp, "ada@example.org", "hi", "x").await).await,
+        "Hello.\n"
+    );
+    // A route for "other" mail, and another default.
+    project.write(
+        "skillgate.yaml",
+        &email(
+            "other",
+            "  routes:\n    - { subject: \"^greet\", ref: greet }\n",
+        ),
+    );
+    sighup(&served);
+    eventually("the new default takes mail", || async {
+        let reload = reload_state(&served).await;
+        (reload["generation"] == 2, reload)
+    })
+    .await;
+    assert_eq!(
+        answer(send(smtp, "ada@example.org", "hi", "x").await).await,
+        "Other.\n"
+    );
+    assert_eq!(
+        answer(send(smtp, "ada@example.org", "greet me", "x").await).await,
+        "Hello.\n"
+    );
+    // The listener's address is bound at start: named, and the routes still apply.
+    project.write(
+        "skillgate.yaml",
+        &email("greet", "  smtp: { bind: \"127.0.0.1:1\" }\n").replacen(
+            "  smtp: { bind: \"127.0.0.1:0\" }\n",
+            "",
+            1,
+        ),
+    );
+    sighup(&served);
+    let line = served
+        .logged("takes effect at the next start", Duration::from_secs(20))
+        .expect("the log names the setting");
+    assert!(line.contains("email.smtp.bind"), "{line}");
+    assert_eq!(
+        answer(send(smtp, "ada@example.org", "hi", "x").await).await,
+        "Hello.\n"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slack_routes_follow_the_config_file_and_a_mistaken_file_keeps_them() {
+    use crate::support::slack_fake::{self, FakeSlack, mention, sign};
+    let fake = FakeSlack::start().await;
+    let project = project();
+    let slack = |default: &str, more: &str| {
+        format!("slack:\n  default: {default}\n  post-interval: 0.001\n{more}")
+    };
+    project.write("skillgate.yaml", &slack("greet", ""));
+    let api_url = fake.api_url();
+    let env = [
+        ("SLACK_BOT_TOKEN", slack_fake::BOT_TOKEN),
+        ("SLACK_SIGNING_SECRET", slack_fake::SIGNING_SECRET),
+        ("SLACK_API_URL", api_url.as_str()),
+    ];
+    let served = serve(project.path(), &no_watch(), &env);
+    // A mention, signed as Slack signs it; the text of the answer in its thread.
+    let ask = |id: &'static str, ts: &'static str, text: &'static str| {
+        let served = &served;
+        let fake = &fake;
+        async move {
+            let body = mention(id, "C1", ts, text).to_string();
+            let mut request = http_client()
+                .post(served.url("/slack/events"))
+                .header("content-type", "application/json")
+                .body(body.clone());
+            for (name, value) in sign(&body, slack_fake::now(), slack_fake::SIGNING_SECRET) {
+                request = request.header(name, value);
+            }
+            assert_eq!(request.send().await.unwrap().status(), 200);
+            let posts = fake.answer_in("C1", ts).await;
+            posts.last().unwrap()["text"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        }
+    };
+    assert!(
+        ask("Ev1", "1700000001.000100", "hi")
+            .await
+            .contains("Hello.")
+    );
+    project.write(
+        "skillgate.yaml",
+        &slack(
+            "other",
+            "  routes:\n    - { ref: greet, match: '^greet' }\n",
+        ),
+    );
+    sighup(&served);
+    eventually("the new routes are in force", || async {
+        let reload = reload_state(&served).await;
+        (reload["generation"] == 2, reload)
+    })
+    .await;
+    assert!(
+        ask("Ev2", "1700000002.000100", "hi")
+            .await
+            .contains("Other.")
+    );
+    assert!(
+        ask("Ev3", "1700000003.000100", "greet me")
+            .await
+            .contains("Hello.")
+    );
+    project.write(
+        "skillgate.yaml",
+        &slack("other", "  bot-token: ${env.OTHER_TOKEN}\n"),
+    );
+    // A token in the file is read from the environment; this one is not set: a mistake.
+    sighup(&served);
+    let reload = eventually("the mistake is shown", || async {
+        let reload = reload_state(&served).await;
+        (reload["config"]["ok"] == false, reload)
+    })
+    .await;
+    assert!(
+        reload["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("slack.bot-token"),
+        "{reload}"
+    );
+    assert!(
+        ask("Ev4", "1700000004.000100", "hi")
+            .await
+            .contains("Other.")
+    );
 }

@@ -5,6 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
+
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
@@ -68,7 +70,9 @@ pub enum IntakeError {
 
 pub struct Intake {
     gateway: Gateway,
-    config: Arc<EmailConfig>,
+    /// Its routes, `default`, `allowed-senders` and `require-verified-sender` follow a reload
+    /// ([`Intake::reroute`]).
+    config: ArcSwap<EmailConfig>,
     caps: Caps,
     verifier: Verifier,
 }
@@ -82,10 +86,17 @@ impl Intake {
         );
         Intake {
             gateway,
-            config,
+            config: ArcSwap::new(config),
             caps: Caps::default(),
             verifier,
         }
+    }
+
+    /// Routes mail with `config` from now on (a reload): its routes, `default`,
+    /// `allowed-senders`, `require-verified-sender` and `from`. Mail being taken finishes with
+    /// the routes it started with.
+    pub fn reroute(&self, config: EmailConfig) {
+        self.config.store(Arc::new(config));
     }
 
     /// Takes `raw`, sent by `client` with envelope sender `envelope_from` to `recipients`.
@@ -96,9 +107,10 @@ impl Intake {
         recipients: &[String],
         client: &Client,
     ) -> Result<Taken, IntakeError> {
-        let ours = [self.config.from.clone()];
+        let config = self.config.load_full();
+        let ours = [config.from.clone()];
         let mail = read(raw, envelope_from, &ours, &self.caps)?;
-        if let Some(allowed) = &self.config.allowed
+        if let Some(allowed) = &config.allowed
             && !allowed.is_match(&mail.from)
         {
             tracing::info!(from = mail.from, "mail from a sender not allowed; dropped");
@@ -109,7 +121,7 @@ impl Intake {
             .check(raw, &mail.from, envelope_from, client)
             .await;
         let verified = verdict.verified();
-        if !verified && self.config.require_verified_sender {
+        if !verified && config.require_verified_sender {
             tracing::info!(
                 from = mail.from,
                 verdict = verdict.describe(),
@@ -117,7 +129,7 @@ impl Intake {
             );
             return Ok(Taken::Dropped("sender not verified"));
         }
-        let Some((skill, args, named, refused)) = route(&self.config, &mail, recipients, verified)
+        let Some((skill, args, named, refused)) = route(&config, &mail, recipients, verified)
         else {
             tracing::info!(
                 from = mail.from,

@@ -59,6 +59,63 @@ pub fn resolve(
     }
 }
 
+/// The email settings a reload gives the running door ([`super::intake::Intake::reroute`]):
+/// resolved, and the skills their routes name checked against the current ones. `None` when
+/// email is no longer configured.
+pub fn resolve_routes(
+    index: &SearchIndex,
+    settings: EmailSettings,
+    vars: &Vars,
+) -> Result<Option<EmailConfig>, ConfigErrors> {
+    let mut errors = ConfigErrors::default();
+    let named = settings.named_skills();
+    let resolved = EmailConfig::resolve(settings, &|name| vars.get(name));
+    check_skills(named, index, &mut errors);
+    match resolved {
+        Ok(config) if errors.is_empty() => Ok(config),
+        Ok(_) => Err(errors),
+        Err(more) => {
+            errors.extend(more);
+            Err(errors)
+        }
+    }
+}
+
+/// The settings of `next` that differ from `running` and only a restart applies (the listener,
+/// the IMAP folder, the relay and what the worker and the mailer were made with); `next` keeps
+/// `running`'s `from`, which the mailer answers from.
+pub fn keep_restart_settings(running: &EmailConfig, next: &mut EmailConfig) -> Vec<&'static str> {
+    let fields = |c: &EmailConfig| {
+        [
+            ("email.from", c.from.clone()),
+            ("email.smtp.bind", format!("{:?}", c.bind)),
+            ("email.smtp.hostname", c.hostname.clone()),
+            ("email.smtp.tls", format!("{:?}", c.tls)),
+            ("email.smtp.require-tls", c.require_tls.to_string()),
+            ("email.max-size", c.max_size.to_string()),
+            ("email.smtp.max-connections", c.max_connections.to_string()),
+            (
+                "email.smtp.max-data-in-flight",
+                c.max_data_in_flight.to_string(),
+            ),
+            ("email.smtp.max-data-rate", c.max_data_rate.to_string()),
+            ("email.imap", format!("{:?}", c.imap)),
+            ("email.relay", format!("{:?}", c.relay)),
+            ("email.reply-window", format!("{:?}", c.reply_window)),
+            ("email.trusted-relay", format!("{:?}", c.trusted_relay)),
+            ("email.dns-resolver", format!("{:?}", c.dns_resolver)),
+        ]
+    };
+    let changed = fields(running)
+        .into_iter()
+        .zip(fields(next))
+        .filter(|((_, a), (_, b))| a != b)
+        .map(|((name, _), _)| name)
+        .collect();
+    next.from = running.from.clone();
+    changed
+}
+
 /// The email door: its queue made and its SMTP port bound.
 pub async fn open(gateway: &Gateway, resolved: Resolved) -> Result<Arc<Email>, String> {
     let Resolved {

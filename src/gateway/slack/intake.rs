@@ -6,6 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use parking_lot::RwLock;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
@@ -81,7 +82,8 @@ pub struct Routed {
 /// The intake of one server.
 pub struct Intake {
     gateway: Gateway,
-    config: Arc<SlackConfig>,
+    /// Its routes and `default` follow a reload ([`Intake::reroute`]).
+    config: ArcSwap<SlackConfig>,
     identity: RwLock<Option<Identity>>,
 }
 
@@ -89,9 +91,16 @@ impl Intake {
     pub fn new(gateway: Gateway, config: Arc<SlackConfig>) -> Intake {
         Intake {
             gateway,
-            config,
+            config: ArcSwap::new(config),
             identity: RwLock::new(None),
         }
+    }
+
+    /// Routes messages with `config`'s routes and `default` from now on (a reload); its tokens,
+    /// API URL and paces are kept as the door was made with them (see
+    /// [`super::setup::keep_restart_settings`]).
+    pub fn reroute(&self, config: SlackConfig) {
+        self.config.store(Arc::new(config));
     }
 
     /// Who the bot is, once `auth.test` said it.
@@ -117,7 +126,7 @@ impl Intake {
             Ok(incoming) => incoming,
             Err(why) => return Ok(Accepted::Ignored(why)),
         };
-        let Some(routed) = route(&self.config, &incoming) else {
+        let Some(routed) = route(&self.config.load(), &incoming) else {
             return Ok(Accepted::Ignored("no route takes it"));
         };
         let mut event = Event::new(TOPIC, "event");

@@ -38,6 +38,31 @@ pub fn resolve(
     }
 }
 
+/// The settings of `next` that differ from `running` and only a restart applies (the tokens,
+/// the API URL, the Events API path and the paces the door was made with), named; `next`
+/// takes `running`'s values of them.
+pub fn keep_restart_settings(running: &SlackConfig, next: &mut SlackConfig) -> Vec<&'static str> {
+    let mut changed = Vec::new();
+    macro_rules! keep {
+        ($($field:ident => $name:literal),* $(,)?) => {$(
+            if running.$field != next.$field {
+                changed.push($name);
+                next.$field = running.$field.clone();
+            }
+        )*};
+    }
+    keep!(
+        bot_token => "slack.bot-token",
+        signing_secret => "slack.signing-secret",
+        app_token => "slack.app-token",
+        api_url => "slack.api-url",
+        events_path => "slack.events-path",
+        post_interval => "slack.post-interval",
+        update_interval => "slack.update-interval",
+    );
+    changed
+}
+
 /// The Slack door for `config`, its event queue made.
 pub async fn open(gateway: &Gateway, config: SlackConfig) -> Result<Arc<Slack>, String> {
     crate::gateway::queue::prepare(gateway, &worker::lane())
