@@ -3,6 +3,7 @@
 //! listener shares with it ([`Listener`]). Beside this, such a door has the life every
 //! [`Door`] has; the HTTP door starts, closes and drains it with its own connections.
 
+use std::path::Path;
 use std::sync::Arc;
 
 use axum::Router;
@@ -10,6 +11,7 @@ use axum::Router;
 use crate::gateway::door::Door;
 use crate::gateway::host::Host;
 use crate::gateway::keys::LiveKeys;
+use crate::skills::index::SearchIndex;
 
 /// What the HTTP listener shares with the doors it serves: the host every door runs on, the
 /// keys it checks (a door that authenticates in its own protocol checks them itself), its
@@ -42,5 +44,17 @@ pub trait HttpDoor: Door {
     fn authenticates_in_band(&self, path: &str) -> bool {
         let _ = path;
         false
+    }
+
+    /// A reload: the door takes what the skills of `index` declare now (its routes are asked
+    /// again next). `taken` says which paths other routes and doors serve. On a mistake the
+    /// door keeps what it had. Called off the runtime.
+    fn reload(
+        self: Arc<Self>,
+        project: (&SearchIndex, &Path),
+        taken: &(dyn Fn(&str) -> bool + Sync),
+    ) -> Result<(), String> {
+        let _ = (project, taken);
+        Ok(())
     }
 }

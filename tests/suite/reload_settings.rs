@@ -611,3 +611,106 @@ async fn slack_routes_follow_the_config_file_and_a_mistaken_file_keeps_them() {
             .contains("Other.")
     );
 }
+
+/// A Standard Webhooks delivery of `body` to `path`, signed with `secret`: the status.
+async fn deliver(served: &Served, path: &str, id: &str, secret: &str) -> u16 {
+    use base64::Engine;
+    use hmac::{Hmac, Mac};
+    let body = r#"{"type":"ping"}"#;
+    let ts = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes()).unwrap();
+    mac.update(format!("{id}.{ts}.{body}").as_bytes());
+    let signature = format!(
+        "v1,{}",
+        base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes())
+    );
+    http_client()
+        .post(served.url(path))
+        .header("webhook-id", id)
+        .header("webhook-timestamp", ts.to_string())
+        .header("webhook-signature", signature)
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhook_routes_a_skill_edit_declares_are_served_and_run_after_the_reload() {
+    const SECRET: &str = "a-webhook-secret";
+    let project = project();
+    let main = |routes: &str| {
+        format!(
+            "---\nname: main\ndescription: Hooks.\nmetadata:\n  role: main\n  webhook:\n    routes:\n{routes}---\nmain\n"
+        )
+    };
+    let route = |path: &str, skill: &str| {
+        format!("      - {{ path: {path}, secret: \"${{env.HOOK_SECRET}}\", ref: {skill} }}\n")
+    };
+    project.write("main.skill.md", &main(&route("/hooks/a", "greet")));
+    write_config(project.path(), &[key("root", ROOT, ", admin: true")], "");
+    let served = serve(project.path(), &no_watch(), &[("HOOK_SECRET", SECRET)]);
+    // The skills the webhook runs ran, newest first.
+    let ran = || async {
+        let runs: Value = http_client()
+            .get(served.url("/runs?door=webhook"))
+            .bearer_auth(ROOT)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        runs["runs"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|r| r["skill"].as_str().unwrap_or_default().to_string())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(deliver(&served, "/hooks/a", "d1", SECRET).await, 202);
+    // Not a webhook route: the path asks for an API key like any other.
+    assert_eq!(deliver(&served, "/hooks/b", "d2", SECRET).await, 401);
+    eventually("the delivery ran greet", || async {
+        let ran = ran().await;
+        (ran.first().is_some_and(|s| s == "greet"), json!(ran))
+    })
+    .await;
+    // `/hooks/a` now runs `other`, and `/hooks/b` is new.
+    project.write(
+        "main.skill.md",
+        &main(&(route("/hooks/a", "other") + &route("/hooks/b", "greet"))),
+    );
+    sighup(&served);
+    eventually("the new route is served", || async {
+        let status = deliver(&served, "/hooks/b", "d3", SECRET).await;
+        (status == 202, json!(status))
+    })
+    .await;
+    let runs = eventually("the new route's delivery ran", || async {
+        let ran = ran().await;
+        (ran.len() >= 2, json!(ran))
+    })
+    .await;
+    assert_eq!(runs[0], "greet", "{runs}");
+    assert_eq!(deliver(&served, "/hooks/a", "d4", SECRET).await, 202);
+    eventually("the changed route runs its new skill", || async {
+        let ran = ran().await;
+        (ran.first().is_some_and(|s| s == "other"), json!(ran))
+    })
+    .await;
+    // Dropped: no longer served (nor let through without a key).
+    project.write("main.skill.md", &main(&route("/hooks/a", "other")));
+    sighup(&served);
+    eventually("the dropped route is gone", || async {
+        let status = deliver(&served, "/hooks/b", "d5", SECRET).await;
+        (status == 401, json!(status))
+    })
+    .await;
+}

@@ -1,7 +1,8 @@
 //! What a reload changes in a running HTTP server: the keys and their scopes, the settings each
 //! request reads (request and body timeouts, body limit, rate limit, CORS, allowed hosts, public
-//! paths, hidden skills) and the project's web routes, put in force for the next request while
-//! requests in flight finish on what they started with. Settings bound to the listener or to
+//! paths, hidden skills), the project's web routes and the routes of the doors served on the
+//! listener (webhooks), put in force for the next request while requests in flight finish on
+//! what they started with. Settings bound to the listener or to
 //! the doors' workers are kept as they run and named, so the caller can say they need a restart.
 
 use std::path::{Path, PathBuf};
@@ -70,13 +71,25 @@ impl Reconfigure {
         let need_restart = keep_restart_settings(&state.config, &mut config);
         let index = state.gateway.kernel.registry().current();
         let web_routes = routes::collect(&index, &live.project).map_err(|e| e.to_string())?;
-        check_door_paths(&web_routes, &state.doors).map_err(|e| e.to_string())?;
         // A trial with the keys as given: a mistake found here leaves the keys as they were.
         let trial = state
             .with_config(config.clone())
             .map_err(|e| e.to_string())?;
         drop(build_router(&trial, &web_routes).map_err(|e| e.to_string())?);
         drop(trial);
+        // The doors served here take what the skills declare now (webhook routes), each kept
+        // off the paths the web routes and the other doors serve.
+        for (i, door) in state.doors.iter().enumerate() {
+            let others: Vec<String> = (state.doors.iter().enumerate())
+                .filter(|(j, _)| *j != i)
+                .flat_map(|(_, d)| d.paths().into_iter().map(|(_, path)| path))
+                .collect();
+            let taken = |path: &str| {
+                routes::is_served(&web_routes, path) || others.iter().any(|p| p == path)
+            };
+            door.clone().reload((&index, &live.project), &taken)?;
+        }
+        check_door_paths(&web_routes, &state.doors).map_err(|e| e.to_string())?;
         config.keys = state.keys.replace(config.keys);
         let next = state.with_config(config).map_err(|e| e.to_string())?;
         let router = build_router(&next, &web_routes).map_err(|e| e.to_string())?;
