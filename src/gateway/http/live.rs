@@ -77,8 +77,10 @@ impl Reconfigure {
             .map_err(|e| e.to_string())?;
         drop(build_router(&trial, &web_routes).map_err(|e| e.to_string())?);
         drop(trial);
-        // The doors served here take what the skills declare now (webhook routes), each kept
-        // off the paths the web routes and the other doors serve.
+        // The web routes clear of the doors' paths; then the doors served here take what the
+        // skills declare now (webhook routes), each kept off the paths the web routes and the
+        // other doors serve: the last change, so a mistake before it changed nothing.
+        check_door_paths(&web_routes, &state.doors).map_err(|e| e.to_string())?;
         for (i, door) in state.doors.iter().enumerate() {
             let others: Vec<String> = (state.doors.iter().enumerate())
                 .filter(|(j, _)| *j != i)
@@ -89,7 +91,6 @@ impl Reconfigure {
             };
             door.clone().reload((&index, &live.project), &taken)?;
         }
-        check_door_paths(&web_routes, &state.doors).map_err(|e| e.to_string())?;
         config.keys = state.keys.replace(config.keys);
         let next = state.with_config(config).map_err(|e| e.to_string())?;
         let router = build_router(&next, &web_routes).map_err(|e| e.to_string())?;
