@@ -64,11 +64,6 @@ impl ReloadState {
         shown
     }
 
-    /// The settings' generation now.
-    pub fn generation(&self) -> u64 {
-        self.generation.load(Ordering::Relaxed)
-    }
-
     fn record(&self, attempt: Value) {
         *self.last.write() = Some(attempt);
     }

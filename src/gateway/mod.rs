@@ -24,6 +24,7 @@
 //!   report), and running them together.
 //! - [`door`]: a door's life on a host, and a door run as a transport of its own.
 //! - [`served`]: a door served on the HTTP listener, and what the listener shares with it.
+//! - [`restart`]: settings a reload keeps as they run, named for the next start.
 //! - [`origin`]: cross-site browser requests refused.
 //! - [`http`]: the HTTP transport (`skillgate serve`).
 //! - [`ws`]: the WebSocket transport, `/ws` on the HTTP listener.
@@ -52,6 +53,7 @@ pub mod principal;
 pub mod problem;
 pub mod queue;
 pub mod reply;
+pub mod restart;
 pub mod send;
 pub mod served;
 pub mod signature;

@@ -107,15 +107,7 @@ impl Reconfigure {
 /// wanted changed.
 fn keep_restart_settings(running: &HttpConfig, next: &mut HttpConfig) -> Vec<&'static str> {
     let mut changed = Vec::new();
-    macro_rules! keep {
-        ($($field:ident => $name:literal),* $(,)?) => {$(
-            if running.$field != next.$field {
-                changed.push($name);
-                next.$field = running.$field.clone();
-            }
-        )*};
-    }
-    keep!(
+    crate::gateway::restart::keep_running!(running, next, changed;
         bind => "http.bind",
         grace => "http.grace",
         drain => "http.drain",

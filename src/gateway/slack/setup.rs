@@ -43,15 +43,7 @@ pub fn resolve(
 /// takes `running`'s values of them.
 pub fn keep_restart_settings(running: &SlackConfig, next: &mut SlackConfig) -> Vec<&'static str> {
     let mut changed = Vec::new();
-    macro_rules! keep {
-        ($($field:ident => $name:literal),* $(,)?) => {$(
-            if running.$field != next.$field {
-                changed.push($name);
-                next.$field = running.$field.clone();
-            }
-        )*};
-    }
-    keep!(
+    crate::gateway::restart::keep_running!(running, next, changed;
         bot_token => "slack.bot-token",
         signing_secret => "slack.signing-secret",
         app_token => "slack.app-token",
