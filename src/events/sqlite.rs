@@ -31,8 +31,8 @@ impl SqlDatabase for Sqlite {
     }
 }
 
-/// Tries at migrating a file another process may be migrating at the same moment.
-const MIGRATE_ATTEMPTS: u32 = 4;
+/// Tries at opening and migrating a file another process may be migrating at the same moment.
+const MIGRATE_ATTEMPTS: u32 = 8;
 
 impl SqlStore<Sqlite> {
     /// Opens (creating if needed) the database file at `path` and applies migrations.
@@ -56,10 +56,23 @@ impl SqlStore<Sqlite> {
         // then queue in order instead of sleeping in SQLite's busy handler (whole milliseconds
         // at a time) while another of its connections holds the lock. Another process on the
         // same file still waits through `busy_timeout`.
-        let pool = SqlitePoolOptions::new()
-            .max_connections(1)
-            .connect_with(options)
-            .await?;
+        // Switching a new file to WAL takes its lock without waiting through `busy_timeout`
+        // when another process is migrating it: that is tried again too.
+        let mut attempt = 1;
+        let pool = loop {
+            match SqlitePoolOptions::new()
+                .max_connections(1)
+                .connect_with(options.clone())
+                .await
+            {
+                Ok(pool) => break pool,
+                Err(_) if attempt < MIGRATE_ATTEMPTS => {
+                    attempt += 1;
+                    tokio::time::sleep(Duration::from_millis(50 * u64::from(attempt))).await;
+                }
+                Err(err) => return Err(err.into()),
+            }
+        };
         let writer = pool.clone();
         let batcher = Batcher::spawn(
             Arc::new(move |events: Vec<Event>| {
