@@ -119,9 +119,9 @@ pub async fn serve(
     let mut signals = crate::shutdown::listen();
     // Every transport stops together on SIGINT/SIGTERM; the shutdown is announced once.
     let stop = CancellationToken::new();
-    // Skills reload on changes and SIGHUP (also caught before the start line).
-    // The config file's HTTP settings and the SMTP certificate are put in force on each
-    // reload too.
+    // Skills reload on changes and SIGHUP (also caught before the start line), and the config
+    // file's settings are put in force with them: HTTP's keys and settings, the doors' routes,
+    // the SMTP certificate.
     let apply = super::reconfigure::applier(
         kernel.clone(),
         super::reconfigure::Reloaded {
