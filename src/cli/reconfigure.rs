@@ -171,7 +171,7 @@ impl Last {
         // skill's `metadata.slack` is Slack's settings too.
         let skills = kernel.registry().current().generation;
         Last {
-            http: given.http_fingerprint(kernel, file),
+            http: given.http_fingerprint(file, skills),
             email: format!("{:?}\n{skills}", file.email),
             slack: format!("{:?}\n{skills}", file.slack),
         }
@@ -179,12 +179,11 @@ impl Last {
 }
 
 impl Given {
-    /// The HTTP settings as `file` and the flags give them, and the skills (whose web routes
-    /// the router serves).
-    fn http_fingerprint(&self, kernel: &Kernel, file: &ConfigFile) -> String {
+    /// The HTTP settings as `file` and the flags give them, and the skills' generation (their
+    /// web routes are served).
+    fn http_fingerprint(&self, file: &ConfigFile, skills: u64) -> String {
         let http = self.http.clone().or(file.http.clone());
         let websocket = self.websocket.clone().or(file.websocket.clone());
-        let skills = kernel.registry().current().generation;
         format!("{http:?}\n{websocket:?}\n{skills}")
     }
 }

@@ -15,16 +15,11 @@ const KEY: &str = "sg_schema_key";
 
 /// Schemathesis's `st`, or `None` (the test is skipped) where it is not installed.
 fn schemathesis() -> Option<PathBuf> {
-    match std::env::var_os("SKILLGATE_TEST_SCHEMATHESIS") {
-        Some(path) => Some(PathBuf::from(path)),
-        None if std::env::var_os("SKILLGATE_REQUIRE_SCHEMATHESIS").is_some() => {
-            panic!("SKILLGATE_TEST_SCHEMATHESIS is not set (scripts/test installs schemathesis)")
-        }
-        None => {
-            eprintln!("skipped: no schemathesis (SKILLGATE_TEST_SCHEMATHESIS); run scripts/test");
-            None
-        }
-    }
+    crate::support::common::provided_tool(
+        "SKILLGATE_TEST_SCHEMATHESIS",
+        "SKILLGATE_REQUIRE_SCHEMATHESIS",
+        "schemathesis",
+    )
 }
 
 fn copy_dir(from: &Path, to: &Path) {

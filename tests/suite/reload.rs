@@ -3,12 +3,12 @@
 //! started with.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use skillgate::InvokeOptions;
 
-use crate::support::common::{Project, native};
+use crate::support::common::{Project, eventually, native, sighup};
 use crate::support::process::{Served, serve};
 
 fn greet(version: &str) -> String {
@@ -24,23 +24,6 @@ async fn invoke(served: &Served, skill: &str) -> Value {
 
 async fn readyz(served: &Served) -> Value {
     served.get("/readyz").await
-}
-
-/// Polls `check` until it holds, for up to 20 s; returns the last value it saw.
-async fn eventually<F, Fut>(what: &str, mut check: F) -> Value
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = (bool, Value)>,
-{
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let (ok, seen) = check().await;
-        if ok {
-            return seen;
-        }
-        assert!(Instant::now() < deadline, "{what}; last seen: {seen}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 /// `/readyz` once it reports a failed reload.
@@ -130,12 +113,7 @@ async fn sighup_reloads_the_skills_when_watching_is_off() {
         &[],
     );
     project.skill("greet.skill.md", &greet("v2"));
-    let pid = served.child.id().to_string();
-    let status = std::process::Command::new("kill")
-        .args(["-HUP", &pid])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    sighup(&served.child);
     eventually("SIGHUP reloads", || async {
         let body = invoke(&served, "greet").await;
         (body["result"] == "Hello from v2.\n", body)

@@ -11,7 +11,7 @@ use futures::StreamExt;
 use serde_json::{Value, json};
 use skillgate::gateway::keys::hash_key;
 
-use crate::support::common::{Project, http_client};
+use crate::support::common::{Project, eventually, http_client, sighup};
 use crate::support::process::{Served, serve};
 use crate::support::ws_client::WsClient;
 
@@ -47,31 +47,6 @@ fn project() -> Project {
     project
 }
 
-fn sighup(served: &Served) {
-    let status = std::process::Command::new("kill")
-        .args(["-HUP", &served.child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-}
-
-/// Polls `check` until it holds, for up to 20 s; returns the last value it saw.
-async fn eventually<F, Fut>(what: &str, mut check: F) -> Value
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = (bool, Value)>,
-{
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let (ok, seen) = check().await;
-        if ok {
-            return seen;
-        }
-        assert!(Instant::now() < deadline, "{what}; last seen: {seen}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 async fn status_of(served: &Served, key: &str, skill: &str) -> u16 {
     served
         .post_as(Some(key), &format!("/invoke/{skill}"), &json!({}))
@@ -82,6 +57,18 @@ async fn status_of(served: &Served, key: &str, skill: &str) -> u16 {
 /// `/readyz`'s `reload` (public).
 async fn reload_state(served: &Served) -> Value {
     served.get("/readyz").await["reload"].clone()
+}
+
+/// Waits until `/readyz` says the settings of `generation` are in force.
+async fn reloaded_to(served: &Served, generation: u64) {
+    eventually(
+        &format!("settings generation {generation} is in force"),
+        || async {
+            let reload = reload_state(served).await;
+            (reload["generation"] == generation, reload)
+        },
+    )
+    .await;
 }
 
 fn no_watch() -> [&'static str; 4] {
@@ -102,7 +89,7 @@ async fn a_key_rotated_in_the_config_file_is_taken_and_the_old_one_refused_after
         &[key("app", NEW, ""), key("second", OTHER, "")],
         "",
     );
-    sighup(&served);
+    sighup(&served.child);
     eventually("the rotated key is taken", || async {
         let status = status_of(&served, NEW, "greet").await;
         (status == 200, json!(status))
@@ -237,7 +224,7 @@ async fn a_revoked_keys_websocket_and_sse_streams_close_while_other_keys_streams
         Box::pin(response.bytes_stream())
     };
     write_config(project.path(), &[key("second", OTHER, "")], "");
-    sighup(&served);
+    sighup(&served.child);
     let (code, reason) = revoked_ws.closed().await;
     assert_eq!((code, reason.as_str()), (1008, "the API key was revoked"));
     let (code, _) = framed_ws.closed().await;
@@ -276,15 +263,7 @@ async fn a_revoked_keys_schedule_pauses_at_its_next_firing() {
     assert_eq!(status, 200, "{made}");
     // Runs of the schedule, newest first, as the root key sees them.
     let fired = || async {
-        let runs: Value = http_client()
-            .get(served.url("/runs?door=schedule"))
-            .bearer_auth(ROOT)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let runs = served.get_as(Some(ROOT), "/runs?door=schedule").await;
         runs["runs"].as_array().cloned().unwrap_or_default()
     };
     eventually("the schedule fires as its key", || async {
@@ -294,7 +273,7 @@ async fn a_revoked_keys_schedule_pauses_at_its_next_firing() {
     })
     .await;
     write_config(project.path(), &[key("root", ROOT, admin)], "");
-    sighup(&served);
+    sighup(&served.child);
     let runs = eventually("the schedule's firings are refused", || async {
         let runs = fired().await;
         let refused = runs
@@ -322,7 +301,7 @@ async fn a_mistaken_config_keeps_the_running_settings_and_readyz_names_the_mista
         ),
     )
     .unwrap();
-    sighup(&served);
+    sighup(&served.child);
     let reload = eventually("readyz reports the mistake", || async {
         let reload = reload_state(&served).await;
         (reload["config"]["ok"] == false, reload)
@@ -352,7 +331,7 @@ async fn a_setting_only_a_restart_applies_is_named_in_the_log_and_kept() {
         &[key("app", NEW, "")],
         "  max-connections: 10\n",
     );
-    sighup(&served);
+    sighup(&served.child);
     let line = served
         .logged("takes effect at the next start", Duration::from_secs(20))
         .expect("the log names the setting");
@@ -374,7 +353,7 @@ async fn a_web_route_a_skill_edit_declares_is_served_after_the_reload() {
         "ping.skill.md",
         &ping("metadata:\n  web:\n    route: GET /ping\n"),
     );
-    sighup(&served);
+    sighup(&served.child);
     eventually("the new route is served", || async {
         let status = get().await.unwrap().status().as_u16();
         (status == 200, json!(status))
@@ -425,14 +404,14 @@ async fn the_smtp_certificate_renewed_in_place_is_offered_after_sighup() {
         ),
     );
     let served = serve(project.path(), &no_watch(), &[]);
-    let smtp = smtp_addr(&served);
+    let smtp = served.smtp_addr();
     assert!(starttls_trusting(smtp, &first).await);
     let renewed = write_certificate(&project);
     assert!(
         !starttls_trusting(smtp, &renewed).await,
         "the new certificate is not offered before the reload"
     );
-    sighup(&served);
+    sighup(&served.child);
     eventually("the renewed certificate is offered", || async {
         let through = starttls_trusting(smtp, &renewed).await;
         (through, json!(through))
@@ -440,17 +419,6 @@ async fn the_smtp_certificate_renewed_in_place_is_offered_after_sighup() {
     .await;
     assert!(!starttls_trusting(smtp, &first).await);
     assert_eq!(reload_state(&served).await["generation"], 2);
-}
-
-/// The SMTP address a `serve` process printed.
-fn smtp_addr(served: &Served) -> std::net::SocketAddr {
-    served
-        .started
-        .split("smtp://")
-        .nth(1)
-        .and_then(|rest| rest.split([' ', ',', ')']).next())
-        .and_then(|a| a.parse().ok())
-        .expect("an smtp:// address")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -465,7 +433,7 @@ async fn email_routes_follow_the_config_file_and_a_changed_listener_is_named_for
     };
     project.write("skillgate.yaml", &email("greet", ""));
     let served = serve(project.path(), &no_watch(), &[]);
-    let smtp = smtp_addr(&served);
+    let smtp = served.smtp_addr();
     let send = crate::transport::email::send;
     let answer = |id: String| {
         let sink = &sink;
@@ -488,12 +456,8 @@ async fn email_routes_follow_the_config_file_and_a_changed_listener_is_named_for
             "  routes:\n    - { subject: \"^greet\", ref: greet }\n",
         ),
     );
-    sighup(&served);
-    eventually("the new default takes mail", || async {
-        let reload = reload_state(&served).await;
-        (reload["generation"] == 2, reload)
-    })
-    .await;
+    sighup(&served.child);
+    reloaded_to(&served, 2).await;
     assert_eq!(
         answer(send(smtp, "ada@example.org", "hi", "x").await).await,
         "Other.\n"
@@ -511,7 +475,7 @@ async fn email_routes_follow_the_config_file_and_a_changed_listener_is_named_for
             1,
         ),
     );
-    sighup(&served);
+    sighup(&served.child);
     let line = served
         .logged("takes effect at the next start", Duration::from_secs(20))
         .expect("the log names the setting");
@@ -571,12 +535,8 @@ async fn slack_routes_follow_the_config_file_and_a_mistaken_file_keeps_them() {
             "  routes:\n    - { ref: greet, match: '^greet' }\n",
         ),
     );
-    sighup(&served);
-    eventually("the new routes are in force", || async {
-        let reload = reload_state(&served).await;
-        (reload["generation"] == 2, reload)
-    })
-    .await;
+    sighup(&served.child);
+    reloaded_to(&served, 2).await;
     assert!(
         ask("Ev2", "1700000002.000100", "hi")
             .await
@@ -592,7 +552,7 @@ async fn slack_routes_follow_the_config_file_and_a_mistaken_file_keeps_them() {
         &slack("other", "  bot-token: ${env.OTHER_TOKEN}\n"),
     );
     // A token in the file is read from the environment; this one is not set: a mistake.
-    sighup(&served);
+    sighup(&served.child);
     let reload = eventually("the mistake is shown", || async {
         let reload = reload_state(&served).await;
         (reload["config"]["ok"] == false, reload)
@@ -614,19 +574,9 @@ async fn slack_routes_follow_the_config_file_and_a_mistaken_file_keeps_them() {
 
 /// A Standard Webhooks delivery of `body` to `path`, signed with `secret`: the status.
 async fn deliver(served: &Served, path: &str, id: &str, secret: &str) -> u16 {
-    use base64::Engine;
-    use hmac::{Hmac, Mac};
     let body = r#"{"type":"ping"}"#;
-    let ts = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
-    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes()).unwrap();
-    mac.update(format!("{id}.{ts}.{body}").as_bytes());
-    let signature = format!(
-        "v1,{}",
-        base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes())
-    );
+    let ts = crate::webhook::routes::now();
+    let signature = crate::webhook::routes::sign_standard_with(secret, id, ts, body);
     http_client()
         .post(served.url(path))
         .header("webhook-id", id)
@@ -658,15 +608,7 @@ async fn webhook_routes_a_skill_edit_declares_are_served_and_run_after_the_reloa
     let served = serve(project.path(), &no_watch(), &[("HOOK_SECRET", SECRET)]);
     // The skills the webhook runs ran, newest first.
     let ran = || async {
-        let runs: Value = http_client()
-            .get(served.url("/runs?door=webhook"))
-            .bearer_auth(ROOT)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let runs = served.get_as(Some(ROOT), "/runs?door=webhook").await;
         runs["runs"]
             .as_array()
             .into_iter()
@@ -687,7 +629,7 @@ async fn webhook_routes_a_skill_edit_declares_are_served_and_run_after_the_reloa
         "main.skill.md",
         &main(&(route("/hooks/a", "other") + &route("/hooks/b", "greet"))),
     );
-    sighup(&served);
+    sighup(&served.child);
     eventually("the new route is served", || async {
         let status = deliver(&served, "/hooks/b", "d3", SECRET).await;
         (status == 202, json!(status))
@@ -707,7 +649,7 @@ async fn webhook_routes_a_skill_edit_declares_are_served_and_run_after_the_reloa
     .await;
     // Dropped: no longer served (nor let through without a key).
     project.write("main.skill.md", &main(&route("/hooks/a", "other")));
-    sighup(&served);
+    sighup(&served.child);
     eventually("the dropped route is gone", || async {
         let status = deliver(&served, "/hooks/b", "d5", SECRET).await;
         (status == 401, json!(status))

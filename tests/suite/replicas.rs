@@ -102,12 +102,7 @@ async fn resume_after_sigkill(store: &Store) {
 
 /// Runs `test` on a runtime of its own (the Postgres store is made and dropped outside it).
 fn run(test: impl std::future::Future<Output = ()>) {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime")
-        .block_on(test);
+    crate::support::common::runtime().block_on(test);
 }
 
 fn postgres() -> Option<Store> {

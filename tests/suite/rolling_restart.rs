@@ -21,16 +21,11 @@ use crate::support::stores::Store;
 
 /// Debian's nginx, from `SKILLGATE_TEST_NGINX` (`scripts/test` installs `nginx-light`).
 fn nginx_binary() -> Option<PathBuf> {
-    match std::env::var_os("SKILLGATE_TEST_NGINX") {
-        Some(path) => Some(PathBuf::from(path)),
-        None if std::env::var_os("SKILLGATE_REQUIRE_NGINX").is_some() => {
-            panic!("SKILLGATE_TEST_NGINX is not set (scripts/test installs nginx-light)")
-        }
-        None => {
-            eprintln!("skipped: no nginx (SKILLGATE_TEST_NGINX); run scripts/test");
-            None
-        }
-    }
+    crate::support::common::provided_tool(
+        "SKILLGATE_TEST_NGINX",
+        "SKILLGATE_REQUIRE_NGINX",
+        "nginx-light",
+    )
 }
 
 /// nginx in a folder of its own, in front of the replicas it is given.
@@ -229,12 +224,7 @@ fn three_replicas_rolled_behind_nginx_under_load_answer_every_request_once() {
     let Some(store) = Store::all().into_iter().find(|s| s.url.is_some()) else {
         return;
     };
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(async {
+    crate::support::common::runtime().block_on(async {
             let project = hello_project();
             let mut replicas: Vec<Served> =
                 (0..3).map(|_| start_replica(&project, &store)).collect();

@@ -24,16 +24,11 @@ const GUARD: Duration = Duration::from_secs(30);
 
 /// Chromium's WebDriver, or `None` (the test is skipped) where it is not installed.
 fn chromedriver() -> Option<PathBuf> {
-    match std::env::var_os("SKILLGATE_TEST_CHROMEDRIVER") {
-        Some(path) => Some(PathBuf::from(path)),
-        None if std::env::var_os("SKILLGATE_REQUIRE_CHROMEDRIVER").is_some() => {
-            panic!("SKILLGATE_TEST_CHROMEDRIVER is not set (scripts/test installs chromium-driver)")
-        }
-        None => {
-            eprintln!("skipped: no chromedriver (SKILLGATE_TEST_CHROMEDRIVER); run scripts/test");
-            None
-        }
-    }
+    crate::support::common::provided_tool(
+        "SKILLGATE_TEST_CHROMEDRIVER",
+        "SKILLGATE_REQUIRE_CHROMEDRIVER",
+        "chromium-driver",
+    )
 }
 
 /// A chromedriver process, stopped when dropped.

@@ -150,12 +150,7 @@ fn an_imap_restart_after_a_sigkill_neither_misses_nor_repeats_a_mail() {
     let Some((host, port)) = imap_server() else {
         return;
     };
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(async {
+    crate::support::common::runtime().block_on(async {
             let user = new_user();
             let sink = Sink::start().await;
             let project = Project::new();

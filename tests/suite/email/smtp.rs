@@ -216,12 +216,7 @@ async fn oversized_unreadable_and_odd_mail_get_clear_answers_and_the_listener_go
 
 #[test]
 fn a_mail_answered_250_survives_a_sigkill_and_runs_after_restart() {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(async {
+    crate::support::common::runtime().block_on(async {
             let sink = Sink::start().await;
             let project = Project::new();
             // Slow enough that the kill comes before the answer.
@@ -241,12 +236,12 @@ fn a_mail_answered_250_survives_a_sigkill_and_runs_after_restart() {
             // the killed process had claimed comes back after the visibility timeout (3 s).
             let args = ["--bind", "127.0.0.1:0", "--visibility", "3000"];
             let first = crate::support::process::serve(project.path(), &args, &[]);
-            let smtp = smtp_addr(&first);
+            let smtp = first.smtp_addr();
             let id = send(smtp, "ada@example.org", "kept", "please").await;
             first.kill();
             assert!(sink.answer_to(&id, Duration::from_millis(200)).await.is_none());
             let second = crate::support::process::serve(project.path(), &args, &[]);
-            let _ = smtp_addr(&second);
+            let _ = second.smtp_addr();
             let answer = sink.answer_to(&id, Duration::from_secs(30)).await.expect("answered after the restart");
             assert_eq!(answer.text(), "answered kept");
         });
@@ -445,17 +440,6 @@ fn a_certificate_that_cannot_be_read_or_does_not_fit_its_key_is_named_at_start()
         err.starts_with("email.smtp.tls: the certificate and key do not go together"),
         "{err}"
     );
-}
-
-/// The SMTP address a `serve` process printed.
-fn smtp_addr(served: &crate::support::process::Served) -> std::net::SocketAddr {
-    served
-        .started
-        .split("smtp://")
-        .nth(1)
-        .and_then(|rest| rest.split([' ', ',', ')']).next())
-        .and_then(|a| a.parse().ok())
-        .unwrap_or_else(|| panic!("no smtp:// address in `{}`", served.started))
 }
 
 /// Connects to the SMTP listener and reads its first line; the connection stays open while the

@@ -291,12 +291,7 @@ struct ServerRuntime(Option<tokio::runtime::Runtime>);
 
 impl ServerRuntime {
     fn new() -> ServerRuntime {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("server runtime");
-        ServerRuntime(Some(runtime))
+        ServerRuntime(Some(crate::support::common::runtime()))
     }
 
     /// Starts a server over `project` with the spinners' tools, on this runtime.

@@ -5,7 +5,8 @@ use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use skillgate::gateway::webhook::routes::topic_for;
 
-use crate::webhook::routes::{Seen, runtime, secret, start, wait_runs};
+use crate::support::common::runtime;
+use crate::webhook::routes::{Seen, secret, start, wait_runs};
 
 /// `(path, signature header, delivery id header)` of the schemes without a signed timestamp.
 const UNTIMED: [(&str, &str, &str); 2] = [

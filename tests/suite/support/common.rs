@@ -233,11 +233,67 @@ pub fn stderr(out: &Output) -> String {
 
 /// Sends SIGTERM to a child process (it is not waited for).
 pub fn sigterm(child: &Child) {
+    signal(child, "-TERM");
+}
+
+/// Sends SIGHUP to a child process (a `serve` reloads).
+pub fn sighup(child: &Child) {
+    signal(child, "-HUP");
+}
+
+fn signal(child: &Child, which: &str) {
     let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
+        .args([which, &child.id().to_string()])
         .status()
         .expect("kill");
     assert!(status.success());
+}
+
+/// A runtime with two worker threads, for a test that is not `#[tokio::test]` (it makes and
+/// drops a database or a process outside the runtime).
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+/// A program from the machine that `scripts/test` provides in the variable `var`, or `None`
+/// (the test is skipped, saying so) where it is not set and the run does not require it
+/// (`require` set). `installs` says what `scripts/test` installs.
+pub fn provided_tool(var: &str, require: &str, installs: &str) -> Option<PathBuf> {
+    match std::env::var_os(var) {
+        Some(path) => Some(PathBuf::from(path)),
+        None if std::env::var_os(require).is_some() => {
+            panic!("{var} is not set (scripts/test installs {installs})")
+        }
+        None => {
+            eprintln!("skipped: {var} is not set; run scripts/test");
+            None
+        }
+    }
+}
+
+/// Polls `check` until it holds, for up to 20 s: the last value it saw (the assertion names
+/// `what` and that value when it never holds).
+pub async fn eventually<F, Fut>(what: &str, mut check: F) -> Value
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = (bool, Value)>,
+{
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let (ok, seen) = check().await;
+        if ok {
+            return seen;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}; last seen: {seen}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
 }
 
 /// An HTTP client (with the process's TLS provider installed, as skillgate's own clients do).

@@ -102,14 +102,32 @@ impl Served {
 
     /// GETs `path`: its JSON answer.
     pub async fn get(&self, path: &str) -> serde_json::Value {
-        crate::support::common::http_client()
-            .get(self.url(path))
+        self.get_as(None, path).await
+    }
+
+    /// [`Served::get`] with `key` as the bearer key, if any.
+    pub async fn get_as(&self, key: Option<&str>, path: &str) -> serde_json::Value {
+        let mut request = crate::support::common::http_client().get(self.url(path));
+        if let Some(key) = key {
+            request = request.bearer_auth(key);
+        }
+        request
             .send()
             .await
             .expect("request sent")
             .json()
             .await
             .expect("a JSON answer")
+    }
+
+    /// Where its SMTP listener listens, as its start line says.
+    pub fn smtp_addr(&self) -> std::net::SocketAddr {
+        self.started
+            .split("smtp://")
+            .nth(1)
+            .and_then(|rest| rest.split([' ', ',', ')']).next())
+            .and_then(|a| a.parse().ok())
+            .unwrap_or_else(|| panic!("no smtp:// address in `{}`", self.started))
     }
 
     /// SIGTERM, then the exit code and the rest of stderr.

@@ -19,7 +19,7 @@ use skillgate::gateway::webhook::routes::topic_for;
 use skillgate::{Context, SkillError};
 use tokio::sync::Notify;
 
-use crate::support::common::{Project, native};
+use crate::support::common::{Project, native, runtime};
 use crate::support::server::{TestServer, config, problem};
 
 /// The routes read their secrets from this variable, which cargo and nextest set for every
@@ -28,14 +28,6 @@ const SECRET_ENV: &str = "CARGO_MANIFEST_DIR";
 
 pub(crate) fn secret() -> String {
     std::env::var(SECRET_ENV).expect("cargo sets CARGO_MANIFEST_DIR for tests")
-}
-
-pub(crate) fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
 }
 
 fn project() -> Project {
@@ -106,7 +98,7 @@ pub(crate) async fn start(seen: &Seen, keys: bool) -> TestServer {
     .await
 }
 
-fn now() -> u64 {
+pub(crate) fn now() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -114,8 +106,13 @@ fn now() -> u64 {
 }
 
 fn sign_standard(id: &str, ts: u64, body: &str) -> String {
+    sign_standard_with(&secret(), id, ts, body)
+}
+
+/// The Standard Webhooks signature of delivery `id` at `ts` with `body`, signed with `secret`.
+pub(crate) fn sign_standard_with(secret: &str, id: &str, ts: u64, body: &str) -> String {
     // A secret without `whsec_` is used as it is.
-    let mut mac = Hmac::<Sha256>::new_from_slice(secret().as_bytes()).unwrap();
+    let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).unwrap();
     mac.update(format!("{id}.{ts}.{body}").as_bytes());
     format!("v1,{}", BASE64.encode(mac.finalize().into_bytes()))
 }
