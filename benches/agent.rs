@@ -122,11 +122,16 @@ fn main() {
         let elapsed = started.elapsed();
         // Each run makes `turns + 1` model calls (the last one answers in text).
         let model_turns = runs * (turns + 1);
+        let ms_a_turn = elapsed.as_secs_f64() * 1000.0 / model_turns as f64;
+        let turns_per_s = model_turns as f64 / elapsed.as_secs_f64();
         println!(
-            "sequential: {runs} runs x {} turns ({turns} with a tool call): {:.3} ms a turn, {:.0} turns/s",
+            "sequential: {runs} runs x {} turns ({turns} with a tool call): {ms_a_turn:.3} ms a turn, {turns_per_s:.0} turns/s",
             turns + 1,
-            elapsed.as_secs_f64() * 1000.0 / model_turns as f64,
-            model_turns as f64 / elapsed.as_secs_f64()
+        );
+        common::report::record(
+            "agent",
+            "one run at a time",
+            json!({ "ms_a_turn": ms_a_turn, "turns_per_s": turns_per_s }),
         );
 
         let started = Instant::now();
@@ -138,12 +143,23 @@ fn main() {
         }
         let elapsed = started.elapsed();
         let model_turns = concurrent * (turns + 1);
+        let turns_per_s = model_turns as f64 / elapsed.as_secs_f64();
+        let peak = peak_rss_kib();
         println!(
-            "{concurrent} runs at once: {:.0} turns/s, {:.2} s in all; peak RSS {} MiB (before: {} MiB)",
-            model_turns as f64 / elapsed.as_secs_f64(),
+            "{concurrent} runs at once: {turns_per_s:.0} turns/s, {:.2} s in all; peak RSS {} MiB (before: {} MiB)",
             elapsed.as_secs_f64(),
-            peak_rss_kib() / 1024,
+            peak / 1024,
             rss_before / 1024
+        );
+        common::report::record(
+            "agent",
+            "runs at once",
+            json!({
+                "runs": concurrent,
+                "turns_per_s": turns_per_s,
+                "peak_rss_mib": peak as f64 / 1024.0,
+                "rss_before_mib": rss_before as f64 / 1024.0,
+            }),
         );
     });
 }

@@ -12,6 +12,8 @@
 //! `BUS_BENCH="postgres drain"` (any words) keeps only the rows whose store or phase contains
 //! every word.
 
+mod common;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -257,6 +259,12 @@ fn row(store: &str, phase: &str, figures: Figures) {
         "| {store} | {phase} | {:.0} | {p50} | {p99} |",
         figures.rate
     );
+    let mut recorded = serde_json::json!({ "events_per_s": figures.rate });
+    if let Some((p50, p99)) = figures.latency {
+        recorded["p50_ms"] = (p50.as_secs_f64() * 1000.0).into();
+        recorded["p99_ms"] = (p99.as_secs_f64() * 1000.0).into();
+    }
+    common::report::record("bus", &format!("{store}: {phase}"), recorded);
 }
 
 fn main() {

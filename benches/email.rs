@@ -125,6 +125,11 @@ async fn phase(
     sampler.abort();
     let (p50, p99) = common::percentiles(latencies);
     println!("| {name} | {label} | {conns} | {rate:.0} | {p50:.2} ms | {p99:.2} ms |");
+    common::report::record(
+        "email",
+        &format!("{name}: {label}, {conns} clients"),
+        serde_json::json!({ "clients": conns, "mails_per_s": rate, "p50_ms": p50, "p99_ms": p99 }),
+    );
     peak.load(Ordering::Relaxed)
 }
 

@@ -374,6 +374,19 @@ fn main() {
                 peak / 1024,
                 if failed > 0 { format!(", {failed} normal requests failed") } else { String::new() },
             );
+            common::report::record(
+                "hostile",
+                if kinds.len() == 1 { kinds[0] } else { "all" },
+                serde_json::json!({
+                    "connections": hostile_n * kinds.len(),
+                    "p50_ms": p50,
+                    "p99_ms": p99,
+                    "unloaded_p99_ms": base_p99,
+                    "p99_of_unloaded": p99 / base_p99,
+                    "peak_rss_mb": peak as f64 / 1024.0,
+                    "failed": failed,
+                }),
+            );
         }
     });
 }

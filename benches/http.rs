@@ -236,9 +236,27 @@ fn main() {
             );
         }
         println!(
-            "gateway / bare: {:.0}% of the bare handler's requests/s (target at least 60%)",
+            "gateway / bare: {:.0}% of the bare handler's requests/s (target at least 75%)",
             100.0 * gateway_rps / bare_rps
         );
+        let bare_p99 = pct(&bare_lat, 0.99);
+        for (row, rps, lat) in [
+            ("bare axum handler", bare_rps, &bare_lat),
+            ("skillgate gateway", gateway_rps, &gateway_lat),
+        ] {
+            common::report::record(
+                "http",
+                row,
+                json!({
+                    "req_per_s": rps,
+                    "p50_ms": pct(lat, 0.50),
+                    "p99_ms": pct(lat, 0.99),
+                    "of_bare_req_per_s": rps / bare_rps,
+                    "p99_of_bare": pct(lat, 0.99) / bare_p99,
+                }),
+            );
+        }
+
         let runs = bus.runs();
         println!(
             "runs record {}: {} recorded, {} dropped",

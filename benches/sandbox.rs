@@ -14,6 +14,8 @@
 //!
 //! Run: `cargo bench --bench sandbox`.
 
+mod common;
+
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
@@ -69,12 +71,12 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 
 fn report(label: &str, mut samples: Vec<Duration>) {
     samples.sort();
-    println!(
-        "{label}: n={} p50={:.1}µs p99={:.1}µs",
-        samples.len(),
+    let (p50, p99) = (
         percentile(&samples, 0.50).as_secs_f64() * 1e6,
         percentile(&samples, 0.99).as_secs_f64() * 1e6,
     );
+    println!("{label}: n={} p50={p50:.1}µs p99={p99:.1}µs", samples.len());
+    common::report::record("sandbox", label, json!({ "p50_us": p50, "p99_us": p99 }));
 }
 
 /// Per-call latency percentiles, printed once before the criterion groups.

@@ -112,6 +112,11 @@ async fn run(name: &str, store: Arc<dyn EventStore>, secs: u64, conns: u64) {
     .await;
     let (p50, p99) = common::percentiles(latencies);
     println!("| {name} | saturation, {conns} clients | {rate:.0} | {p50:.2} ms | {p99:.2} ms |");
+    common::report::record(
+        "slack",
+        &format!("{name}: saturation"),
+        serde_json::json!({ "clients": conns, "events_per_s": rate, "p50_ms": p50, "p99_ms": p99 }),
+    );
     // Let the worker catch up before the steady phase.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let client = reqwest::Client::new();
@@ -138,6 +143,11 @@ async fn run(name: &str, store: Arc<dyn EventStore>, secs: u64, conns: u64) {
     println!(
         "| {name} | steady 500/s ({count} acked) | {:.0} | {p50:.2} ms | {p99:.2} ms |",
         count as f64 / secs as f64
+    );
+    common::report::record(
+        "slack",
+        &format!("{name}: steady 500/s"),
+        serde_json::json!({ "events_per_s": count as f64 / secs as f64, "p50_ms": p50, "p99_ms": p99 }),
     );
 }
 

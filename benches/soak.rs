@@ -238,8 +238,23 @@ fn main() -> ExitCode {
             "{ok} requests answered, {failed} failed, {:.0} req/s on average",
             ok as f64 / secs as f64
         );
+        let growth = |b: u64, l: u64| (l as f64 - b as f64) / b.max(1) as f64;
+        common::report::record(
+            "soak",
+            &label,
+            serde_json::json!({
+                "max_req_per_s": max,
+                "req_per_s": rate,
+                "secs": secs,
+                "answered": ok,
+                "failed": failed,
+                "rss_after_warmup_mib": base.iter().map(|k| *k as f64 / 1024.0).collect::<Vec<_>>(),
+                "rss_at_end_mib": last.iter().map(|k| *k as f64 / 1024.0).collect::<Vec<_>>(),
+                "rss_growth_pct": base.iter().zip(&last).map(|(b, l)| 100.0 * growth(*b, *l)).collect::<Vec<_>>(),
+            }),
+        );
         for (i, (b, l)) in base.iter().zip(&last).enumerate() {
-            let growth = (*l as f64 - *b as f64) / (*b).max(1) as f64;
+            let growth = growth(*b, *l);
             println!(
                 "replica {}: {b} KiB after warm-up, {l} KiB at the end: {:+.1}% (limit +{:.0}%)",
                 ["a", "b"][i],

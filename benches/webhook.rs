@@ -82,6 +82,11 @@ async fn run(name: &str, store: Arc<dyn EventStore>, secs: u64, conns: u64) {
     .await;
     let (p50, p99) = common::percentiles(latencies);
     println!("| {name} | {conns} | {rate:.0} | {p50:.2} ms | {p99:.2} ms |");
+    common::report::record(
+        "webhook",
+        name,
+        serde_json::json!({ "clients": conns, "deliveries_per_s": rate, "p50_ms": p50, "p99_ms": p99 }),
+    );
 }
 
 fn main() {

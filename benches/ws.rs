@@ -225,8 +225,13 @@ fn main() {
             "fan-out, {clients} clients: {events} events, {delivered} messages delivered in {elapsed:.2} s: {:.0} messages/s",
             rate
         );
+        common::report::record(
+            "ws",
+            "saturation",
+            json!({ "subscribers": clients, "messages_per_s": rate }),
+        );
         // Timed phases: half the target, then half the measured saturation.
-        for messages in [50_000.0, rate / 2.0] {
+        for (row, messages) in [("at 50k messages/s", 50_000.0), ("at half saturation", rate / 2.0)] {
             let per_second = (messages / clients as f64).max(1.0) as u64;
             tokio::time::sleep(Duration::from_millis(500)).await;
             seen.timing.store(true, Ordering::Relaxed);
@@ -245,6 +250,16 @@ fn main() {
                 percentile(&latencies, 0.50),
                 percentile(&latencies, 0.99)
             );
+            common::report::record(
+                "ws",
+                row,
+                json!({
+                    "subscribers": clients,
+                    "messages_per_s": per_second * clients,
+                    "p50_ms": percentile(&latencies, 0.50),
+                    "p99_ms": percentile(&latencies, 0.99),
+                }),
+            );
         }
         drop(publisher);
         for reader in readers {
@@ -262,6 +277,14 @@ fn main() {
         println!(
             "idle: {idle} authenticated sockets: server RSS {before} KiB -> {after} KiB: {:.1} KiB per socket",
             (after.saturating_sub(before)) as f64 / idle as f64
+        );
+        common::report::record(
+            "ws",
+            "idle sockets",
+            json!({
+                "sockets": idle,
+                "kib_per_socket": (after.saturating_sub(before)) as f64 / idle as f64,
+            }),
         );
         drop(sockets);
     });

@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod conn;
+pub mod report;
 
 use std::future::Future;
 use std::sync::Arc;

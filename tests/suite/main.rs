@@ -43,6 +43,7 @@ mod deploy;
 mod directives;
 pub(crate) mod email;
 mod events;
+mod figures;
 mod hooks;
 mod http;
 mod layers;

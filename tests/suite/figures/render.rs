@@ -1,0 +1,556 @@
+//! The README's performance blocks as `bench/results.json` gives them: one renderer per block,
+//! the figures formatted one way everywhere, each target beside the figure it judges.
+
+use serde_json::{Map, Value};
+
+/// `bench/results.json`: the machine, and per benchmark when and at which commit it was run and
+/// its rows (`{"row": label, ...figures}`), in the order the benchmark measured them.
+pub struct Results(pub Value);
+
+type Row = Map<String, Value>;
+
+impl Results {
+    fn bench(&self, id: &str) -> Option<&Value> {
+        self.0["benches"].get(id)
+    }
+
+    fn rows(&self, id: &str) -> Vec<(&str, &Row)> {
+        let Some(rows) = self.bench(id).and_then(|b| b["rows"].as_array()) else {
+            return Vec::new();
+        };
+        rows.iter()
+            .filter_map(|r| Some((r["row"].as_str()?, r.as_object()?)))
+            .collect()
+    }
+
+    fn row(&self, id: &str, label: &str) -> Option<&Row> {
+        self.rows(id)
+            .into_iter()
+            .find(|(l, _)| *l == label)
+            .map(|(_, r)| r)
+    }
+
+    /// The line under each block: when, where, how, by which command; or how to get figures.
+    fn provenance(&self, id: &str, command: &str) -> String {
+        match self.bench(id) {
+            Some(b) => format!(
+                "_`{command}`, {} mode, at commit `{}` on {}._\n",
+                b["mode"].as_str().unwrap_or("?"),
+                b["commit"].as_str().unwrap_or("?"),
+                b["date"].as_str().unwrap_or("?"),
+            ),
+            None => format!("_Not measured yet: `scripts/bench {id}`._\n"),
+        }
+    }
+}
+
+fn num(row: Option<&Row>, key: &str) -> Option<f64> {
+    row?.get(key)?.as_f64()
+}
+
+/// A whole number with thousands separated by commas.
+fn int(x: f64) -> String {
+    let digits = format!("{:.0}", x.abs());
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    if x < 0.0 { format!("-{out}") } else { out }
+}
+
+fn rate(x: f64) -> String {
+    if x >= 1e6 {
+        format!("{:.2} M", x / 1e6)
+    } else {
+        int(x)
+    }
+}
+
+fn ms(x: f64) -> String {
+    format!("{x:.2} ms")
+}
+
+fn us(x: f64) -> String {
+    if x >= 100.0 {
+        format!("{x:.0} µs")
+    } else {
+        format!("{x:.2} µs")
+    }
+}
+
+fn ratio(x: f64) -> String {
+    format!("{x:.2}x")
+}
+
+fn pct(x: f64) -> String {
+    format!("{:.0}%", 100.0 * x)
+}
+
+/// A figure, or a dash where the row or the figure was not measured.
+fn or_dash(x: Option<f64>, f: fn(f64) -> String) -> String {
+    x.map_or_else(|| "-".to_string(), f)
+}
+
+/// A target and whether the figure meets it: `≤ 0.3 µs: met`.
+fn judged(target: &str, met: Option<bool>) -> String {
+    match met {
+        Some(true) => format!("{target}: met"),
+        Some(false) => format!("{target}: **missed**"),
+        None => target.to_string(),
+    }
+}
+
+fn table(header: &[&str], rows: Vec<Vec<String>>) -> String {
+    let mut out = format!(
+        "| {} |\n|{}\n",
+        header.join(" | "),
+        "---|".repeat(header.len())
+    );
+    for row in rows {
+        out.push_str(&format!("| {} |\n", row.join(" | ")));
+    }
+    out
+}
+
+/// Renders one block from the results.
+pub type Render = fn(&Results) -> String;
+
+/// Every generated block of the README, by its marker name, in the README's order.
+pub const BLOCKS: &[(&str, Render)] = &[
+    ("machine", machine),
+    ("http", http),
+    ("kernel", kernel),
+    ("sandbox", sandbox),
+    ("bus", bus),
+    ("ws", ws),
+    ("slack", slack),
+    ("email", email),
+    ("webhook", webhook),
+    ("agent", agent),
+    ("binary", binary),
+    ("soak", soak),
+    ("hostile", hostile),
+];
+
+fn machine(r: &Results) -> String {
+    let m = &r.0["machine"];
+    format!(
+        "Measured on {} ({} cores, {} GiB; shared, so figures move by about a tenth from run to \
+         run), release builds, by `scripts/bench`; last run {} at commit `{}`.\n",
+        m["cpu"].as_str().unwrap_or("an unknown CPU"),
+        m["cores"].as_u64().unwrap_or(0),
+        m["memory_gib"].as_u64().unwrap_or(0),
+        r.0["date"].as_str().unwrap_or("?"),
+        r.0["commit"].as_str().unwrap_or("?"),
+    )
+}
+
+fn http(r: &Results) -> String {
+    let rows = r
+        .rows("http")
+        .into_iter()
+        .map(|(label, row)| {
+            let gateway = label != "bare axum handler";
+            let share = num(Some(row), "of_bare_req_per_s");
+            let p99 = num(Some(row), "p99_of_bare");
+            vec![
+                label.to_string(),
+                or_dash(num(Some(row), "req_per_s"), rate),
+                if gateway {
+                    judged(&or_dash(share, pct), share.map(|s| s >= 0.75))
+                } else {
+                    "100%".into()
+                },
+                or_dash(num(Some(row), "p50_ms"), ms),
+                or_dash(num(Some(row), "p99_ms"), ms),
+                if gateway {
+                    judged(&or_dash(p99, ratio), p99.map(|p| p <= 1.2))
+                } else {
+                    "1x".into()
+                },
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "server",
+            "req/s at saturation",
+            "of bare (target ≥ 75%)",
+            "p50 at half load",
+            "p99 at half load",
+            "p99 of bare (target ≤ 1.2x)",
+        ],
+        rows,
+    ) + "\n"
+        + &r.provenance("http", "cargo bench --bench http")
+}
+
+fn kernel(r: &Results) -> String {
+    let at = |name: &str| num(r.row("invoke", name), "us");
+    let layers = |kind: &str| {
+        let times: Vec<Option<f64>> = [1, 10, 100]
+            .iter()
+            .map(|n| at(&format!("per_layer/{kind}/{n}")))
+            .collect();
+        let slope = match (times[0], times[2]) {
+            (Some(one), Some(hundred)) => Some((hundred - one) / 99.0),
+            _ => None,
+        };
+        let listed: Vec<String> = times
+            .iter()
+            .map(|t| t.map_or("-".into(), |t| format!("{t:.1}")))
+            .collect();
+        (format!("{} µs", listed.join(" / ")), slope)
+    };
+    let (leaf, leaf_slope) = layers("leaf");
+    let (inheriting, inheriting_slope) = layers("inheriting");
+    table(
+        &["benchmark", "time", "a layer", "target"],
+        vec![
+            vec![
+                "`invoke_noop`".into(),
+                or_dash(at("invoke_noop"), us),
+                "".into(),
+                "".into(),
+            ],
+            vec![
+                "`per_layer/leaf/{1,10,100}` (extra no-op middleware with `$inherit: false`)"
+                    .into(),
+                leaf,
+                or_dash(leaf_slope, us),
+                judged("≤ 0.3 µs a layer", leaf_slope.map(|s| s <= 0.3)),
+            ],
+            vec![
+                "`per_layer/inheriting/{1,10,100}` (extra middleware that inherit the default pipeline)".into(),
+                inheriting,
+                or_dash(inheriting_slope, us),
+                "".into(),
+            ],
+        ],
+    ) + "\n"
+        + &r.provenance("invoke", "cargo bench --bench invoke")
+}
+
+fn sandbox(r: &Results) -> String {
+    let labels = [
+        (
+            "latency/bench-js/one_at_a_time",
+            "`.skill.js`, one call at a time",
+        ),
+        (
+            "latency/run-code/one_at_a_time",
+            "untrusted code (`run_untrusted`, anonymous skill, its cascade resolved per call), one at a time",
+        ),
+        (
+            "latency/bench-js/100_at_once",
+            "`.skill.js`, 100 calls started at once: each call's latency",
+        ),
+        (
+            "throughput/bench-js/100_at_once_per_call",
+            "`.skill.js`, 100 at once: batch time / 100",
+        ),
+    ];
+    let rows = labels
+        .iter()
+        .map(|(key, label)| {
+            let row = r.row("sandbox", key);
+            let p50 = num(row, "p50_us");
+            vec![
+                label.to_string(),
+                or_dash(p50, us),
+                or_dash(num(row, "p99_us"), us),
+                if key.ends_with("bench-js/one_at_a_time") {
+                    judged("p50 ≤ 150 µs", p50.map(|p| p <= 150.0))
+                } else {
+                    String::new()
+                },
+            ]
+        })
+        .collect();
+    table(&["benchmark", "p50", "p99", "target"], rows)
+        + "\n"
+        + &r.provenance("sandbox", "cargo bench --bench sandbox")
+}
+
+fn split_row(label: &str) -> (&str, &str) {
+    label.split_once(": ").unwrap_or((label, ""))
+}
+
+fn bus(r: &Results) -> String {
+    let rows = r
+        .rows("bus")
+        .into_iter()
+        .map(|(label, row)| {
+            let (store, phase) = split_row(label);
+            vec![
+                store.to_string(),
+                phase.to_string(),
+                or_dash(num(Some(row), "events_per_s"), rate),
+                num(Some(row), "p50_ms").map_or(String::new(), ms),
+                num(Some(row), "p99_ms").map_or(String::new(), ms),
+            ]
+        })
+        .collect();
+    table(&["store", "phase", "events/s", "p50", "p99"], rows)
+        + "\n"
+        + &r.provenance("bus", "cargo bench --bench bus")
+}
+
+fn ws(r: &Results) -> String {
+    let mut rows = Vec::new();
+    if let Some(row) = r.row("ws", "saturation") {
+        rows.push(vec![
+            format!(
+                "fan-out, {} subscribers, saturation",
+                int(num(Some(row), "subscribers").unwrap_or(0.0))
+            ),
+            format!(
+                "{} messages/s delivered",
+                or_dash(num(Some(row), "messages_per_s"), rate)
+            ),
+        ]);
+    }
+    for label in ["at 50k messages/s", "at half saturation"] {
+        if let Some(row) = r.row("ws", label) {
+            rows.push(vec![
+                format!(
+                    "publish → client, {} messages/s",
+                    or_dash(num(Some(row), "messages_per_s"), rate)
+                ),
+                format!(
+                    "p50 {}, p99 {}",
+                    or_dash(num(Some(row), "p50_ms"), ms),
+                    or_dash(num(Some(row), "p99_ms"), ms)
+                ),
+            ]);
+        }
+    }
+    if let Some(row) = r.row("ws", "idle sockets") {
+        let kib = num(Some(row), "kib_per_socket");
+        rows.push(vec![
+            format!(
+                "server memory per idle authenticated socket ({} sockets)",
+                int(num(Some(row), "sockets").unwrap_or(0.0))
+            ),
+            judged(
+                &or_dash(kib, |k| format!("{k:.1} KiB")),
+                kib.map(|k| k <= 12.0),
+            ) + " (target ≤ 12 KiB)",
+        ]);
+    }
+    table(&["measure", "figure"], rows) + "\n" + &r.provenance("ws", "cargo bench --bench ws")
+}
+
+/// A table of every recorded row: the store and what was measured from its label, then figures.
+fn per_store(r: &Results, id: &str, rate_key: &str, rate_header: &str, command: &str) -> String {
+    let rows = r
+        .rows(id)
+        .into_iter()
+        .map(|(label, row)| {
+            let (store, load) = split_row(label);
+            vec![
+                store.to_string(),
+                load.to_string(),
+                or_dash(num(Some(row), rate_key), rate),
+                or_dash(num(Some(row), "p50_ms"), ms),
+                or_dash(num(Some(row), "p99_ms"), ms),
+            ]
+        })
+        .collect();
+    table(&["store", "load", rate_header, "p50", "p99"], rows) + "\n" + &r.provenance(id, command)
+}
+
+fn slack(r: &Results) -> String {
+    per_store(
+        r,
+        "slack",
+        "events_per_s",
+        "events/s",
+        "cargo bench --bench slack",
+    )
+}
+
+fn email(r: &Results) -> String {
+    per_store(
+        r,
+        "email",
+        "mails_per_s",
+        "mails/s",
+        "cargo bench --bench email",
+    )
+}
+
+fn webhook(r: &Results) -> String {
+    per_store(
+        r,
+        "webhook",
+        "deliveries_per_s",
+        "deliveries/s",
+        "cargo bench --bench webhook",
+    )
+}
+
+fn agent(r: &Results) -> String {
+    let one = r.row("agent", "one run at a time");
+    let many = r.row("agent", "runs at once");
+    let a_turn = num(one, "ms_a_turn");
+    table(
+        &["benchmark", "figure", "target"],
+        vec![
+            vec![
+                "one run at a time".into(),
+                format!(
+                    "{} a turn ({} turns/s)",
+                    or_dash(a_turn, ms),
+                    or_dash(num(one, "turns_per_s"), rate)
+                ),
+                judged("≤ 1 ms a turn", a_turn.map(|t| t <= 1.0)),
+            ],
+            vec![
+                format!("{} runs at once", int(num(many, "runs").unwrap_or(0.0))),
+                format!(
+                    "{} turns/s; peak RSS {} ({} before)",
+                    or_dash(num(many, "turns_per_s"), rate),
+                    or_dash(num(many, "peak_rss_mib"), |m| format!("{m:.0} MiB")),
+                    or_dash(num(many, "rss_before_mib"), |m| format!("{m:.0} MiB")),
+                ),
+                String::new(),
+            ],
+        ],
+    ) + "\n"
+        + &r.provenance("agent", "cargo bench --bench agent")
+}
+
+fn binary(r: &Results) -> String {
+    let row = r.row("binary", "dist");
+    let size = num(row, "size_mb");
+    let rss = num(row, "idle_rss_mib");
+    let image = num(r.row("binary", "image"), "size_mb");
+    table(
+        &["measure", "figure", "target"],
+        vec![
+            vec![
+                "`target/dist/skillgate` (stripped, all three model providers)".into(),
+                or_dash(size, |s| format!("{s:.1} MB")),
+                judged("≤ 25 MB", size.map(|s| s <= 25.0)),
+            ],
+            vec![
+                "idle RSS of `skillgate serve` (SQLite, the project's skills)".into(),
+                or_dash(rss, |m| format!("{m:.1} MiB")),
+                judged("≤ 25 MiB", rss.map(|m| m <= 25.0)),
+            ],
+            vec![
+                "container image (`scripts/test-deploy` around that binary)".into(),
+                or_dash(image, |s| format!("{s:.0} MB")),
+                String::new(),
+            ],
+        ],
+    ) + "\n"
+        + &r.provenance("binary", "cargo build --profile dist")
+}
+
+fn soak(r: &Results) -> String {
+    let rows = r
+        .rows("soak")
+        .into_iter()
+        .map(|(store, row)| {
+            let list = |key: &str, f: fn(f64) -> String| {
+                row.get(key)
+                    .and_then(Value::as_array)
+                    .map(|v| {
+                        v.iter()
+                            .filter_map(Value::as_f64)
+                            .map(f)
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    })
+                    .unwrap_or_else(|| "-".into())
+            };
+            vec![
+                store.to_string(),
+                or_dash(num(Some(row), "max_req_per_s"), rate),
+                format!(
+                    "{} for {} s",
+                    or_dash(num(Some(row), "req_per_s"), rate),
+                    int(num(Some(row), "secs").unwrap_or(0.0))
+                ),
+                or_dash(num(Some(row), "answered"), int),
+                judged(
+                    &or_dash(num(Some(row), "failed"), int),
+                    num(Some(row), "failed").map(|f| f == 0.0),
+                ),
+                format!(
+                    "{} → {} ({})",
+                    list("rss_after_warmup_mib", |m| format!("{m:.1} MiB")),
+                    list("rss_at_end_mib", |m| format!("{m:.1} MiB")),
+                    list("rss_growth_pct", |g| format!("{g:+.1}%")),
+                ),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "store",
+            "max req/s",
+            "paced at",
+            "answered",
+            "failed (target 0)",
+            "RSS after warm-up → at the end (growth, target ≤ +5%)",
+        ],
+        rows,
+    ) + "\n"
+        + &r.provenance("soak", "cargo bench --bench soak")
+}
+
+fn hostile(r: &Results) -> String {
+    fn describe(kind: &str) -> &str {
+        match kind {
+            "slowloris" => "slowloris (headers never end)",
+            "smtp-idle" => "idle SMTP sessions (reconnecting after 421)",
+            "smtp-data" => "SMTP DATA floods",
+            "ws-unread" => "WebSocket clients that never read (100 KB invocations)",
+            "fan-out" => {
+                "fan-out callers (100,000 invocations asked, the run budget stops each at 10,000)"
+            }
+            "sse-unread" => "unread streams of a chatty skill (2,000 events of 2 KB a run)",
+            "all" => "all at once",
+            other => other,
+        }
+    }
+    let rows = r
+        .rows("hostile")
+        .into_iter()
+        .map(|(kind, row)| {
+            let times = num(Some(row), "p99_of_unloaded");
+            let peak = num(Some(row), "peak_rss_mb");
+            vec![
+                format!(
+                    "{} (x{})",
+                    describe(kind),
+                    int(num(Some(row), "connections").unwrap_or(0.0))
+                ),
+                judged(&or_dash(times, ratio), times.map(|t| t <= 2.0)),
+                or_dash(num(Some(row), "unloaded_p99_ms"), ms),
+                judged(
+                    &or_dash(peak, |p| format!("{p:.0} MB")),
+                    peak.map(|p| p <= 300.0),
+                ),
+                or_dash(num(Some(row), "failed"), int),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "hostile kind",
+            "normal client's p99 vs unloaded (target ≤ 2x)",
+            "unloaded p99",
+            "server peak RSS (target ≤ 300 MB)",
+            "normal requests failed",
+        ],
+        rows,
+    ) + "\n"
+        + &r.provenance("hostile", "cargo bench --bench hostile")
+}
