@@ -11,6 +11,7 @@ use crate::error::SkillError;
 use crate::events::records::StoredRun;
 use crate::events::runs::redact::redact_in_place;
 use crate::failure::Failure;
+use crate::kernel::budget::json_size;
 use crate::kernel::timings::EntryTimes;
 use crate::skills::tool::Tool;
 
@@ -98,6 +99,19 @@ pub struct RunRecord {
     started_ms: i64,
     started: Instant,
     ended: Option<Ended>,
+    /// Args and result already redacted and cut ([`RunRecord::shrink`]), so a large payload
+    /// is not held whole while the run waits to be written.
+    payload: Option<Payload>,
+}
+
+/// A run's args and result as the store keeps them.
+#[derive(Debug, Clone)]
+struct Payload {
+    args: String,
+    args_redacted: bool,
+    args_cut: bool,
+    result: Option<String>,
+    result_cut: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -135,6 +149,7 @@ impl RunRecord {
             started_ms: now_ms() as i64,
             started: Instant::now(),
             ended: None,
+            payload: None,
         }
     }
 
@@ -177,25 +192,37 @@ impl RunRecord {
         self.ended.as_ref().map(|e| e.status)
     }
 
-    /// The row the store keeps: args and result redacted, each cut to `max_bytes` of JSON
-    /// text (the detail says which were, so a retry knows it cannot repeat the run).
-    pub fn stored(self, max_bytes: usize) -> StoredRun {
-        let ended = self.ended.unwrap_or(Ended {
-            duration: self.started.elapsed(),
-            status: Status::Aborted,
-            problem: Some(Failure::Aborted.slug()),
-            result: None,
-            error: None,
-        });
+    /// About the bytes this run holds in its args and result, once those larger than
+    /// `max_bytes` of JSON are redacted and cut as the store will keep them: what a run waiting
+    /// to be written costs, never much more than twice `max_bytes`.
+    pub fn shrink(&mut self, max_bytes: usize) -> u64 {
+        let result = self.ended.as_ref().and_then(|e| e.result.as_ref());
+        let size = json_size(&self.args) + result.map_or(0, json_size);
+        if size <= max_bytes as u64 || self.payload.is_some() {
+            return size;
+        }
+        let payload = self.take_payload(max_bytes);
+        let held = payload.args.len() + payload.result.as_ref().map_or(0, String::len);
+        self.payload = Some(payload);
+        held as u64
+    }
+
+    /// The args and result as the store keeps them (made now unless [`RunRecord::shrink`]
+    /// made them).
+    fn take_payload(&mut self, max_bytes: usize) -> Payload {
+        if let Some(payload) = self.payload.take() {
+            return payload;
+        }
+        // The record owns what it redacts: in place, not copied.
+        let mut args = std::mem::take(&mut self.args);
+        let result = self.ended.as_mut().and_then(|e| e.result.take());
         let schema = self
             .params
             .as_ref()
             .or_else(|| self.tool.as_ref().and_then(|t| t.params()));
-        // The record owns what it redacts: in place, not copied.
-        let mut args = self.args;
         let args_redacted = redact_in_place(&mut args, schema);
         let (args, args_cut) = capped(&args, max_bytes);
-        let (result, result_cut) = match ended.result {
+        let (result, result_cut) = match result {
             Some(mut result) => {
                 redact_in_place(&mut result, None);
                 let (text, cut) = capped(&result, max_bytes);
@@ -203,6 +230,32 @@ impl RunRecord {
             }
             None => (None, false),
         };
+        Payload {
+            args,
+            args_redacted,
+            args_cut,
+            result,
+            result_cut,
+        }
+    }
+
+    /// The row the store keeps: args and result redacted, each cut to `max_bytes` of JSON
+    /// text (the detail says which were, so a retry knows it cannot repeat the run).
+    pub fn stored(mut self, max_bytes: usize) -> StoredRun {
+        let Payload {
+            args,
+            args_redacted,
+            args_cut,
+            result,
+            result_cut,
+        } = self.take_payload(max_bytes);
+        let ended = self.ended.unwrap_or(Ended {
+            duration: self.started.elapsed(),
+            status: Status::Aborted,
+            problem: Some(Failure::Aborted.slug()),
+            result: None,
+            error: None,
+        });
         // Only what is so: most runs have nothing redacted, cut or failed (`{}`).
         let mut detail = json!({});
         if args_redacted {

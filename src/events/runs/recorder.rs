@@ -1,5 +1,6 @@
-//! The [`Recorder`]: takes finished runs from the doors without waiting (a bounded queue; when
-//! it is full or the store is down the run is dropped and counted, and the request goes on),
+//! The [`Recorder`]: takes finished runs from the doors without waiting (a queue bounded in runs
+//! and in the bytes of their args and results; when it is full or the store is down the run is
+//! dropped and counted, and the request goes on),
 //! redacts and writes them to the store in batches on a task of its own, and prunes the record
 //! by age and count.
 
@@ -20,6 +21,10 @@ use crate::events::store::EventStore;
 
 /// Runs waiting to be written; past it they are dropped (and counted).
 const QUEUE: usize = 8192;
+/// Bytes of args and results the runs waiting to be written hold at most (each payload past
+/// the record's cut is cut before it waits); past it a run is dropped (and counted), so a flood
+/// of large invocations cannot hold memory through the record once they have ended.
+const QUEUE_BYTES: u64 = 8 * 1024 * 1024;
 /// Runs written in one transaction at most.
 const BATCH: usize = 1024;
 /// How long the writer gathers runs after the first of a batch: a few larger transactions cost
@@ -69,6 +74,10 @@ struct Shared {
     /// recorded, and the detail sample (an `f64`'s bits).
     on: AtomicBool,
     sample: AtomicU64,
+    /// Args and results longer than this are cut before they wait ([`RecordConfig::max_bytes`]).
+    max_bytes: AtomicUsize,
+    /// What the runs waiting to be written hold, in bytes of args and results.
+    queued_bytes: AtomicU64,
     sent: AtomicU64,
     written: AtomicU64,
     dropped: AtomicU64,
@@ -84,7 +93,7 @@ struct Shared {
 pub struct Recorder {
     store: Arc<dyn EventStore>,
     shared: Arc<Shared>,
-    queue: OnceLock<mpsc::Sender<RunRecord>>,
+    queue: OnceLock<mpsc::Sender<(RunRecord, u64)>>,
 }
 
 impl Recorder {
@@ -95,6 +104,8 @@ impl Recorder {
                 config: RwLock::new(None),
                 on: AtomicBool::new(false),
                 sample: AtomicU64::new(0),
+                max_bytes: AtomicUsize::new(RecordConfig::default().max_bytes),
+                queued_bytes: AtomicU64::new(0),
                 sent: AtomicU64::new(0),
                 written: AtomicU64::new(0),
                 dropped: AtomicU64::new(0),
@@ -114,6 +125,11 @@ impl Recorder {
         self.shared
             .sample
             .store(sample.to_bits(), Ordering::Relaxed);
+        if let Some(config) = config {
+            self.shared
+                .max_bytes
+                .store(config.max_bytes, Ordering::Relaxed);
+        }
         self.shared.on.store(config.is_some(), Ordering::Release);
     }
 
@@ -166,13 +182,16 @@ impl Recorder {
             return;
         };
         self.shared.sent.fetch_add(1, Ordering::Relaxed);
-        if queue.try_send(run).is_err() {
+        let held = run.shrink(self.shared.max_bytes.load(Ordering::Relaxed));
+        let queued = self.shared.queued_bytes.fetch_add(held, Ordering::Relaxed) + held;
+        if queued > QUEUE_BYTES || queue.try_send((run, held)).is_err() {
+            self.shared.queued_bytes.fetch_sub(held, Ordering::Relaxed);
             self.dropped(1);
         }
     }
 
     /// The writer's queue, its task started on first use (on the runtime of the first run).
-    fn queue(&self) -> Option<&mpsc::Sender<RunRecord>> {
+    fn queue(&self) -> Option<&mpsc::Sender<(RunRecord, u64)>> {
         if let Some(queue) = self.queue.get() {
             return Some(queue);
         }
@@ -257,7 +276,7 @@ impl Drop for Feed {
 /// [`PRUNE_EVERY`], until the recorder is dropped.
 async fn write(
     store: Arc<dyn EventStore>,
-    mut queue: mpsc::Receiver<RunRecord>,
+    mut queue: mpsc::Receiver<(RunRecord, u64)>,
     shared: Arc<Shared>,
 ) {
     let mut batch = Vec::with_capacity(BATCH);
@@ -271,9 +290,19 @@ async fn write(
                 }
                 let closed = gather(&mut queue, &mut batch).await;
                 let max_bytes = shared.config.read().as_ref().map_or(16 * 1024, |c| c.max_bytes);
-                let rows: Vec<_> = batch.drain(..).map(|run| run.stored(max_bytes)).collect();
+                let mut held = 0;
+                let rows: Vec<_> = batch
+                    .drain(..)
+                    .map(|(run, bytes)| {
+                        held += bytes;
+                        run.stored(max_bytes)
+                    })
+                    .collect();
                 let n = rows.len() as u64;
-                match store.put_runs(&rows).await {
+                let put = store.put_runs(&rows).await;
+                // Counted until written: the batch being written holds its payloads too.
+                shared.queued_bytes.fetch_sub(held, Ordering::Relaxed);
+                match put {
                     Ok(()) => {
                         shared.written.fetch_add(n, Ordering::Relaxed);
                         if shared.listeners.load(Ordering::Relaxed) > 0 {
@@ -313,7 +342,10 @@ async fn write(
 /// through the linger rather than waking for each run that arrives: on a busy server that is a
 /// wake-up a request saved. A full batch is written at once, so the record keeps up with any
 /// rate the store can write.
-async fn gather(queue: &mut mpsc::Receiver<RunRecord>, batch: &mut Vec<RunRecord>) -> bool {
+async fn gather(
+    queue: &mut mpsc::Receiver<(RunRecord, u64)>,
+    batch: &mut Vec<(RunRecord, u64)>,
+) -> bool {
     if batch.len() < BATCH {
         tokio::time::sleep(LINGER).await;
     }

@@ -32,3 +32,31 @@ async fn the_record_keeps_up_with_runs_arriving_faster_than_a_batch_a_linger() {
         "every run written, none dropped"
     );
 }
+
+#[tokio::test(flavor = "current_thread")]
+async fn runs_waiting_to_be_written_hold_at_most_eight_mib_of_args_past_which_they_are_dropped() {
+    let store: Arc<dyn EventStore> = Arc::new(MemoryStore::new(Limits::default()));
+    let recorder = Recorder::new(store);
+    recorder.configure(Some(RecordConfig::default()));
+    // 2,000 runs of 100 KB args while the writer cannot run (this thread never yields): whole,
+    // they would hold 200 MB. Each is cut to the record's 16 KiB before it waits, and the
+    // queue takes 8 MiB of them.
+    let args = json!({ "text": "x".repeat(100_000) });
+    const RUNS: u64 = 2000;
+    for i in 0..RUNS {
+        let run = RunRecord::begin(format!("big-{i}"), "ws", "local", "echo", &args);
+        recorder.record(run.end(Ok(Some(&json!({ "ok": true })))));
+    }
+    recorder.settled().await;
+    let (written, dropped) = (recorder.written_total(), recorder.dropped_total());
+    assert_eq!(
+        written + dropped,
+        RUNS,
+        "each run written or counted as dropped"
+    );
+    let fits = 8 * 1024 * 1024 / (16 * 1024);
+    assert!(
+        written <= fits && written >= fits * 9 / 10,
+        "{written} runs waited: about 8 MiB of 16 KiB payloads is {fits}"
+    );
+}
