@@ -8,16 +8,23 @@
 //! clients' own sockets and tasks included), on SQLite (a file in a temporary folder) and
 //! Postgres (`DATABASE_URL`, a schema of its own).
 //!
+//! Each mail is DKIM-signed (ed25519) by its sender's domain, which publishes its key and a
+//! DMARC record on a local DNS server over UDP (`email.dns-resolver`): the server verifies
+//! every sender as it does on the Internet, with a resolver that answers at once.
+//!
 //! Run: `cargo bench --bench email` (release). `SKILLGATE_BENCH_SECS` (default 5) and
 //! `SKILLGATE_BENCH_CONNS` (default 16) change the load.
 
 mod common;
+#[path = "../tests/suite/support/dns_fake.rs"]
+mod dns_fake;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
+use lettre::address::Envelope;
+use lettre::{AsyncSmtpTransport, AsyncTransport, Tokio1Executor};
 use skillgate::config::email::SmtpSettings;
 use skillgate::config::values::Seconds;
 use skillgate::events::EventStore;
@@ -49,6 +56,7 @@ async fn run(name: &str, store: Arc<dyn EventStore>, secs: u64, conns: u64) {
             }),
             default: Some("noop".into()),
             reply_window: Some(Seconds(Duration::ZERO)),
+            dns_resolver: Some(dns_fake::dns().addr.to_string()),
             ..EmailSettings::default()
         },
         ..common::config()
@@ -97,7 +105,7 @@ async fn phase(
                 common::saturate(conns, secs, next, transport, |transport, n| async move {
                     let sent = Instant::now();
                     transport
-                        .send(message(n))
+                        .send_raw(&envelope(), &message(n, "lettre"))
                         .await
                         .ok()
                         .map(|_| sent.elapsed().as_micros() as u64)
@@ -133,14 +141,22 @@ async fn phase(
     peak.load(Ordering::Relaxed)
 }
 
-fn message(n: u64) -> Message {
-    Message::builder()
-        .from("ada@example.org".parse().unwrap())
-        .to("bot@bench.test".parse().unwrap())
-        .subject(format!("report {n}"))
-        .message_id(Some(format!("<bench{n}@example.org>")))
-        .body(format!("Please send report {n}.\n"))
-        .unwrap()
+/// Mail `n` from ada@example.org, DKIM-signed by example.org.
+fn message(n: u64, client: &str) -> Vec<u8> {
+    let raw = format!(
+        "From: ada@example.org\r\nTo: bot@bench.test\r\nSubject: report {n}\r\n\
+         Message-ID: <{client}{n}.{}@example.org>\r\n\r\nPlease send report {n}.\r\n",
+        std::process::id()
+    );
+    dns_fake::dns().sign("example.org", raw.as_bytes())
+}
+
+fn envelope() -> Envelope {
+    Envelope::new(
+        Some("ada@example.org".parse().unwrap()),
+        vec!["bot@bench.test".parse().unwrap()],
+    )
+    .unwrap()
 }
 
 /// One session with MAIL, RCPT and DATA in one write and the message in one more; whether the
@@ -177,11 +193,9 @@ async fn pipelined(smtp: std::net::SocketAddr, n: u64) -> bool {
     if !line.starts_with("354") {
         return false;
     }
-    let data = format!(
-        "From: ada@example.org\r\nTo: bot@bench.test\r\nSubject: report {n}\r\nMessage-ID: <raw{n}.{}@example.org>\r\n\r\nPlease send report {n}.\r\n.\r\nQUIT\r\n",
-        std::process::id()
-    );
-    let _ = write.write_all(data.as_bytes()).await;
+    let mut data = message(n, "raw");
+    data.extend_from_slice(b".\r\nQUIT\r\n");
+    let _ = write.write_all(&data).await;
     answer(&mut reader, &mut line).await;
     line.starts_with("250")
 }

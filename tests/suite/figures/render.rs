@@ -74,7 +74,9 @@ fn ms(x: f64) -> String {
 }
 
 fn us(x: f64) -> String {
-    if x >= 100.0 {
+    if x >= 1000.0 {
+        ms(x / 1000.0)
+    } else if x >= 100.0 {
         format!("{x:.0} µs")
     } else {
         format!("{x:.2} µs")
@@ -275,6 +277,39 @@ fn sandbox(r: &Results) -> String {
         + &r.provenance("sandbox", "cargo bench --bench sandbox")
 }
 
+/// The target a row of a table of rows is judged by (the performance issue's), if it has one.
+fn target(id: &str, label: &str, row: &Row) -> String {
+    let at_least = |key: &str, floor: f64| num(Some(row), key).map(|x| x >= floor);
+    let at_most = |key: &str, ceiling: f64| num(Some(row), key).map(|x| x <= ceiling);
+    let both = |a: Option<bool>, b: Option<bool>| Some(a? && b?);
+    match (id, label) {
+        ("bus", "postgres: 8 producers, 16 consumers, acks one by one") => {
+            judged("≥ 6,000/s", at_least("events_per_s", 6000.0))
+        }
+        ("bus", "postgres: steady 1000/s, 1 consumer, acks one by one") => {
+            judged("p99 ≤ 5 ms", at_most("p99_ms", 5.0))
+        }
+        ("bus", "postgres: drain a backlog, 16 consumers") => {
+            judged("≥ 71,000/s", at_least("events_per_s", 71_000.0))
+        }
+        ("bus", "postgres: enqueue, batches of 100") => {
+            judged("≥ 75,600/s", at_least("events_per_s", 75_600.0))
+        }
+        ("email", "postgres: pipelined, 16 clients") => {
+            judged("≥ 1,000/s", at_least("mails_per_s", 1000.0))
+        }
+        ("webhook", "postgres") => judged(
+            "≥ 3,000/s, p99 ≤ 15 ms",
+            both(
+                at_least("deliveries_per_s", 3000.0),
+                at_most("p99_ms", 15.0),
+            ),
+        ),
+        ("slack", "postgres: steady 500/s") => judged("p99 ≤ 50 ms", at_most("p99_ms", 50.0)),
+        _ => String::new(),
+    }
+}
+
 fn split_row(label: &str) -> (&str, &str) {
     label.split_once(": ").unwrap_or((label, ""))
 }
@@ -291,11 +326,14 @@ fn bus(r: &Results) -> String {
                 or_dash(num(Some(row), "events_per_s"), rate),
                 num(Some(row), "p50_ms").map_or(String::new(), ms),
                 num(Some(row), "p99_ms").map_or(String::new(), ms),
+                target("bus", label, row),
             ]
         })
         .collect();
-    table(&["store", "phase", "events/s", "p50", "p99"], rows)
-        + "\n"
+    table(
+        &["store", "phase", "events/s", "p50", "p99", "target"],
+        rows,
+    ) + "\n"
         + &r.provenance("bus", "cargo bench --bench bus")
 }
 
@@ -351,16 +389,25 @@ fn per_store(r: &Results, id: &str, rate_key: &str, rate_header: &str, command: 
         .into_iter()
         .map(|(label, row)| {
             let (store, load) = split_row(label);
+            let load = match num(Some(row), "clients") {
+                Some(clients) if load.is_empty() => format!("{} clients", int(clients)),
+                _ => load.to_string(),
+            };
             vec![
                 store.to_string(),
-                load.to_string(),
+                load,
                 or_dash(num(Some(row), rate_key), rate),
                 or_dash(num(Some(row), "p50_ms"), ms),
                 or_dash(num(Some(row), "p99_ms"), ms),
+                target(id, label, row),
             ]
         })
         .collect();
-    table(&["store", "load", rate_header, "p50", "p99"], rows) + "\n" + &r.provenance(id, command)
+    table(
+        &["store", "load", rate_header, "p50", "p99", "target"],
+        rows,
+    ) + "\n"
+        + &r.provenance(id, command)
 }
 
 fn slack(r: &Results) -> String {
