@@ -5,7 +5,7 @@
 
 mod render;
 
-use render::{BLOCKS, Results};
+use render::{BLOCKS, JUDGED_ROWS, Results};
 
 const README: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/README.md");
 const RESULTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/bench/results.json");
@@ -204,5 +204,20 @@ fn a_typed_figure_is_told_from_a_count_or_a_name() {
         "W3C",
     ] {
         assert!(typed_figure(plain).is_none(), "{plain}");
+    }
+}
+
+#[test]
+fn every_row_a_target_judges_is_among_the_results_and_judged() {
+    let results = results();
+    for (id, label) in JUDGED_ROWS {
+        match results.judged_row(id, label) {
+            None => {} // not measured yet: its block says so
+            Some(None) => panic!("bench/results.json: `{id}` has no row `{label}` to judge"),
+            Some(Some(judged)) => assert!(
+                judged.contains("met") || judged.contains("missed"),
+                "`{id}` row `{label}` is judged: {judged}"
+            ),
+        }
     }
 }

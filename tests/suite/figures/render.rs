@@ -277,6 +277,32 @@ fn sandbox(r: &Results) -> String {
         + &r.provenance("sandbox", "cargo bench --bench sandbox")
 }
 
+/// The rows of the tables of rows that a target judges, by benchmark and label: each must be
+/// among the results, so a renamed row cannot drop its target from the README unseen.
+pub const JUDGED_ROWS: &[(&str, &str)] = &[
+    (
+        "bus",
+        "postgres: 8 producers, 16 consumers, acks one by one",
+    ),
+    (
+        "bus",
+        "postgres: steady 1000/s, 1 consumer, acks one by one",
+    ),
+    ("bus", "postgres: drain a backlog, 16 consumers"),
+    ("bus", "postgres: enqueue, batches of 100"),
+    ("email", "postgres: pipelined, 16 clients"),
+    ("webhook", "postgres"),
+    ("slack", "postgres: steady 500/s"),
+];
+
+impl Results {
+    /// Whether benchmark `id` was measured, and its row `label` if so.
+    pub fn judged_row(&self, id: &str, label: &str) -> Option<Option<String>> {
+        self.bench(id)?;
+        Some(self.row(id, label).map(|row| target(id, label, row)))
+    }
+}
+
 /// The target a row of a table of rows is judged by (the performance issue's), if it has one.
 fn target(id: &str, label: &str, row: &Row) -> String {
     let at_least = |key: &str, floor: f64| num(Some(row), key).map(|x| x >= floor);
