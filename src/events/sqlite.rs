@@ -5,6 +5,7 @@
 //! upgrading a read lock. With `synchronous = NORMAL` (the default here) a committed emit
 //! survives a process crash; set `synchronous = full` to also survive power loss.
 
+use std::future::Future;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,6 +35,23 @@ impl SqlDatabase for Sqlite {
 /// Tries at opening and migrating a file another process may be migrating at the same moment.
 const MIGRATE_ATTEMPTS: u32 = 8;
 
+/// `step` until it succeeds, [`MIGRATE_ATTEMPTS`] times at most, waiting a little longer
+/// before each new try; the last try's error.
+async fn retried<T, E, Fut: Future<Output = Result<T, E>>>(
+    mut step: impl FnMut() -> Fut,
+) -> Result<T, E> {
+    let mut attempt = 1;
+    loop {
+        match step().await {
+            Err(_) if attempt < MIGRATE_ATTEMPTS => {
+                attempt += 1;
+                tokio::time::sleep(Duration::from_millis(50 * u64::from(attempt))).await;
+            }
+            done => return done,
+        }
+    }
+}
+
 impl SqlStore<Sqlite> {
     /// Opens (creating if needed) the database file at `path` and applies migrations.
     pub async fn open(path: &Path, limits: Limits, full_sync: bool) -> StoreResult<SqliteStore> {
@@ -58,21 +76,12 @@ impl SqlStore<Sqlite> {
         // same file still waits through `busy_timeout`.
         // Switching a new file to WAL takes its lock without waiting through `busy_timeout`
         // when another process is migrating it: that is tried again too.
-        let mut attempt = 1;
-        let pool = loop {
-            match SqlitePoolOptions::new()
+        let pool = retried(|| {
+            SqlitePoolOptions::new()
                 .max_connections(1)
                 .connect_with(options.clone())
-                .await
-            {
-                Ok(pool) => break pool,
-                Err(_) if attempt < MIGRATE_ATTEMPTS => {
-                    attempt += 1;
-                    tokio::time::sleep(Duration::from_millis(50 * u64::from(attempt))).await;
-                }
-                Err(err) => return Err(err.into()),
-            }
-        };
+        })
+        .await?;
         let writer = pool.clone();
         let batcher = Batcher::spawn(
             Arc::new(move |events: Vec<Event>| {
@@ -91,17 +100,8 @@ impl SqlStore<Sqlite> {
         // first migration; one's commit makes the other's fail (a duplicate version, a table
         // that exists). SQLite has no advisory lock to take first, so the loser tries again
         // and finds the work done.
-        let mut attempt = 1;
-        loop {
-            match store.migrate().await {
-                Ok(()) => return Ok(store),
-                Err(_) if attempt < MIGRATE_ATTEMPTS => {
-                    attempt += 1;
-                    tokio::time::sleep(Duration::from_millis(50 * u64::from(attempt))).await;
-                }
-                Err(err) => return Err(err),
-            }
-        }
+        retried(|| store.migrate()).await?;
+        Ok(store)
     }
 }
 
