@@ -74,7 +74,8 @@ struct Shared {
     /// recorded, and the detail sample (an `f64`'s bits).
     on: AtomicBool,
     sample: AtomicU64,
-    /// Args and results longer than this are cut before they wait ([`RecordConfig::max_bytes`]).
+    /// Args and results longer than this are cut, before they wait or as they are written
+    /// ([`RecordConfig::max_bytes`]).
     max_bytes: AtomicUsize,
     /// What the runs waiting to be written hold, in bytes of args and results.
     queued_bytes: AtomicU64,
@@ -289,7 +290,7 @@ async fn write(
                     return;
                 }
                 let closed = gather(&mut queue, &mut batch).await;
-                let max_bytes = shared.config.read().as_ref().map_or(16 * 1024, |c| c.max_bytes);
+                let max_bytes = shared.max_bytes.load(Ordering::Relaxed);
                 let mut held = 0;
                 let rows: Vec<_> = batch
                     .drain(..)
