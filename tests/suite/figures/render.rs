@@ -30,9 +30,14 @@ impl Results {
             .map(|(_, r)| r)
     }
 
-    /// The line under each block: when, where, how, by which command; or how to get figures.
-    fn provenance(&self, id: &str, command: &str) -> String {
-        match self.bench(id) {
+    /// Benchmark `id`'s table with the line under it: when, where, how, by which command; or
+    /// how to get its figures.
+    fn block(&self, id: &str, header: &[&str], rows: Vec<Vec<String>>) -> String {
+        let command = match id {
+            "binary" => "cargo build --profile dist".to_string(),
+            bench => format!("cargo bench --bench {bench}"),
+        };
+        let provenance = match self.bench(id) {
             Some(b) => format!(
                 "_`{command}`, {} mode, at commit `{}` on {}._\n",
                 b["mode"].as_str().unwrap_or("?"),
@@ -40,7 +45,8 @@ impl Results {
                 b["date"].as_str().unwrap_or("?"),
             ),
             None => format!("_Not measured yet: `scripts/bench {id}`._\n"),
-        }
+        };
+        table(header, rows) + "\n" + &provenance
     }
 }
 
@@ -176,7 +182,8 @@ fn http(r: &Results) -> String {
             ]
         })
         .collect();
-    table(
+    r.block(
+        "http",
         &[
             "server",
             "req/s at saturation",
@@ -186,8 +193,7 @@ fn http(r: &Results) -> String {
             "p99 of bare (target ≤ 1.2x)",
         ],
         rows,
-    ) + "\n"
-        + &r.provenance("http", "cargo bench --bench http")
+    )
 }
 
 fn kernel(r: &Results) -> String {
@@ -209,9 +215,7 @@ fn kernel(r: &Results) -> String {
     };
     let (leaf, leaf_slope) = layers("leaf");
     let (inheriting, inheriting_slope) = layers("inheriting");
-    table(
-        &["benchmark", "time", "a layer", "target"],
-        vec![
+    r.block("invoke", &["benchmark", "time", "a layer", "target"], vec![
             vec![
                 "`invoke_noop`".into(),
                 or_dash(at("invoke_noop"), us),
@@ -231,9 +235,7 @@ fn kernel(r: &Results) -> String {
                 or_dash(inheriting_slope, us),
                 "".into(),
             ],
-        ],
-    ) + "\n"
-        + &r.provenance("invoke", "cargo bench --bench invoke")
+        ])
 }
 
 fn sandbox(r: &Results) -> String {
@@ -272,9 +274,7 @@ fn sandbox(r: &Results) -> String {
             ]
         })
         .collect();
-    table(&["benchmark", "p50", "p99", "target"], rows)
-        + "\n"
-        + &r.provenance("sandbox", "cargo bench --bench sandbox")
+    r.block("sandbox", &["benchmark", "p50", "p99", "target"], rows)
 }
 
 /// The rows of the tables of rows that a target judges, by benchmark and label: each must be
@@ -356,11 +356,11 @@ fn bus(r: &Results) -> String {
             ]
         })
         .collect();
-    table(
+    r.block(
+        "bus",
         &["store", "phase", "events/s", "p50", "p99", "target"],
         rows,
-    ) + "\n"
-        + &r.provenance("bus", "cargo bench --bench bus")
+    )
 }
 
 fn ws(r: &Results) -> String {
@@ -405,11 +405,11 @@ fn ws(r: &Results) -> String {
             ) + " (target ≤ 12 KiB)",
         ]);
     }
-    table(&["measure", "figure"], rows) + "\n" + &r.provenance("ws", "cargo bench --bench ws")
+    r.block("ws", &["measure", "figure"], rows)
 }
 
 /// A table of every recorded row: the store and what was measured from its label, then figures.
-fn per_store(r: &Results, id: &str, rate_key: &str, rate_header: &str, command: &str) -> String {
+fn per_store(r: &Results, id: &str, rate_key: &str, rate_header: &str) -> String {
     let rows = r
         .rows(id)
         .into_iter()
@@ -429,48 +429,31 @@ fn per_store(r: &Results, id: &str, rate_key: &str, rate_header: &str, command: 
             ]
         })
         .collect();
-    table(
+    r.block(
+        id,
         &["store", "load", rate_header, "p50", "p99", "target"],
         rows,
-    ) + "\n"
-        + &r.provenance(id, command)
+    )
 }
 
 fn slack(r: &Results) -> String {
-    per_store(
-        r,
-        "slack",
-        "events_per_s",
-        "events/s",
-        "cargo bench --bench slack",
-    )
+    per_store(r, "slack", "events_per_s", "events/s")
 }
 
 fn email(r: &Results) -> String {
-    per_store(
-        r,
-        "email",
-        "mails_per_s",
-        "mails/s",
-        "cargo bench --bench email",
-    )
+    per_store(r, "email", "mails_per_s", "mails/s")
 }
 
 fn webhook(r: &Results) -> String {
-    per_store(
-        r,
-        "webhook",
-        "deliveries_per_s",
-        "deliveries/s",
-        "cargo bench --bench webhook",
-    )
+    per_store(r, "webhook", "deliveries_per_s", "deliveries/s")
 }
 
 fn agent(r: &Results) -> String {
     let one = r.row("agent", "one run at a time");
     let many = r.row("agent", "runs at once");
     let a_turn = num(one, "ms_a_turn");
-    table(
+    r.block(
+        "agent",
         &["benchmark", "figure", "target"],
         vec![
             vec![
@@ -493,8 +476,7 @@ fn agent(r: &Results) -> String {
                 String::new(),
             ],
         ],
-    ) + "\n"
-        + &r.provenance("agent", "cargo bench --bench agent")
+    )
 }
 
 fn binary(r: &Results) -> String {
@@ -502,7 +484,8 @@ fn binary(r: &Results) -> String {
     let size = num(row, "size_mb");
     let rss = num(row, "idle_rss_mib");
     let image = num(r.row("binary", "image"), "size_mb");
-    table(
+    r.block(
+        "binary",
         &["measure", "figure", "target"],
         vec![
             vec![
@@ -521,8 +504,7 @@ fn binary(r: &Results) -> String {
                 String::new(),
             ],
         ],
-    ) + "\n"
-        + &r.provenance("binary", "cargo build --profile dist")
+    )
 }
 
 fn soak(r: &Results) -> String {
@@ -564,7 +546,8 @@ fn soak(r: &Results) -> String {
             ]
         })
         .collect();
-    table(
+    r.block(
+        "soak",
         &[
             "store",
             "max req/s",
@@ -574,8 +557,7 @@ fn soak(r: &Results) -> String {
             "RSS after warm-up → at the end (growth, target ≤ +5%)",
         ],
         rows,
-    ) + "\n"
-        + &r.provenance("soak", "cargo bench --bench soak")
+    )
 }
 
 fn hostile(r: &Results) -> String {
@@ -615,7 +597,8 @@ fn hostile(r: &Results) -> String {
             ]
         })
         .collect();
-    table(
+    r.block(
+        "hostile",
         &[
             "hostile kind",
             "normal client's p99 vs unloaded (target ≤ 2x)",
@@ -624,6 +607,5 @@ fn hostile(r: &Results) -> String {
             "normal requests failed",
         ],
         rows,
-    ) + "\n"
-        + &r.provenance("hostile", "cargo bench --bench hostile")
+    )
 }
