@@ -88,7 +88,8 @@ pub async fn run(
         }
     };
     let interactive = std::io::stdin().is_terminal() && std::io::stdout().is_terminal();
-    let args = Value::Object(parsed.args);
+    // Shared by the run and its record.
+    let args = Arc::new(Value::Object(parsed.args));
     let name = tool.name.clone();
     // Caught before the run starts: a signal during its first steps still stops it cleanly.
     let mut signals = crate::shutdown::listen();
@@ -105,7 +106,7 @@ pub async fn run(
                 .as_ref()
                 .map_or("project".to_string(), |a| a.principal.id().to_string()),
             name.as_str(),
-            &args,
+            args.clone(),
         );
         record.params = schema.clone();
         record.parent = cli.parent.clone();
@@ -142,7 +143,7 @@ pub async fn run(
         }
     };
     if let Some(record) = record {
-        runs.record(record.end(outcome.as_ref().map(|o| o.as_deref())));
+        runs.record(record.end(outcome.as_ref().map(Option::as_ref)));
         runs.settled().await;
     }
     kernel.bus().shutdown();

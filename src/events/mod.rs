@@ -776,7 +776,7 @@ impl Worker {
                 "event",
                 authority.principal.id(),
                 self.reference.as_str(),
-                &args,
+                args.clone(),
             );
             record.event = Some(delivery.event.id.clone());
             record.project_level = authority.level == crate::kernel::authority::Level::Project;
@@ -804,7 +804,7 @@ impl Worker {
             .with_data(json!({ "timeout": true }))),
         };
         if let Some(record) = record {
-            runs.record(record.end(outcome.as_ref().map(|o| o.as_deref())));
+            runs.record(record.end(outcome.as_ref().map(Option::as_ref)));
         }
         match outcome {
             Ok(_) => true,

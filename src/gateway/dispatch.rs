@@ -209,7 +209,8 @@ impl Gateway {
             Err(why) => {
                 // Full: answered at once, nothing started (the channel is new: there is room).
                 let err = SkillError::busy(why);
-                if let Some(record) = self.record(&root_id, &inbound, parent) {
+                if let Some(record) = self.record(&root_id, &inbound, inbound.args.clone(), parent)
+                {
                     self.kernel.bus().runs().record(record.end(Err(&err)));
                 }
                 let _ = reply.offer_done(Err(err));
@@ -252,6 +253,7 @@ impl Gateway {
         &self,
         root_id: &str,
         inbound: &Inbound,
+        args: impl Into<Arc<Value>>,
         parent: Option<String>,
     ) -> Option<RunRecord> {
         let runs = self.kernel.bus().runs();
@@ -270,7 +272,7 @@ impl Gateway {
             inbound.transport,
             inbound.authority.principal.id(),
             skill,
-            &inbound.args,
+            args,
         );
         record.tool = tool;
         record.parent = parent;
@@ -292,7 +294,7 @@ struct Run {
 }
 
 impl Run {
-    async fn go(mut self, inbound: Inbound) {
+    async fn go(mut self, mut inbound: Inbound) {
         let started = Instant::now();
         let skill = match &inbound.skill {
             ToolRef::Name(n) => n.to_string(),
@@ -300,19 +302,21 @@ impl Run {
         };
         let transport = inbound.transport;
         let feeds = inbound.follow.then(|| self.follow());
-        let mut record = self
-            .gateway
-            .record(&self.root_id, &inbound, self.parent.take());
+        // One copy of the args, however large: the invocation and its record share it.
+        let args = Arc::new(std::mem::take(&mut inbound.args));
+        let mut record =
+            self.gateway
+                .record(&self.root_id, &inbound, args.clone(), self.parent.take());
         let times = record.as_mut().map(|record| {
             let times = Arc::new(EntryTimes::default());
             record.entries = Some(times.clone());
             times
         });
-        let outcome = self.invoke(inbound, times).await;
+        let outcome = self.invoke(inbound, args, times).await;
         // Everything the run logged or emitted was offered as it happened.
         drop(feeds);
         if let Some(record) = record {
-            let ended = record.end(outcome.as_ref().map(|o| o.as_deref()));
+            let ended = record.end(outcome.as_ref().map(Option::as_ref));
             self.gateway.kernel.bus().runs().record(ended);
         }
         self.gateway.metrics.invocation(
@@ -324,16 +328,17 @@ impl Run {
         let _ = self.reply.send(ReplyPart::Done(outcome)).await;
     }
 
-    /// Runs `inbound`, gathering its entries' timings into `times` when given.
+    /// Runs `inbound` on `args` (taken out of it), gathering its entries' timings into `times`
+    /// when given.
     async fn invoke(
         &self,
         inbound: Inbound,
+        args: Arc<Value>,
         times: Option<Arc<EntryTimes>>,
     ) -> Result<crate::kernel::invoke::Output> {
         let Inbound {
             transport,
             skill,
-            args,
             mut request,
             request_id,
             reply_to,

@@ -126,7 +126,7 @@ fn dollar_key(args: &Value) -> Option<&str> {
 pub(crate) async fn invoke_root(
     kernel: &Kernel,
     tool: ToolRef,
-    args: Value,
+    args: Arc<Value>,
     options: InvokeOptions,
     interactive: bool,
 ) -> Result<Output> {
@@ -136,7 +136,7 @@ pub(crate) async fn invoke_root(
         caller: None,
         index: kernel.registry().current(),
         tool,
-        args: Arc::new(args),
+        args,
         options,
         interactive,
         policy: None,

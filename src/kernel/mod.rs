@@ -266,19 +266,19 @@ impl Kernel {
     pub async fn invoke(
         &self,
         tool: impl Into<ToolRef>,
-        args: Value,
+        args: impl Into<Arc<Value>>,
         options: InvokeOptions,
     ) -> Result<Option<Arc<Value>>> {
-        invoke::invoke_root(self, tool.into(), args, options, false).await
+        invoke::invoke_root(self, tool.into(), args.into(), options, false).await
     }
 
     /// Starts a run from a terminal: `run.interactive` is true for the root only.
     pub async fn invoke_interactive(
         &self,
         tool: impl Into<ToolRef>,
-        args: Value,
+        args: impl Into<Arc<Value>>,
         options: InvokeOptions,
     ) -> Result<Option<Arc<Value>>> {
-        invoke::invoke_root(self, tool.into(), args, options, true).await
+        invoke::invoke_root(self, tool.into(), args.into(), options, true).await
     }
 }

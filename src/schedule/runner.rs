@@ -296,14 +296,14 @@ pub async fn run_firing(
             "schedule",
             principal.unwrap_or_default(),
             spec.reference.as_str(),
-            &args,
+            args.clone(),
         );
         runs.started(&record);
         record
     });
     let outcome = fire(kernel, spec, firing, id, args).await;
     if let Some(record) = record {
-        runs.record(record.end(outcome.as_ref().map(|o| o.as_deref())));
+        runs.record(record.end(outcome.as_ref().map(Option::as_ref)));
     }
     outcome
 }

@@ -77,7 +77,9 @@ pub struct RunRecord {
     pub door: String,
     pub principal: String,
     pub skill: String,
-    pub args: Value,
+    /// Shared with the running invocation, not copied: a run holds its args once however
+    /// large they are.
+    pub args: Arc<Value>,
     /// The skill's params schema, whose `writeOnly` and `x-secret` fields are redacted: this
     /// one, else the `tool`'s own (kept whole rather than copied on the request's path).
     pub params: Option<Value>,
@@ -119,7 +121,8 @@ struct Ended {
     duration: Duration,
     status: Status,
     problem: Option<&'static str>,
-    result: Option<Value>,
+    /// Shared with the reply that carries it to the client.
+    result: Option<Arc<Value>>,
     error: Option<String>,
 }
 
@@ -130,14 +133,14 @@ impl RunRecord {
         door: &str,
         principal: impl Into<String>,
         skill: impl Into<String>,
-        args: &Value,
+        args: impl Into<Arc<Value>>,
     ) -> RunRecord {
         RunRecord {
             id: id.into(),
             door: door.to_string(),
             principal: principal.into(),
             skill: skill.into(),
-            args: args.clone(),
+            args: args.into(),
             params: None,
             tool: None,
             entries: None,
@@ -154,7 +157,7 @@ impl RunRecord {
     }
 
     /// This run, ended now with `outcome`.
-    pub fn end(mut self, outcome: Result<Option<&Value>, &SkillError>) -> RunRecord {
+    pub fn end(mut self, outcome: Result<Option<&Arc<Value>>, &SkillError>) -> RunRecord {
         let duration = self.started.elapsed();
         self.ended = Some(match outcome {
             Ok(result) => Ended {
@@ -197,7 +200,7 @@ impl RunRecord {
     /// to be written costs, never much more than twice `max_bytes`.
     pub fn shrink(&mut self, max_bytes: usize) -> u64 {
         let result = self.ended.as_ref().and_then(|e| e.result.as_ref());
-        let size = json_size(&self.args) + result.map_or(0, json_size);
+        let size = json_size(&self.args) + result.map_or(0, |r| json_size(r));
         if size <= max_bytes as u64 || self.payload.is_some() {
             return size;
         }
@@ -213,9 +216,14 @@ impl RunRecord {
         if let Some(payload) = self.payload.take() {
             return payload;
         }
-        // The record owns what it redacts: in place, not copied.
-        let mut args = std::mem::take(&mut self.args);
-        let result = self.ended.as_mut().and_then(|e| e.result.take());
+        // Redacted in place: copied only while the run's invocation or its reply still holds
+        // them (a run cut as it ends), else taken as they are.
+        let mut args = Arc::unwrap_or_clone(std::mem::take(&mut self.args));
+        let result = self
+            .ended
+            .as_mut()
+            .and_then(|e| e.result.take())
+            .map(Arc::unwrap_or_clone);
         let schema = self
             .params
             .as_ref()
@@ -337,7 +345,7 @@ mod tests {
     #[test]
     fn each_failure_is_recorded_with_its_status_and_the_problem_its_caller_was_told() {
         let run = |err: SkillError| {
-            RunRecord::begin("r", "http", "local", "hello", &json!({}))
+            RunRecord::begin("r", "http", "local", "hello", json!({}))
                 .end(Err(&err))
                 .stored(1024)
         };
@@ -369,8 +377,8 @@ mod tests {
     #[test]
     fn args_and_results_past_the_cap_are_cut_and_say_so() {
         let big = json!({ "text": "é".repeat(600) });
-        let stored = RunRecord::begin("r", "http", "local", "echo", &big)
-            .end(Ok(Some(&json!("short"))))
+        let stored = RunRecord::begin("r", "http", "local", "echo", big.clone())
+            .end(Ok(Some(&Arc::new(json!("short")))))
             .stored(100);
         let args: Value = serde_json::from_str(&stored.args).unwrap();
         assert_eq!(args["$cut"], json!(big.to_string().len()));
@@ -380,5 +388,26 @@ mod tests {
         assert_eq!(detail["cut"], json!({ "args": true, "result": false }));
         assert_eq!(stored.status, "ok");
         assert_eq!(stored.problem, None);
+    }
+
+    #[test]
+    fn a_running_invocation_and_its_record_hold_one_copy_of_its_args_and_result() {
+        let args = Arc::new(json!({ "text": "x".repeat(100_000) }));
+        let result = Arc::new(json!({ "echo": "y".repeat(100_000) }));
+        let record = RunRecord::begin("r", "ws", "local", "echo", args.clone());
+        assert!(Arc::ptr_eq(&record.args, &args), "args shared, not copied");
+        let ended = record.end(Ok(Some(&result)));
+        let kept = ended
+            .ended
+            .as_ref()
+            .and_then(|e| e.result.as_ref())
+            .unwrap();
+        assert!(Arc::ptr_eq(kept, &result), "result shared, not copied");
+        // Written once the invocation and the reply let go: taken as they are, redacted and
+        // cut from the one copy.
+        drop((args, result));
+        let stored = ended.stored(1024);
+        let cut: Value = serde_json::from_str(&stored.args).unwrap();
+        assert_eq!(cut["$cut"], json!(100_000 + r#"{"text":""}"#.len()));
     }
 }
