@@ -2,25 +2,77 @@
 //!
 //! Group commit: concurrent emits are written by one task in one statement, and each
 //! emitter is answered only after that statement committed, so "committed before emit returns"
-//! holds while many emitters share one commit.
+//! holds while many emitters share one commit. An emit may depend on a claim (a door's intake:
+//! "queue this delivery once"): the claim, its answer and the events are written in the same
+//! commit, and the events only when the claim is won.
 
+use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::events::Event;
+use crate::events::records::KeyClaim;
 use crate::events::store::{StoreError, StoreResult};
 
 /// Most events written in one statement (a larger `emit_many` is still written whole).
 const MAX_BATCH: usize = 512;
 
-type Reply = oneshot::Sender<Result<(), String>>;
-type Insert = Arc<dyn Fn(Vec<Event>) -> BoxFuture<'static, StoreResult<()>> + Send + Sync>;
+/// A claim a batch item's events depend on: they are written only if `key` is won, and the
+/// claim is then held for `ttl` with `answer` recorded, all in the events' commit.
+#[derive(Debug, Clone)]
+pub struct Claim {
+    pub key: String,
+    /// Tells the request the key was claimed for from another one with the same key.
+    pub fingerprint: String,
+    pub ttl: Duration,
+    /// What a later request with the same key is told.
+    pub answer: String,
+}
+
+/// One emitter's part of a batch: its events, and the claim they depend on, if any.
+pub struct Item {
+    pub events: Vec<Event>,
+    pub claim: Option<Claim>,
+}
+
+type Reply = oneshot::Sender<Result<KeyClaim, String>>;
+
+/// Writes a batch in one transaction: each claim tried in order (no two of a batch share a
+/// key), the events of the items whose claim was won or that have none, and what became of
+/// each claimed item's claim (by index in the batch; an item without one is not listed).
+pub type Insert = Arc<
+    dyn Fn(Vec<Item>) -> BoxFuture<'static, StoreResult<HashMap<usize, KeyClaim>>> + Send + Sync,
+>;
+
+/// The claimed items of a batch, by index, sorted by key (concurrent batches then take rows
+/// in one order).
+pub fn claims_of(items: &[Item]) -> Vec<(usize, &Claim)> {
+    let mut claims: Vec<(usize, &Claim)> = items
+        .iter()
+        .enumerate()
+        .filter_map(|(i, item)| item.claim.as_ref().map(|c| (i, c)))
+        .collect();
+    claims.sort_by(|a, b| a.1.key.cmp(&b.1.key));
+    claims
+}
+
+/// The events of `items` to write once their claims are decided (`claimed`, by index): those
+/// of items with no claim or a won one, in batch order.
+pub fn events_to_write(items: Vec<Item>, claimed: &HashMap<usize, KeyClaim>) -> Vec<Event> {
+    items
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| claimed.get(i).is_none_or(|c| *c == KeyClaim::Won))
+        .flat_map(|(_, item)| item.events)
+        .collect()
+}
 
 /// Hands emits to the writer task and waits for their commit.
 pub struct Batcher {
-    queue: mpsc::Sender<(Vec<Event>, Reply)>,
+    queue: mpsc::Sender<(Item, Reply)>,
 }
 
 impl Batcher {
@@ -29,36 +81,31 @@ impl Batcher {
     /// are not ordered among themselves anyway, and one emitter's next emit only starts after
     /// its last one committed.
     pub fn spawn(insert: Insert, writers: usize) -> Batcher {
-        let (queue, inbox) = mpsc::channel::<(Vec<Event>, Reply)>(4096);
+        let (queue, inbox) = mpsc::channel::<(Item, Reply)>(4096);
         let inbox = Arc::new(tokio::sync::Mutex::new(inbox));
         for _ in 0..writers.max(1) {
             let (inbox, insert) = (inbox.clone(), insert.clone());
             tokio::spawn(async move {
-                let mut replies = Vec::new();
                 loop {
-                    let mut events = {
+                    let batch = {
                         let mut inbox = inbox.lock().await;
-                        let Some((mut events, reply)) = inbox.recv().await else {
+                        let Some(first) = inbox.recv().await else {
                             return;
                         };
-                        replies.push(reply);
-                        while events.len() < MAX_BATCH {
+                        let mut events = first.0.events.len();
+                        let mut batch = vec![first];
+                        while events < MAX_BATCH {
                             match inbox.try_recv() {
-                                Ok((more, reply)) => {
-                                    events.extend(more);
-                                    replies.push(reply);
+                                Ok(more) => {
+                                    events += more.0.events.len();
+                                    batch.push(more);
                                 }
                                 Err(_) => break,
                             }
                         }
-                        events
+                        batch
                     };
-                    let outcome = insert(std::mem::take(&mut events))
-                        .await
-                        .map_err(|e| e.to_string());
-                    for reply in replies.drain(..) {
-                        let _ = reply.send(outcome.clone());
-                    }
+                    write(&insert, batch).await;
                 }
             });
         }
@@ -70,16 +117,78 @@ impl Batcher {
         if events.is_empty() {
             return Ok(());
         }
+        self.send(Item {
+            events,
+            claim: None,
+        })
+        .await
+        .map(|_| ())
+    }
+
+    /// Claims `claim.key` and, if it is won, writes `events` and the claim's answer in the same
+    /// commit; a held key writes nothing. Returns once the batch committed.
+    pub async fn emit_claimed(&self, claim: Claim, events: Vec<Event>) -> StoreResult<KeyClaim> {
+        self.send(Item {
+            events,
+            claim: Some(claim),
+        })
+        .await
+    }
+
+    async fn send(&self, item: Item) -> StoreResult<KeyClaim> {
         let (reply, answer) = oneshot::channel();
         self.queue
-            .send((events, reply))
+            .send((item, reply))
             .await
             .map_err(|_| StoreError::Write("the event writer has stopped".into()))?;
         match answer.await {
-            Ok(Ok(())) => Ok(()),
+            Ok(Ok(claim)) => Ok(claim),
             Ok(Err(message)) => Err(StoreError::Write(message)),
             Err(_) => Err(StoreError::Write("the event writer has stopped".into())),
         }
+    }
+}
+
+/// Writes one batch and answers each of its emitters. A key claimed twice in one batch is
+/// tried once, by its first item; a later item is answered as the holder of the first would
+/// answer it.
+async fn write(insert: &Insert, batch: Vec<(Item, Reply)>) {
+    let mut firsts: HashMap<String, usize> = HashMap::new();
+    // Per emitter: its reply, the index in `items` of the item written for it, and whether
+    // that is another emitter's item (the same key claimed again).
+    let mut answers = Vec::with_capacity(batch.len());
+    let mut items: Vec<Item> = Vec::with_capacity(batch.len());
+    for (item, reply) in batch {
+        let key = item.claim.as_ref().map(|c| c.key.clone());
+        match key.and_then(|k| firsts.get(&k).copied()) {
+            Some(first) => answers.push((reply, first, true)),
+            None => {
+                if let Some(claim) = &item.claim {
+                    firsts.insert(claim.key.clone(), items.len());
+                }
+                answers.push((reply, items.len(), false));
+                items.push(item);
+            }
+        }
+    }
+    let claims: Vec<Option<Claim>> = items.iter().map(|i| i.claim.clone()).collect();
+    let outcome = insert(items).await.map_err(|e| e.to_string());
+    for (reply, index, again) in answers {
+        let answer = match &outcome {
+            Err(message) => Err(message.clone()),
+            Ok(done) => match (done.get(&index).cloned().unwrap_or(KeyClaim::Won), again) {
+                // The same key again: the first item holds it now, with its answer.
+                (KeyClaim::Won, true) => {
+                    let first = claims[index].as_ref().expect("a claimed first item");
+                    Ok(KeyClaim::Held {
+                        fingerprint: first.fingerprint.clone(),
+                        response: Some(first.answer.clone()),
+                    })
+                }
+                (got, _) => Ok(got),
+            },
+        };
+        let _ = reply.send(answer);
     }
 }
 

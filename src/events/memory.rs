@@ -8,6 +8,7 @@ use parking_lot::Mutex;
 use tokio::sync::broadcast;
 
 use crate::context::id::now_ms;
+use crate::events::batch::Claim;
 use crate::events::records::{
     KeyClaim, Records, RunFilter, SessionEntry, StoredRun, StoredSchedule, StoredSubscription,
 };
@@ -142,6 +143,36 @@ impl EventStore for MemoryStore {
             let _ = self.wake.send(topic.to_string());
         }
         Ok(())
+    }
+
+    async fn emit_claimed(&self, claim: &Claim, events: &[Event]) -> StoreResult<KeyClaim> {
+        let now = now_ms();
+        {
+            let mut inner = self.inner.lock();
+            inner.claims.retain(|_, (_, expires, _)| *expires > now);
+            if let Some((fingerprint, _, response)) = inner.claims.get(&claim.key) {
+                return Ok(KeyClaim::Held {
+                    fingerprint: fingerprint.clone(),
+                    response: response.clone(),
+                });
+            }
+            let expires = now + claim.ttl.as_millis() as u64;
+            inner.claims.insert(
+                claim.key.clone(),
+                (
+                    claim.fingerprint.clone(),
+                    expires,
+                    Some(claim.answer.clone()),
+                ),
+            );
+            for event in events {
+                inner.emit(event, &self.limits);
+            }
+        }
+        for topic in distinct_topics(events) {
+            let _ = self.wake.send(topic.to_string());
+        }
+        Ok(KeyClaim::Won)
     }
 
     async fn create_queue(&self, topic: &str, queue: &str, replay: bool) -> StoreResult<bool> {

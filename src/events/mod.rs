@@ -39,6 +39,7 @@ use crate::context::id::{next_id, now_ms};
 use crate::context::tap::{Tap, Taps};
 use crate::error::{ErrorKind, Result, SkillError};
 use crate::kernel::{InvokeOptions, Kernel, KernelBuilder};
+pub use batch::Claim;
 pub use consumer::{Consumer, ConsumerOptions};
 pub use records::{KeyClaim, Records, SessionEntry, StoredSchedule, StoredSubscription};
 pub use store::{Delivery, EventStore, Limits, StoreError, WAKE_ALL};
@@ -335,6 +336,30 @@ impl Bus {
             check_name("topic", &event.topic)?;
         }
         self.store.emit_many(events).await.map_err(store_error)?;
+        self.announce(events);
+        Ok(())
+    }
+
+    /// Publishes `events` only if `claim.key` is won, in one commit with the claim and its
+    /// answer (see [`EventStore::emit_claimed`]); a held key publishes nothing and says who
+    /// holds it.
+    pub async fn emit_claimed(&self, claim: &Claim, events: &[Event]) -> Result<KeyClaim> {
+        for event in events {
+            check_name("topic", &event.topic)?;
+        }
+        let got = self
+            .store
+            .emit_claimed(claim, events)
+            .await
+            .map_err(store_error)?;
+        if got == KeyClaim::Won {
+            self.announce(events);
+        }
+        Ok(got)
+    }
+
+    /// Hands committed `events` to this process's taps and watchers.
+    fn announce(&self, events: &[Event]) {
         let watched = self.emitted.receiver_count() > 0;
         if watched || self.taps.any() {
             for event in events {
@@ -347,7 +372,6 @@ impl Bus {
                 }
             }
         }
-        Ok(())
     }
 
     /// A consumer of `queue` (created if missing) that claims ahead in batches of `prefetch`

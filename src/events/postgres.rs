@@ -6,6 +6,7 @@
 //! listener wakes everyone to re-read the tables, and waiters also poll, so a lost
 //! notification delays an event but never loses it.
 
+use std::collections::HashMap;
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,8 +17,10 @@ use sqlx::{Executor, PgConnection, PgPool, Postgres, Transaction};
 use tokio::sync::broadcast;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
+use crate::context::id::now_ms;
 use crate::events::Event;
-use crate::events::batch::Batcher;
+use crate::events::batch::{Batcher, Item, claims_of, events_to_write};
+use crate::events::records::KeyClaim;
 use crate::events::sql_store::{Found, OwnWays, SqlDatabase, SqlStore};
 use crate::events::store::{EventStore, Limits, StoreError, StoreResult, WAKE_ALL, missing};
 
@@ -113,9 +116,9 @@ impl SqlStore<Postgres> {
         let stop = CancellationToken::new();
         let (writer, notify) = (pool.clone(), channel.clone());
         let batcher = Batcher::spawn(
-            Arc::new(move |events: Vec<Event>| {
+            Arc::new(move |items: Vec<Item>| {
                 let (pool, channel) = (writer.clone(), notify.clone());
-                Box::pin(async move { insert_events(&pool, &channel, &events).await })
+                Box::pin(async move { write_batch(&pool, &channel, items).await })
             }),
             2,
         );
@@ -270,13 +273,106 @@ async fn spawn_listener(
     Ok(())
 }
 
+/// Writes a batch: its events in one statement; with claims among its items, the claims first
+/// and then the events of the won ones, in one transaction.
+async fn write_batch(
+    pool: &PgPool,
+    channel: &str,
+    items: Vec<Item>,
+) -> StoreResult<HashMap<usize, KeyClaim>> {
+    if items.iter().all(|item| item.claim.is_none()) {
+        let events: Vec<Event> = items.into_iter().flat_map(|item| item.events).collect();
+        insert_events(pool, channel, &events).await?;
+        return Ok(HashMap::new());
+    }
+    let mut tx = pool.begin().await?;
+    let claimed = claim_all(&mut tx, &items).await?;
+    let events = events_to_write(items, &claimed);
+    if !events.is_empty() {
+        insert_events(&mut *tx, channel, &events).await?;
+    }
+    tx.commit().await?;
+    Ok(claimed)
+}
+
+/// Claims the keys of the claimed `items` in the caller's transaction, in one statement, each
+/// settled with its answer when won; then reads who holds the others.
+async fn claim_all(
+    tx: &mut Transaction<'static, Postgres>,
+    items: &[Item],
+) -> StoreResult<HashMap<usize, KeyClaim>> {
+    let claims = claims_of(items);
+    let now = now_ms() as i64;
+    let keys: Vec<&str> = claims.iter().map(|(_, c)| c.key.as_str()).collect();
+    let fingerprints: Vec<&str> = claims.iter().map(|(_, c)| c.fingerprint.as_str()).collect();
+    let expires: Vec<i64> = claims
+        .iter()
+        .map(|(_, c)| now + c.ttl.as_millis() as i64)
+        .collect();
+    let answers: Vec<&str> = claims.iter().map(|(_, c)| c.answer.as_str()).collect();
+    // A free key, or an expired claim, is taken; a held one is left alone.
+    let won: Vec<String> = sqlx::query_scalar(
+        "INSERT INTO sg_claims (key, fingerprint, expires_ms, response)
+         SELECT * FROM UNNEST($1::text[], $2::text[], $3::bigint[], $4::text[])
+         ON CONFLICT (key) DO UPDATE
+             SET fingerprint = excluded.fingerprint, expires_ms = excluded.expires_ms,
+                 response = excluded.response
+             WHERE sg_claims.expires_ms <= $5
+         RETURNING key",
+    )
+    .bind(&keys)
+    .bind(&fingerprints)
+    .bind(&expires)
+    .bind(&answers)
+    .bind(now)
+    .fetch_all(&mut **tx)
+    .await?;
+    let lost: Vec<&str> = keys
+        .iter()
+        .copied()
+        .filter(|k| !won.iter().any(|w| w == k))
+        .collect();
+    // Read in a statement of its own: it sees what other transactions committed meanwhile.
+    let held: Vec<(String, String, Option<String>)> = if lost.is_empty() {
+        Vec::new()
+    } else {
+        sqlx::query_as("SELECT key, fingerprint, response FROM sg_claims WHERE key = ANY($1)")
+            .bind(&lost)
+            .fetch_all(&mut **tx)
+            .await?
+    };
+    Ok(claims
+        .iter()
+        .map(|(i, claim)| {
+            let got = if won.contains(&claim.key) {
+                KeyClaim::Won
+            } else {
+                // Gone between the two statements (released): held by nobody that answered.
+                let (fingerprint, response) = held
+                    .iter()
+                    .find(|(key, ..)| *key == claim.key)
+                    .map_or((String::new(), None), |(_, f, r)| (f.clone(), r.clone()));
+                KeyClaim::Held {
+                    fingerprint,
+                    response,
+                }
+            };
+            (*i, got)
+        })
+        .collect())
+}
+
 /// Inserts a batch of events, their queue entries and the wakeups in one statement.
 ///
 /// The statement first takes a lock per topic (held to its commit, taken in one order so two
 /// batches never wait on each other in a circle): within a topic, a later `seq` then always
 /// commits after an earlier one, so a reader following the buffer by `seq` (`Bus::follow`) never
 /// passes an event that commits later with a smaller `seq`.
-async fn insert_events(pool: &PgPool, channel: &str, events: &[Event]) -> StoreResult<()> {
+async fn insert_events<'c>(
+    executor: impl Executor<'c, Database = Postgres>,
+    channel: &str,
+    events: &[Event],
+) -> StoreResult<()> {
     let topics: Vec<&str> = events.iter().map(|e| e.topic.as_str()).collect();
     let ids: Vec<&str> = events.iter().map(|e| e.id.as_str()).collect();
     let bodies: Vec<String> = events.iter().map(Event::to_body).collect();
@@ -300,7 +396,7 @@ async fn insert_events(pool: &PgPool, channel: &str, events: &[Event]) -> StoreR
     .bind(&bodies)
     .bind(&times)
     .bind(channel)
-    .execute(pool)
+    .execute(executor)
     .await?;
     Ok(())
 }

@@ -80,7 +80,18 @@ impl<D: Database> SqlRecords<D> {
             key_claims: AtomicU64::new(0),
         }
     }
+
+    /// Counts a claim; true for every `CLAIM_SWEEP_EVERY`th, which first deletes the expired
+    /// claims ([`SWEEP_CLAIMS`]).
+    pub fn sweep_due(&self) -> bool {
+        self.key_claims
+            .fetch_add(1, Ordering::Relaxed)
+            .is_multiple_of(CLAIM_SWEEP_EVERY)
+    }
 }
+
+/// Deletes the claims expired before `$1` (ms).
+pub const SWEEP_CLAIMS: &str = "DELETE FROM sg_claims WHERE expires_ms <= $1";
 
 /// A store whose records are kept in SQL tables (`sg_claims`, `sg_schedules`,
 /// `sg_subscriptions`, `sg_sessions`, created by its migrations).
@@ -115,12 +126,8 @@ where
     ) -> StoreResult<KeyClaim> {
         let records = self.records();
         let now = now_ms() as i64;
-        if records
-            .key_claims
-            .fetch_add(1, Ordering::Relaxed)
-            .is_multiple_of(CLAIM_SWEEP_EVERY)
-        {
-            sqlx::query("DELETE FROM sg_claims WHERE expires_ms <= $1")
+        if records.sweep_due() {
+            sqlx::query(SWEEP_CLAIMS)
                 .bind(now)
                 .execute(&records.pool)
                 .await?;

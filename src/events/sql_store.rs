@@ -112,6 +112,20 @@ macro_rules! sql_event_store {
         }
 
         impl SqlStore<$db> {
+            /// After `events` committed: their topics' buffers trimmed when due, and the
+            /// waiters in this process woken (they need not wait for the database's wakeup).
+            async fn emitted(&self, events: &[Event]) -> StoreResult<()> {
+                for topic in distinct_topics(events) {
+                    if self.trims.due(topic, "") {
+                        self.trim(topic).await?;
+                    }
+                }
+                for topic in distinct_topics(events) {
+                    let _ = self.wake.send(topic.to_string());
+                }
+                Ok(())
+            }
+
             /// Drops buffered events past the count and age limits.
             async fn trim(&self, topic: &str) -> StoreResult<()> {
                 sqlx::query(
@@ -223,16 +237,22 @@ macro_rules! sql_event_store {
             async fn emit_many(&self, events: &[Event]) -> StoreResult<()> {
                 // Group commit: returns once the transaction holding these events committed.
                 self.batcher.emit(events.to_vec()).await?;
-                for topic in distinct_topics(events) {
-                    if self.trims.due(topic, "") {
-                        self.trim(topic).await?;
-                    }
+                self.emitted(events).await
+            }
+
+            async fn emit_claimed(&self, claim: &Claim, events: &[Event]) -> StoreResult<KeyClaim> {
+                if self.records.sweep_due() {
+                    sqlx::query(crate::events::sql_records::SWEEP_CLAIMS)
+                        .bind(now_ms() as i64)
+                        .execute(&self.pool)
+                        .await?;
                 }
-                // Waiters in this process need not wait for the database's wakeup.
-                for topic in distinct_topics(events) {
-                    let _ = self.wake.send(topic.to_string());
+                // In the group commit too: the claim, its answer and the events in one.
+                let won = self.batcher.emit_claimed(claim.clone(), events.to_vec()).await?;
+                if won == KeyClaim::Won {
+                    self.emitted(events).await?;
                 }
-                Ok(())
+                Ok(won)
             }
 
             async fn create_queue(&self, topic: &str, queue: &str, replay: bool) -> StoreResult<bool> {
@@ -445,6 +465,8 @@ mod shared {
 
     use super::{OwnWays, SqlDatabase, SqlStore};
     use crate::context::id::now_ms;
+    use crate::events::batch::Claim;
+    use crate::events::records::KeyClaim;
     use crate::events::sql_records::{SqlRecords, sql_limit};
     use crate::events::store::{Delivery, EventStore, StoreError, StoreResult, distinct_topics};
     use crate::events::{DEAD_QUEUE, Event, dead_letter};

@@ -5,6 +5,7 @@
 //! upgrading a read lock. With `synchronous = NORMAL` (the default here) a committed emit
 //! survives a process crash; set `synchronous = full` to also survive power loss.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::path::Path;
 use std::sync::Arc;
@@ -14,8 +15,10 @@ use sqlx::migrate::Migrator;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Sqlite, SqliteConnection, Transaction};
 
+use crate::context::id::now_ms;
 use crate::events::Event;
-use crate::events::batch::Batcher;
+use crate::events::batch::{Batcher, Claim, Item, claims_of, events_to_write};
+use crate::events::records::KeyClaim;
 use crate::events::sql_store::{Found, OwnWays, SqlDatabase, SqlStore};
 use crate::events::store::{EventStore, Limits, StoreError, StoreResult, missing};
 
@@ -84,13 +87,18 @@ impl SqlStore<Sqlite> {
         .await?;
         let writer = pool.clone();
         let batcher = Batcher::spawn(
-            Arc::new(move |events: Vec<Event>| {
+            Arc::new(move |items: Vec<Item>| {
                 let pool = writer.clone();
                 Box::pin(async move {
                     let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
-                    insert_events(&mut tx, &events).await?;
+                    let mut claimed = HashMap::new();
+                    let now = now_ms() as i64;
+                    for (i, claim) in claims_of(&items) {
+                        claimed.insert(i, claim_in(&mut tx, claim, now).await?);
+                    }
+                    insert_events(&mut tx, &events_to_write(items, &claimed)).await?;
                     tx.commit().await?;
-                    Ok(())
+                    Ok(claimed)
                 })
             }),
             1,
@@ -191,6 +199,42 @@ impl OwnWays<Sqlite> for SqlStore<Sqlite> {
         }
         Ok(out)
     }
+}
+
+/// Claims `claim.key` in the caller's transaction, settled with its answer when won; else who
+/// holds it.
+async fn claim_in(
+    tx: &mut Transaction<'static, Sqlite>,
+    claim: &Claim,
+    now: i64,
+) -> StoreResult<KeyClaim> {
+    let won = sqlx::query(
+        "INSERT INTO sg_claims (key, fingerprint, expires_ms, response) VALUES (?1, ?2, ?3, ?4)
+         ON CONFLICT (key) DO UPDATE
+             SET fingerprint = excluded.fingerprint, expires_ms = excluded.expires_ms,
+                 response = excluded.response
+             WHERE sg_claims.expires_ms <= ?5
+         RETURNING key",
+    )
+    .bind(&claim.key)
+    .bind(&claim.fingerprint)
+    .bind(now + claim.ttl.as_millis() as i64)
+    .bind(&claim.answer)
+    .bind(now)
+    .fetch_optional(&mut **tx)
+    .await?;
+    if won.is_some() {
+        return Ok(KeyClaim::Won);
+    }
+    let held: (String, Option<String>) =
+        sqlx::query_as("SELECT fingerprint, response FROM sg_claims WHERE key = ?1")
+            .bind(&claim.key)
+            .fetch_one(&mut **tx)
+            .await?;
+    Ok(KeyClaim::Held {
+        fingerprint: held.0,
+        response: held.1,
+    })
 }
 
 /// Inserts a batch of events, a statement per 256 of them, in the caller's transaction.

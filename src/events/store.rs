@@ -13,7 +13,8 @@ use async_trait::async_trait;
 use tokio::sync::broadcast;
 
 use crate::events::Event;
-use crate::events::records::Records;
+use crate::events::batch::Claim;
+use crate::events::records::{KeyClaim, Records};
 
 /// A store failure: the database said no, or could not be reached.
 #[derive(Debug, thiserror::Error)]
@@ -79,6 +80,13 @@ pub trait EventStore: Records + Send + Sync + 'static {
     /// Stores several events at once, in order, committed together (one statement for the
     /// durable stores): what a producer with a batch in hand calls instead of `emit` per event.
     async fn emit_many(&self, events: &[Event]) -> StoreResult<()>;
+
+    /// Claims `claim.key` as [`Records::claim_key`] does and, only when it is won, stores
+    /// `events` in the same commit, the claim held for `claim.ttl` with `claim.answer`
+    /// recorded: a door's "queue this delivery once", which no crash or dropped request can
+    /// leave half done (a key held with nothing queued, or queued with no answer). A held key
+    /// stores nothing and says who holds it.
+    async fn emit_claimed(&self, claim: &Claim, events: &[Event]) -> StoreResult<KeyClaim>;
 
     /// Creates queue `queue` on `topic` if missing (idempotent); with `replay`, a new queue
     /// starts with the topic's buffered events. Returns whether it was created.

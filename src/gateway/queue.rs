@@ -16,7 +16,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tokio::sync::Semaphore;
 
-use crate::events::{Bus, Delivery, Event, KernelBus, KeyClaim};
+use crate::events::{Bus, Claim, Delivery, Event, KernelBus, KeyClaim};
 use crate::gateway::{Gateway, Host};
 
 /// How long one claim waits before it looks again.
@@ -135,16 +135,17 @@ where
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Enqueued {
     Queued,
-    /// Its key was claimed before (a retry, another replica): `queued` with the answer kept
-    /// then, or `None` while that request is still queueing it.
+    /// Its key was claimed before (a retry, another replica), with the answer kept then
+    /// (`None` only for a key claimed some other way than by queueing).
     Duplicate {
         answer: Option<String>,
     },
 }
 
-/// Queues `event` durably once per `key` within `window`, on any replica: the key is claimed
-/// first; if the event cannot be stored the claim is released, so the sender's retry can take
-/// it; once stored the key keeps `answer` for the duplicates. An error means nothing was queued.
+/// Queues `event` durably once per `key` within `window`, on any replica: the claim on the
+/// key, the event and `answer` (what the duplicates are told) are committed together, so an
+/// error, a crash or a sender that hangs up never leaves a key held with nothing queued. An
+/// error means nothing was queued and the key is free.
 pub async fn enqueue_once(
     bus: &Bus,
     key: &str,
@@ -153,23 +154,21 @@ pub async fn enqueue_once(
     event: &Event,
     answer: &str,
 ) -> Result<Enqueued, String> {
-    let store = bus.store();
-    match store
-        .claim_key(key, fingerprint, window)
+    // One commit: the key claimed, the event queued and the answer kept, or none of them.
+    let claim = Claim {
+        key: key.to_string(),
+        fingerprint: fingerprint.to_string(),
+        ttl: window,
+        answer: answer.to_string(),
+    };
+    match bus
+        .emit_claimed(&claim, std::slice::from_ref(event))
         .await
-        .map_err(|e| e.to_string())?
+        .map_err(|err| format!("queueing on `{}` failed: {err}", event.topic))?
     {
-        KeyClaim::Won => {}
-        KeyClaim::Held { response, .. } => return Ok(Enqueued::Duplicate { answer: response }),
+        KeyClaim::Won => Ok(Enqueued::Queued),
+        KeyClaim::Held { response, .. } => Ok(Enqueued::Duplicate { answer: response }),
     }
-    if let Err(err) = bus.emit(event).await {
-        let _ = store.release_key(key).await;
-        return Err(format!("queueing on `{}` failed: {err}", event.topic));
-    }
-    if let Err(err) = store.settle_key(key, answer, window).await {
-        tracing::warn!(key, error = %err, "marking an event queued failed");
-    }
-    Ok(Enqueued::Queued)
 }
 
 /// Makes a transport's queue on `topic` before its intake takes anything (an event queued on a

@@ -172,8 +172,6 @@ fn the_same_idempotency_key_on_two_replicas_runs_once() {
 
 #[test]
 fn the_same_webhook_delivery_sent_to_two_replicas_runs_once() {
-    use base64::Engine;
-    use hmac::Mac;
     let Some(store) = postgres() else {
         return;
     };
@@ -196,16 +194,8 @@ fn the_same_webhook_delivery_sent_to_two_replicas_runs_once() {
         let mut watcher = connect(&a).await;
         subscribe(&mut watcher, "paid", None).await;
         let body = r#"{"order":7}"#;
-        let ts = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_secs();
-        let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes()).unwrap();
-        mac.update(format!("msg_pay_7.{ts}.{body}").as_bytes());
-        let signature = format!(
-            "v1,{}",
-            base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes())
-        );
+        let ts = crate::webhook::routes::now();
+        let signature = crate::webhook::routes::sign_standard_with(secret, "msg_pay_7", ts, body);
         let client = crate::support::common::http_client();
         let mut statuses = Vec::new();
         for served in [&a, &b] {
@@ -226,6 +216,75 @@ fn the_same_webhook_delivery_sent_to_two_replicas_runs_once() {
         let extra = tokio::time::timeout(Duration::from_secs(2), next_payment(&mut watcher)).await;
         assert!(extra.is_err(), "the skill ran once: {extra:?}");
     });
+}
+
+#[test]
+fn a_webhook_delivery_sent_many_times_at_once_is_queued_once_and_every_other_send_is_told_it_is_a_duplicate()
+ {
+    for store in Store::all() {
+        run(async {
+            let project = Project::new();
+            project
+                .write(
+                    "main.skill.md",
+                    "---\nname: main\ndescription: Hooks.\nmetadata:\n  role: main\n  webhook:\n    routes:\n      - { path: /hooks/pay, secret: \"${env.SG_REPLICA_WEBHOOK_SECRET}\", ref: paid }\n---\nmain\n",
+                )
+                .skill(
+                    "paid.skill.js",
+                    "export default async function (ctx, args) {\n  await ctx.manager.invoke('event-emit', { topic: 'paid', data: { delivery: args.id } });\n  return 'ok';\n}\n",
+                );
+            let secret = "replica-secret";
+            let env = [("SG_REPLICA_WEBHOOK_SECRET", secret)];
+            // Two replicas on Postgres; one server on the embedded store.
+            let replicas: Vec<Served> = (0..if store.url.is_some() { 2 } else { 1 })
+                .map(|_| start_with_env(&project, &store, &env))
+                .collect();
+            let mut watcher = connect(&replicas[0]).await;
+            subscribe(&mut watcher, "paid", None).await;
+            let body = r#"{"order":8}"#;
+            let ts = crate::webhook::routes::now();
+            let signature =
+                crate::webhook::routes::sign_standard_with(secret, "msg_pay_8", ts, body);
+            let client = crate::support::common::http_client();
+            // The sender's retries arrive while the first send is still being queued.
+            let sends = (0..16).map(|i| {
+                client
+                    .post(replicas[i % replicas.len()].url("/hooks/pay"))
+                    .header("webhook-id", "msg_pay_8")
+                    .header("webhook-timestamp", ts.to_string())
+                    .header("webhook-signature", &signature)
+                    .body(body)
+                    .send()
+            });
+            let mut answers = Vec::new();
+            for response in futures::future::join_all(sends).await {
+                let response = response.unwrap();
+                let status = response.status().as_u16();
+                answers.push((status, response.json::<Value>().await.unwrap()));
+            }
+            answers.sort_by_key(|(status, _)| *status);
+            let statuses: Vec<u16> = answers.iter().map(|(s, _)| *s).collect();
+            let mut expected = vec![200; 15];
+            expected.push(202);
+            assert_eq!(
+                statuses,
+                expected,
+                "{}: queued once, every other send a duplicate (never \"being queued, try again\"): {answers:?}",
+                store.name()
+            );
+            for (_, answer) in &answers[..15] {
+                assert_eq!(
+                    answer,
+                    &json!({ "deliveryId": "msg_pay_8", "duplicate": true })
+                );
+            }
+            let (delivery, _) = next_payment(&mut watcher).await;
+            assert_eq!(delivery, "msg_pay_8");
+            let extra =
+                tokio::time::timeout(Duration::from_secs(2), next_payment(&mut watcher)).await;
+            assert!(extra.is_err(), "the skill ran once: {extra:?}");
+        });
+    }
 }
 
 /// The next `paid` event: the delivery it was for, and its event id.

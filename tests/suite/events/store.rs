@@ -77,6 +77,8 @@ contract!(
     a_key_is_claimed_once_and_replays_what_its_holder_answered,
     an_expired_claim_is_free_again,
     of_many_processes_claiming_one_key_at_once_one_wins,
+    a_claimed_emit_stores_its_events_only_when_it_wins_the_key_with_its_answer_in_the_same_commit,
+    of_many_processes_queueing_under_one_key_at_once_one_queues_and_the_rest_are_told_its_answer,
     two_events_sharing_an_id_are_acked_independently_by_receipt,
     emit_many_stores_a_batch_in_order_in_every_queue,
     nacking_several_puts_them_at_the_front_in_the_order_given,
@@ -1162,6 +1164,130 @@ async fn of_many_processes_claiming_one_key_at_once_one_wins(b: &Backend) {
         }
     }
     assert_eq!(won, 1);
+}
+
+fn delivery_claim(fingerprint: &str) -> skillgate::events::Claim {
+    skillgate::events::Claim {
+        key: "delivery-1".into(),
+        fingerprint: fingerprint.into(),
+        ttl: Duration::from_secs(60),
+        answer: format!("answer-{fingerprint}"),
+    }
+}
+
+async fn a_claimed_emit_stores_its_events_only_when_it_wins_the_key_with_its_answer_in_the_same_commit(
+    b: &Backend,
+) {
+    use skillgate::events::KeyClaim;
+    let store = b.open(Limits::default()).await;
+    store.create_queue("orders", "work", false).await.unwrap();
+    assert_eq!(
+        store
+            .emit_claimed(&delivery_claim("a"), &[event("orders", 1)])
+            .await
+            .unwrap(),
+        KeyClaim::Won
+    );
+    // Another process: the key is held, with the first one's answer, and its event is not
+    // stored.
+    let other = b.open(Limits::default()).await;
+    let held = KeyClaim::Held {
+        fingerprint: "a".into(),
+        response: Some("answer-a".into()),
+    };
+    assert_eq!(
+        other
+            .emit_claimed(&delivery_claim("b"), &[event("orders", 2)])
+            .await
+            .unwrap(),
+        held
+    );
+    assert_eq!(ns(&store.peek("orders", "work", 10).await.unwrap()), [1]);
+    assert_eq!(
+        other
+            .claim_key("delivery-1", "c", Duration::from_secs(60))
+            .await
+            .unwrap(),
+        held
+    );
+}
+
+async fn of_many_processes_queueing_under_one_key_at_once_one_queues_and_the_rest_are_told_its_answer(
+    b: &Backend,
+) {
+    use skillgate::events::KeyClaim;
+    let mut stores = Vec::new();
+    for _ in 0..4 {
+        stores.push(b.open(Limits::default()).await);
+    }
+    stores[0]
+        .create_queue("orders", "work", false)
+        .await
+        .unwrap();
+    let mut sends = Vec::new();
+    for (i, store) in stores.iter().cycle().take(16).enumerate() {
+        let store = store.clone();
+        sends.push(tokio::spawn(async move {
+            let got = store
+                .emit_claimed(
+                    &delivery_claim(&i.to_string()),
+                    &[event("orders", i as u64)],
+                )
+                .await
+                .unwrap();
+            (i, got)
+        }));
+    }
+    let mut outcomes = Vec::new();
+    for send in sends {
+        outcomes.push(send.await.unwrap());
+    }
+    let winners: Vec<usize> = outcomes
+        .iter()
+        .filter(|(_, got)| *got == KeyClaim::Won)
+        .map(|(i, _)| *i)
+        .collect();
+    assert_eq!(winners.len(), 1, "{outcomes:?}");
+    let winner = winners[0];
+    // None is left to ask again later: the claim and its answer committed together.
+    let told = KeyClaim::Held {
+        fingerprint: winner.to_string(),
+        response: Some(format!("answer-{winner}")),
+    };
+    for (i, got) in &outcomes {
+        if *i != winner {
+            assert_eq!(got, &told, "send {i}");
+        }
+    }
+    assert_eq!(
+        ns(&stores[0].peek("orders", "work", 20).await.unwrap()),
+        [winner as u64]
+    );
+}
+
+#[test]
+fn a_claimed_emit_whose_events_cannot_be_stored_leaves_its_key_free() {
+    use skillgate::events::KeyClaim;
+    let Some(b) = Backend::postgres() else {
+        return;
+    };
+    crate::support::common::runtime().block_on(async {
+        let store = b.open(Limits::default()).await;
+        // Postgres keeps no NUL in text: the event's insert fails inside the claim's commit.
+        let mut bad = event("orders", 1);
+        bad.id = "bad\0id".into();
+        let failed = store.emit_claimed(&delivery_claim("a"), &[bad]).await;
+        assert!(failed.is_err(), "{failed:?}");
+        assert_eq!(
+            store
+                .emit_claimed(&delivery_claim("b"), &[event("orders", 2)])
+                .await
+                .unwrap(),
+            KeyClaim::Won,
+            "the sender's retry takes the key"
+        );
+        b.cleanup().await;
+    });
 }
 
 /// Ids are 64-bit: among 300k events no two share one (with 32-bit ids about ten would).
