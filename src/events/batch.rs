@@ -8,29 +8,16 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::future::BoxFuture;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::events::Event;
-use crate::events::records::KeyClaim;
+use crate::events::records::{Claim, KeyClaim};
 use crate::events::store::{StoreError, StoreResult};
 
 /// Most events written in one statement (a larger `emit_many` is still written whole).
 const MAX_BATCH: usize = 512;
-
-/// A claim a batch item's events depend on: they are written only if `key` is won, and the
-/// claim is then held for `ttl` with `answer` recorded, all in the events' commit.
-#[derive(Debug, Clone)]
-pub struct Claim {
-    pub key: String,
-    /// Tells the request the key was claimed for from another one with the same key.
-    pub fingerprint: String,
-    pub ttl: Duration,
-    /// What a later request with the same key is told.
-    pub answer: String,
-}
 
 /// One emitter's part of a batch: its events, and the claim they depend on, if any.
 pub struct Item {
@@ -154,37 +141,41 @@ impl Batcher {
 /// answer it.
 async fn write(insert: &Insert, batch: Vec<(Item, Reply)>) {
     let mut firsts: HashMap<String, usize> = HashMap::new();
-    // Per emitter: its reply, the index in `items` of the item written for it, and whether
-    // that is another emitter's item (the same key claimed again).
+    // Per emitter: its reply, the index in `items` of the item written for it, and, when that
+    // is another emitter's item (the same key claimed again), the first one's fingerprint and
+    // answer.
     let mut answers = Vec::with_capacity(batch.len());
     let mut items: Vec<Item> = Vec::with_capacity(batch.len());
     for (item, reply) in batch {
-        let key = item.claim.as_ref().map(|c| c.key.clone());
-        match key.and_then(|k| firsts.get(&k).copied()) {
-            Some(first) => answers.push((reply, first, true)),
+        let first = item
+            .claim
+            .as_ref()
+            .and_then(|c| firsts.get(&c.key).copied());
+        match first {
+            Some(first) => {
+                let claim = items[first].claim.as_ref().expect("a claimed first item");
+                let told = (claim.fingerprint.clone(), claim.answer.clone());
+                answers.push((reply, first, Some(told)));
+            }
             None => {
                 if let Some(claim) = &item.claim {
                     firsts.insert(claim.key.clone(), items.len());
                 }
-                answers.push((reply, items.len(), false));
+                answers.push((reply, items.len(), None));
                 items.push(item);
             }
         }
     }
-    let claims: Vec<Option<Claim>> = items.iter().map(|i| i.claim.clone()).collect();
     let outcome = insert(items).await.map_err(|e| e.to_string());
     for (reply, index, again) in answers {
         let answer = match &outcome {
             Err(message) => Err(message.clone()),
             Ok(done) => match (done.get(&index).cloned().unwrap_or(KeyClaim::Won), again) {
                 // The same key again: the first item holds it now, with its answer.
-                (KeyClaim::Won, true) => {
-                    let first = claims[index].as_ref().expect("a claimed first item");
-                    Ok(KeyClaim::Held {
-                        fingerprint: first.fingerprint.clone(),
-                        response: Some(first.answer.clone()),
-                    })
-                }
+                (KeyClaim::Won, Some((fingerprint, answer))) => Ok(KeyClaim::Held {
+                    fingerprint,
+                    response: Some(answer),
+                }),
                 (got, _) => Ok(got),
             },
         };
@@ -214,5 +205,78 @@ impl Throttle {
                 true
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use parking_lot::Mutex;
+
+    use super::*;
+
+    /// What the writer was given: each item's claimed key and its count of events.
+    type Written = Arc<Mutex<Vec<(Option<String>, usize)>>>;
+
+    fn claim(key: &str, fingerprint: &str) -> Claim {
+        Claim {
+            key: key.into(),
+            fingerprint: fingerprint.into(),
+            ttl: Duration::from_secs(60),
+            answer: format!("answer-{fingerprint}"),
+        }
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_key_claimed_twice_in_one_batch_is_tried_once_and_the_second_is_told_the_firsts_answer()
+     {
+        // The writer claims every key it is given and keeps what it wrote.
+        let written: Written = Arc::default();
+        let seen = written.clone();
+        let insert: Insert = Arc::new(move |items: Vec<Item>| {
+            let claimed: HashMap<usize, KeyClaim> = claims_of(&items)
+                .into_iter()
+                .map(|(i, _)| (i, KeyClaim::Won))
+                .collect();
+            seen.lock().extend(
+                items
+                    .iter()
+                    .map(|i| (i.claim.as_ref().map(|c| c.key.clone()), i.events.len())),
+            );
+            Box::pin(async move { Ok(claimed) })
+        });
+        let batcher = Arc::new(Batcher::spawn(insert, 1));
+        // Both queued before the writer task runs (this thread runs it only when they wait),
+        // so they share a batch.
+        let sends: Vec<_> = ["a", "b"]
+            .into_iter()
+            .map(|fp| {
+                let batcher = batcher.clone();
+                tokio::spawn(async move {
+                    let event = Event::new("orders", "test");
+                    batcher.emit_claimed(claim("k", fp), vec![event]).await
+                })
+            })
+            .collect();
+        let mut got = Vec::new();
+        for send in sends {
+            got.push(send.await.unwrap().unwrap());
+        }
+        assert_eq!(
+            got,
+            [
+                KeyClaim::Won,
+                KeyClaim::Held {
+                    fingerprint: "a".into(),
+                    response: Some("answer-a".into()),
+                },
+            ]
+        );
+        assert_eq!(
+            *written.lock(),
+            [(Some("k".to_string()), 1)],
+            "one claim, one event"
+        );
     }
 }

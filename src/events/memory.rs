@@ -8,9 +8,9 @@ use parking_lot::Mutex;
 use tokio::sync::broadcast;
 
 use crate::context::id::now_ms;
-use crate::events::batch::Claim;
 use crate::events::records::{
-    KeyClaim, Records, RunFilter, SessionEntry, StoredRun, StoredSchedule, StoredSubscription,
+    Claim, KeyClaim, Records, RunFilter, SessionEntry, StoredRun, StoredSchedule,
+    StoredSubscription,
 };
 use crate::events::store::{Delivery, EventStore, Limits, StoreResult, distinct_topics};
 use crate::events::{Event, dead_letter};

@@ -39,9 +39,8 @@ use crate::context::id::{next_id, now_ms};
 use crate::context::tap::{Tap, Taps};
 use crate::error::{ErrorKind, Result, SkillError};
 use crate::kernel::{InvokeOptions, Kernel, KernelBuilder};
-pub use batch::Claim;
 pub use consumer::{Consumer, ConsumerOptions};
-pub use records::{KeyClaim, Records, SessionEntry, StoredSchedule, StoredSubscription};
+pub use records::{Claim, KeyClaim, Records, SessionEntry, StoredSchedule, StoredSubscription};
 pub use store::{Delivery, EventStore, Limits, StoreError, WAKE_ALL};
 
 /// The queue that collects an exhausted topic's dead letters (on topic `<topic>.dead`).

@@ -21,6 +21,19 @@ pub enum KeyClaim {
     },
 }
 
+/// A claim an emit depends on ([`EventStore::emit_claimed`](crate::events::EventStore::emit_claimed)):
+/// its events are stored only if `key` is won, and the claim is then held for `ttl` with
+/// `answer` recorded, all in the events' commit.
+#[derive(Debug, Clone)]
+pub struct Claim {
+    pub key: String,
+    /// Tells the request the key was claimed for from another one with the same key.
+    pub fingerprint: String,
+    pub ttl: Duration,
+    /// What a later request with the same key is told.
+    pub answer: String,
+}
+
 /// One entry of a session's history.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct SessionEntry {

@@ -465,8 +465,7 @@ mod shared {
 
     use super::{OwnWays, SqlDatabase, SqlStore};
     use crate::context::id::now_ms;
-    use crate::events::batch::Claim;
-    use crate::events::records::KeyClaim;
+    use crate::events::records::{Claim, KeyClaim};
     use crate::events::sql_records::{SqlRecords, sql_limit};
     use crate::events::store::{Delivery, EventStore, StoreError, StoreResult, distinct_topics};
     use crate::events::{DEAD_QUEUE, Event, dead_letter};

@@ -17,8 +17,8 @@ use sqlx::{Sqlite, SqliteConnection, Transaction};
 
 use crate::context::id::now_ms;
 use crate::events::Event;
-use crate::events::batch::{Batcher, Claim, Item, claims_of, events_to_write};
-use crate::events::records::KeyClaim;
+use crate::events::batch::{Batcher, Item, claims_of, events_to_write};
+use crate::events::records::{Claim, KeyClaim};
 use crate::events::sql_store::{Found, OwnWays, SqlDatabase, SqlStore};
 use crate::events::store::{EventStore, Limits, StoreError, StoreResult, missing};
 

@@ -13,8 +13,7 @@ use async_trait::async_trait;
 use tokio::sync::broadcast;
 
 use crate::events::Event;
-use crate::events::batch::Claim;
-use crate::events::records::{KeyClaim, Records};
+use crate::events::records::{Claim, KeyClaim, Records};
 
 /// A store failure: the database said no, or could not be reached.
 #[derive(Debug, thiserror::Error)]
