@@ -170,24 +170,30 @@ fn the_same_idempotency_key_on_two_replicas_runs_once() {
     });
 }
 
+/// A project whose webhook route `/hooks/pay` runs `paid`, which emits `paid` with the
+/// delivery id; and the environment that holds the route's secret.
+fn paid_project() -> (Project, [(&'static str, &'static str); 1]) {
+    let project = Project::new();
+    project
+        .write(
+            "main.skill.md",
+            "---\nname: main\ndescription: Hooks.\nmetadata:\n  role: main\n  webhook:\n    routes:\n      - { path: /hooks/pay, secret: \"${env.SG_REPLICA_WEBHOOK_SECRET}\", ref: paid }\n---\nmain\n",
+        )
+        .skill(
+            "paid.skill.js",
+            "export default async function (ctx, args) {\n  await ctx.manager.invoke('event-emit', { topic: 'paid', data: { delivery: args.id } });\n  return 'ok';\n}\n",
+        );
+    (project, [("SG_REPLICA_WEBHOOK_SECRET", "replica-secret")])
+}
+
 #[test]
 fn the_same_webhook_delivery_sent_to_two_replicas_runs_once() {
     let Some(store) = postgres() else {
         return;
     };
     run(async {
-        let project = Project::new();
-        project
-            .write(
-                "main.skill.md",
-                "---\nname: main\ndescription: Hooks.\nmetadata:\n  role: main\n  webhook:\n    routes:\n      - { path: /hooks/pay, secret: \"${env.SG_REPLICA_WEBHOOK_SECRET}\", ref: paid }\n---\nmain\n",
-            )
-            .skill(
-                "paid.skill.js",
-                "export default async function (ctx, args) {\n  await ctx.manager.invoke('event-emit', { topic: 'paid', data: { delivery: args.id } });\n  return 'ok';\n}\n",
-            );
-        let secret = "replica-secret";
-        let env = [("SG_REPLICA_WEBHOOK_SECRET", secret)];
+        let (project, env) = paid_project();
+        let secret = env[0].1;
         let a = start_with_env(&project, &store, &env);
         let b = start_with_env(&project, &store, &env);
         // Watch what the runs emit, from the start.
@@ -223,18 +229,8 @@ fn a_webhook_delivery_sent_many_times_at_once_is_queued_once_and_every_other_sen
  {
     for store in Store::all() {
         run(async {
-            let project = Project::new();
-            project
-                .write(
-                    "main.skill.md",
-                    "---\nname: main\ndescription: Hooks.\nmetadata:\n  role: main\n  webhook:\n    routes:\n      - { path: /hooks/pay, secret: \"${env.SG_REPLICA_WEBHOOK_SECRET}\", ref: paid }\n---\nmain\n",
-                )
-                .skill(
-                    "paid.skill.js",
-                    "export default async function (ctx, args) {\n  await ctx.manager.invoke('event-emit', { topic: 'paid', data: { delivery: args.id } });\n  return 'ok';\n}\n",
-                );
-            let secret = "replica-secret";
-            let env = [("SG_REPLICA_WEBHOOK_SECRET", secret)];
+            let (project, env) = paid_project();
+            let secret = env[0].1;
             // Two replicas on Postgres; one server on the embedded store.
             let replicas: Vec<Served> = (0..if store.url.is_some() { 2 } else { 1 })
                 .map(|_| start_with_env(&project, &store, &env))
