@@ -79,6 +79,31 @@ impl MemoryStore {
 }
 
 impl Inner {
+    /// Claims `key` for `ttl` unless someone holds it (an expired claim is free again),
+    /// recording `response` with it; else who holds it.
+    fn claim(
+        &mut self,
+        key: &str,
+        fingerprint: &str,
+        ttl: Duration,
+        response: Option<String>,
+    ) -> KeyClaim {
+        let now = now_ms();
+        self.claims.retain(|_, (_, expires, _)| *expires > now);
+        if let Some((fingerprint, _, response)) = self.claims.get(key) {
+            return KeyClaim::Held {
+                fingerprint: fingerprint.clone(),
+                response: response.clone(),
+            };
+        }
+        let expires = now + ttl.as_millis() as u64;
+        self.claims.insert(
+            key.to_string(),
+            (fingerprint.to_string(), expires, response),
+        );
+        KeyClaim::Won
+    }
+
     fn emit(&mut self, event: &Event, limits: &Limits) {
         self.seq += 1;
         let seq = self.seq;
@@ -146,25 +171,17 @@ impl EventStore for MemoryStore {
     }
 
     async fn emit_claimed(&self, claim: &Claim, events: &[Event]) -> StoreResult<KeyClaim> {
-        let now = now_ms();
         {
             let mut inner = self.inner.lock();
-            inner.claims.retain(|_, (_, expires, _)| *expires > now);
-            if let Some((fingerprint, _, response)) = inner.claims.get(&claim.key) {
-                return Ok(KeyClaim::Held {
-                    fingerprint: fingerprint.clone(),
-                    response: response.clone(),
-                });
-            }
-            let expires = now + claim.ttl.as_millis() as u64;
-            inner.claims.insert(
-                claim.key.clone(),
-                (
-                    claim.fingerprint.clone(),
-                    expires,
-                    Some(claim.answer.clone()),
-                ),
+            let got = inner.claim(
+                &claim.key,
+                &claim.fingerprint,
+                claim.ttl,
+                Some(claim.answer.clone()),
             );
+            if got != KeyClaim::Won {
+                return Ok(got);
+            }
             for event in events {
                 inner.emit(event, &self.limits);
             }
@@ -423,20 +440,7 @@ impl Records for MemoryStore {
         fingerprint: &str,
         ttl: Duration,
     ) -> StoreResult<KeyClaim> {
-        let now = now_ms();
-        let mut inner = self.inner.lock();
-        inner.claims.retain(|_, (_, expires, _)| *expires > now);
-        if let Some((fingerprint, _, response)) = inner.claims.get(key) {
-            return Ok(KeyClaim::Held {
-                fingerprint: fingerprint.clone(),
-                response: response.clone(),
-            });
-        }
-        let expires = now + ttl.as_millis() as u64;
-        inner
-            .claims
-            .insert(key.to_string(), (fingerprint.to_string(), expires, None));
-        Ok(KeyClaim::Won)
+        Ok(self.inner.lock().claim(key, fingerprint, ttl, None))
     }
 
     async fn settle_key(&self, key: &str, response: &str, ttl: Duration) -> StoreResult<()> {
