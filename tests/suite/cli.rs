@@ -348,3 +348,27 @@ fn init_config_reads_cleanly_with_every_transport_uncommented() {
         stderr(&out)
     );
 }
+
+/// The value of mimalloc's `arena_eager_commit` in the binary, as mimalloc reports it on start
+/// (`MIMALLOC_VERBOSE`), with `MIMALLOC_ARENA_EAGER_COMMIT` set to `env` when given.
+fn arena_eager_commit(env: Option<&str>) -> Option<String> {
+    let mut command = skillgate_command(&fixture("tree"));
+    command.arg("--version").env("MIMALLOC_VERBOSE", "1");
+    match env {
+        Some(value) => command.env("MIMALLOC_ARENA_EAGER_COMMIT", value),
+        None => command.env_remove("MIMALLOC_ARENA_EAGER_COMMIT"),
+    };
+    let out = command.output().expect("run skillgate");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    stderr(&out)
+        .lines()
+        .find_map(|line| line.split_once("option 'arena_eager_commit':"))
+        .map(|(_, value)| value.trim().to_string())
+}
+
+#[test]
+fn the_allocator_commits_memory_as_it_is_used_unless_the_environment_says_otherwise() {
+    // Committing a whole arena up front kept about 10 MiB more resident in an idle server.
+    assert_eq!(arena_eager_commit(None).as_deref(), Some("0"));
+    assert_eq!(arena_eager_commit(Some("1")).as_deref(), Some("1"));
+}
