@@ -10,6 +10,7 @@ use clap::Parser;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// mimalloc's `arena_eager_commit` (its place in `mi_option_e`, mimalloc 3's `mimalloc.h`).
+#[cfg(target_os = "linux")]
 const ARENA_EAGER_COMMIT: libmimalloc_sys::mi_option_t = 4;
 
 /// Commits the allocator's memory as it is used rather than a whole arena up front: an idle
@@ -17,6 +18,7 @@ const ARENA_EAGER_COMMIT: libmimalloc_sys::mi_option_t = 4;
 /// `MIMALLOC_ARENA_EAGER_COMMIT` in the environment still decides. Set before anything
 /// allocates (the first allocation reserves the first arena, before `main`), from the
 /// executable's pre-initialisers, which run before every constructor.
+#[cfg(target_os = "linux")]
 #[allow(unsafe_code)]
 extern "C" fn configure_allocator() {
     // SAFETY: writes one of mimalloc's option defaults (a static it reads when it first needs

@@ -351,6 +351,7 @@ fn init_config_reads_cleanly_with_every_transport_uncommented() {
 
 /// The value of mimalloc's `arena_eager_commit` in the binary, as mimalloc reports it on start
 /// (`MIMALLOC_VERBOSE`), with `MIMALLOC_ARENA_EAGER_COMMIT` set to `env` when given.
+#[cfg(target_os = "linux")]
 fn arena_eager_commit(env: Option<&str>) -> Option<String> {
     let mut command = skillgate_command(&fixture("tree"));
     command.arg("--version").env("MIMALLOC_VERBOSE", "1");
@@ -366,6 +367,7 @@ fn arena_eager_commit(env: Option<&str>) -> Option<String> {
         .map(|(_, value)| value.trim().to_string())
 }
 
+#[cfg(target_os = "linux")]
 #[test]
 fn the_allocator_commits_memory_as_it_is_used_unless_the_environment_says_otherwise() {
     // Committing a whole arena up front kept about 10 MiB more resident in an idle server.
