@@ -202,6 +202,13 @@ pub fn check_name(what: &str, name: &str) -> Result<()> {
     }
 }
 
+/// Checks the topic of each of `events` ([`check_name`]).
+fn check_topics(events: &[Event]) -> Result<()> {
+    events
+        .iter()
+        .try_for_each(|event| check_name("topic", &event.topic))
+}
+
 /// A handler to subscribe: the topic it takes events of, the skill it runs, the args it is
 /// given, the principal it runs as, and whether its new queue starts with the topic's buffer.
 pub struct Handler {
@@ -331,9 +338,7 @@ impl Bus {
     /// Publishes several events committed together (one statement for the durable stores), in
     /// order; durable when this returns.
     pub async fn emit_many(&self, events: &[Event]) -> Result<()> {
-        for event in events {
-            check_name("topic", &event.topic)?;
-        }
+        check_topics(events)?;
         self.store.emit_many(events).await.map_err(store_error)?;
         self.announce(events);
         Ok(())
@@ -343,9 +348,7 @@ impl Bus {
     /// answer (see [`EventStore::emit_claimed`]); a held key publishes nothing and says who
     /// holds it.
     pub async fn emit_claimed(&self, claim: &Claim, events: &[Event]) -> Result<KeyClaim> {
-        for event in events {
-            check_name("topic", &event.topic)?;
-        }
+        check_topics(events)?;
         let got = self
             .store
             .emit_claimed(claim, events)

@@ -80,18 +80,30 @@ impl<D: Database> SqlRecords<D> {
             key_claims: AtomicU64::new(0),
         }
     }
-
-    /// Counts a claim; true for every `CLAIM_SWEEP_EVERY`th, which first deletes the expired
-    /// claims ([`SWEEP_CLAIMS`]).
-    pub fn sweep_due(&self) -> bool {
-        self.key_claims
-            .fetch_add(1, Ordering::Relaxed)
-            .is_multiple_of(CLAIM_SWEEP_EVERY)
-    }
 }
 
-/// Deletes the claims expired before `$1` (ms).
-pub const SWEEP_CLAIMS: &str = "DELETE FROM sg_claims WHERE expires_ms <= $1";
+impl<D: Database> SqlRecords<D>
+where
+    for<'c> &'c mut D::Connection: Executor<'c, Database = D>,
+    for<'q> D::Arguments<'q>: IntoArguments<'q, D>,
+    for<'q> i64: Encode<'q, D> + Type<D>,
+{
+    /// Counts a claim about to be made; every `CLAIM_SWEEP_EVERY`th first deletes the claims
+    /// expired by `now` (ms), so the table does not grow with keys nobody asks for again.
+    pub async fn sweep_claims_if_due(&self, now: i64) -> StoreResult<()> {
+        if self
+            .key_claims
+            .fetch_add(1, Ordering::Relaxed)
+            .is_multiple_of(CLAIM_SWEEP_EVERY)
+        {
+            sqlx::query("DELETE FROM sg_claims WHERE expires_ms <= $1")
+                .bind(now)
+                .execute(&self.pool)
+                .await?;
+        }
+        Ok(())
+    }
+}
 
 /// A store whose records are kept in SQL tables (`sg_claims`, `sg_schedules`,
 /// `sg_subscriptions`, `sg_sessions`, created by its migrations).
@@ -126,12 +138,7 @@ where
     ) -> StoreResult<KeyClaim> {
         let records = self.records();
         let now = now_ms() as i64;
-        if records.sweep_due() {
-            sqlx::query(SWEEP_CLAIMS)
-                .bind(now)
-                .execute(&records.pool)
-                .await?;
-        }
+        records.sweep_claims_if_due(now).await?;
         // One statement: a free key (or an expired claim) is taken; a held one is left alone.
         for _ in 0..2 {
             let won = sqlx::query(

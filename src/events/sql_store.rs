@@ -241,12 +241,7 @@ macro_rules! sql_event_store {
             }
 
             async fn emit_claimed(&self, claim: &Claim, events: &[Event]) -> StoreResult<KeyClaim> {
-                if self.records.sweep_due() {
-                    sqlx::query(crate::events::sql_records::SWEEP_CLAIMS)
-                        .bind(now_ms() as i64)
-                        .execute(&self.pool)
-                        .await?;
-                }
+                self.records.sweep_claims_if_due(now_ms() as i64).await?;
                 // In the group commit too: the claim, its answer and the events in one.
                 let won = self.batcher.emit_claimed(claim.clone(), events.to_vec()).await?;
                 if won == KeyClaim::Won {

@@ -175,7 +175,7 @@ impl Gateway {
         self.dispatch_run(inbound, Some(parent))
     }
 
-    fn dispatch_run(&self, inbound: Inbound, parent: Option<String>) -> Dispatch {
+    fn dispatch_run(&self, mut inbound: Inbound, parent: Option<String>) -> Dispatch {
         let (reply, parts, inbox) = if inbound.duplex {
             let (reply, parts, inbox) = Reply::duplex(inbound.transport);
             (reply, parts, Some(inbox))
@@ -209,8 +209,9 @@ impl Gateway {
             Err(why) => {
                 // Full: answered at once, nothing started (the channel is new: there is room).
                 let err = SkillError::busy(why);
-                if let Some(record) = self.record(&root_id, &inbound, inbound.args.clone(), parent)
-                {
+                // Nothing runs them: the record takes the args rather than a copy.
+                let args = std::mem::take(&mut inbound.args);
+                if let Some(record) = self.record(&root_id, &inbound, args, parent) {
                     self.kernel.bus().runs().record(record.end(Err(&err)));
                 }
                 let _ = reply.offer_done(Err(err));
