@@ -132,6 +132,40 @@ async fn runs_past_max_runs_are_refused_503_with_retry_after_and_room_comes_back
     assert_eq!(again.status(), 200);
 }
 
+/// A run turned away because the server is full is still in the runs record, as refused with
+/// the busy problem and the args it came with.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_refused_as_busy_is_recorded_as_refused_with_its_args() {
+    use skillgate::events::KernelBus;
+    let mut settings = config();
+    settings.max_runs = 1;
+    let server = TestServer::start_with(Project::new(), settings, |b| b.native(slow())).await;
+    let (ok, busy) = at_once(&server, "/invoke/slow", json!({ "who": "ada" }), 4).await;
+    assert_eq!(ok, 1, "one run at once");
+    let refused = busy.len() as u64;
+    assert!(refused >= 1, "the others are refused");
+    let runs = server.kernel.bus().runs();
+    tokio::time::timeout(Duration::from_secs(30), runs.settled_at_least(1 + refused))
+        .await
+        .expect("every run is recorded");
+    let page: Value = server
+        .get("/runs?status=refused")
+        .await
+        .json()
+        .await
+        .unwrap();
+    let listed = page["runs"].as_array().unwrap();
+    assert_eq!(listed.len() as u64, refused, "{page}");
+    assert_eq!(listed[0]["problem"], "/docs#problem-unavailable", "{page}");
+    let whole: Value = server
+        .get(&format!("/runs/{}", listed[0]["id"].as_str().unwrap()))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(whole["args"], json!({ "who": "ada" }), "{whole}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runs_whose_args_pass_the_bytes_in_flight_are_refused_as_busy() {
     let mut settings = config();
