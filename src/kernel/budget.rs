@@ -63,6 +63,11 @@ impl Budget {
         self.id
     }
 
+    /// The error the run went over its budget with, once it has.
+    pub fn over(&self) -> Option<&SkillError> {
+        self.over.get()
+    }
+
     /// One invocation whose args are `args`.
     pub fn invocation(&self, args: &Value) -> Result<(), SkillError> {
         if let Some(err) = self.over.get() {

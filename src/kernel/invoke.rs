@@ -256,7 +256,6 @@ fn lookup(request: &Request) -> Result<(Arc<Tool>, Arc<Resolved>)> {
     Ok((tool, resolved))
 }
 
-/// Steps 3 to 8 for a resolved tool.
 /// Steps 3–8 for a resolved tool.
 async fn pipeline(request: Request, tool: Arc<Tool>, resolved: Arc<Resolved>) -> Result<Output> {
     let (ctx, link) = prepare(request, tool, &resolved)?;
@@ -332,7 +331,7 @@ fn prepare(
         None => kernel.budgets().join_or_new(seed.budget),
     };
     // Chain entries are layers of an invocation already counted.
-    if seed.target.is_none() {
+    if seed.target.is_none() && !seed.charged {
         budget.invocation(&args)?;
     }
     let birth = Birth {

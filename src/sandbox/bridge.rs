@@ -12,6 +12,11 @@
 //! cancellation still reaches them), and the synchronous operations run inside that runtime's
 //! context, so whatever they spawn lands there too.
 //!
+//! A script has at most [`IN_FLIGHT`] invocations running at once; the ones it asks for past
+//! that wait, in order, for one to end. Each is counted against its run's budget when the
+//! script asks for it, so a loop that asks for more than the budget allows fails at once
+//! instead of piling up work, and what waits holds only its args.
+//!
 //! Every argument crosses by `convert`'s rules (no cycle, at most 100 levels), and
 //! `set(path, value)` also refuses a value that would sit deeper than that below the context, so
 //! no script builds a JSON value deep enough to overflow the host's stack when it is read,
@@ -23,12 +28,15 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context as TaskContext, Poll};
 
+use futures::FutureExt;
+use futures::future::BoxFuture;
 use parking_lot::Mutex;
 use rquickjs::context::EvalOptions;
 use rquickjs::function::{Async, Opt, Rest};
 use rquickjs::{CatchResultExt, CaughtError, Ctx, Function, IntoJs, Object, Value as JsValue};
 use serde_json::{Value, json};
 use tokio::runtime::Handle;
+use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 
 use crate::cascade::entry::parse_extra;
@@ -42,6 +50,9 @@ use crate::sandbox::refs;
 
 const VIEWS: &str = include_str!("views.js");
 
+/// Invocations one script call has running at once (`next` and detached ones never wait here).
+pub const IN_FLIGHT: usize = 64;
+
 /// The contexts one call may act on, and whether its code is untrusted.
 pub(crate) struct Bridge {
     handles: Mutex<Vec<Context>>,
@@ -49,6 +60,8 @@ pub(crate) struct Bridge {
     closed: AtomicBool,
     /// The runtime that runs the kernel work the script starts.
     work: Handle,
+    /// Slots for the script's invocations running now ([`IN_FLIGHT`]).
+    slots: Arc<Semaphore>,
 }
 
 impl Bridge {
@@ -58,6 +71,7 @@ impl Bridge {
             untrusted,
             closed: AtomicBool::new(false),
             work,
+            slots: Arc::new(Semaphore::new(IN_FLIGHT)),
         }
     }
 
@@ -460,10 +474,35 @@ fn invoke_fn<'js>(cx: &Ctx<'js>, bridge: &Arc<Bridge>) -> rquickjs::Result<Funct
                   args: Opt<JsValue<'js>>,
                   options: Opt<JsValue<'js>>| {
                 let prepared = prepare_invoke(&bridge, &cx, h, reference, args, options);
-                settle(&bridge.work, prepared)
+                let (work, slots) = (bridge.work.clone(), bridge.slots.clone());
+                async move {
+                    let prepared = match prepared {
+                        Ok(Invocation::Started(run)) => Ok(run),
+                        // The semaphore is never closed.
+                        Ok(Invocation::Queued(invoke)) => match slots.acquire_owned().await {
+                            Ok(slot) => Ok(async move {
+                                let out = invoke.await;
+                                drop(slot);
+                                out
+                            }
+                            .boxed()),
+                            Err(_) => Err(SkillError::internal("the script's slots are closed")),
+                        },
+                        Err(e) => Err(e),
+                    };
+                    settle(&work, prepared).await
+                }
             },
         ),
     )
+}
+
+/// An invocation a script asked for.
+enum Invocation {
+    /// Detached: its run is spawned already (a script need not await it, nor wait for a slot).
+    Started(BoxFuture<'static, Result<Option<Arc<Value>>>>),
+    /// Starts when polled, once it has a slot.
+    Queued(BoxFuture<'static, Result<Option<Arc<Value>>>>),
 }
 
 fn prepare_invoke<'js>(
@@ -473,7 +512,7 @@ fn prepare_invoke<'js>(
     reference: Opt<JsValue<'js>>,
     args: Opt<JsValue<'js>>,
     options: Opt<JsValue<'js>>,
-) -> Result<impl Future<Output = Result<Option<Arc<Value>>>> + use<>> {
+) -> Result<Invocation> {
     // An argument that cannot cross rejects the promise with what was thrown.
     let js = |e: CaughtError<'js>| {
         SkillError::failed(format!("ctx.manager.invoke: {}", caught(cx, e).message()))
@@ -495,13 +534,23 @@ fn prepare_invoke<'js>(
     refs::check_args(bridge.untrusted, &args)?;
     let options = arg(cx, options).catch(cx).map_err(js)?;
     refs::check_options(bridge.untrusted, options.as_ref())?;
-    let options = invoke_options(options)?;
+    let mut options = invoke_options(options)?;
     // Untrusted code invokes as itself whichever handle it holds (the served context's would
     // be project code, under another policy).
     let ctx = bridge.context(if bridge.untrusted { 0 } else { h })?;
-    // `invoke` resolves the ref and spawns a detached run right away: on scripts' work too.
-    let _work = bridge.work.enter();
-    Ok(ctx.invoke(ToolRef::Name(Arc::from(reference)), args, options))
+    // Counted now, so what waits for a slot is within the run's budget.
+    ctx.budget().invocation(&args)?;
+    options.context.charged = true;
+    let tool = ToolRef::Name(Arc::from(reference));
+    if options.detached {
+        // `invoke` spawns the detached run right away: on scripts' work too.
+        let _work = bridge.work.enter();
+        return Ok(Invocation::Started(ctx.invoke(tool, args, options).boxed()));
+    }
+    // Started as a task of scripts' work once it has a slot.
+    Ok(Invocation::Queued(
+        async move { ctx.invoke(tool, args, options).await }.boxed(),
+    ))
 }
 
 /// `options` of `invoke`: `{ context: { locals, nonlocals, run, middleware }, detached }`.

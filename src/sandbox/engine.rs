@@ -235,6 +235,11 @@ fn settle(
                 "aborted: the caller stopped waiting for the sandbox call",
             ));
         }
+        Some(Stop::OverBudget) => {
+            if let Some(err) = served.budget().over() {
+                return Err(err.clone());
+            }
+        }
         None => {}
     }
     match outcome {

@@ -196,11 +196,14 @@ pub(crate) enum Stop {
     Aborted,
     /// The caller stopped waiting (its future was dropped).
     Gone,
+    /// The run the call belongs to went over its budget: it has failed, so its scripts stop
+    /// rather than go on starting work that can only fail (and hold memory meanwhile).
+    OverBudget,
 }
 
 /// Measures one call: running time (excluding nested sandboxes), the wall-clock deadline, the
-/// served context's abort signal and whether the caller still waits. Once it has decided to
-/// stop, it keeps saying so, so no more JavaScript runs in that call.
+/// served context's abort signal, its run's budget and whether the caller still waits. Once it
+/// has decided to stop, it keeps saying so, so no more JavaScript runs in that call.
 pub(crate) struct Meter {
     pub(crate) limits: Limits,
     pub(crate) deadline: Instant,
@@ -246,6 +249,8 @@ impl Meter {
                 state.stop = Some(Stop::Aborted);
             } else if self.gone.is_cancelled() {
                 state.stop = Some(Stop::Gone);
+            } else if self.served.budget().over().is_some() {
+                state.stop = Some(Stop::OverBudget);
             }
         }
         state.stop.is_some()

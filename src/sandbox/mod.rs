@@ -36,6 +36,7 @@ use crate::skills::frontmatter;
 use crate::skills::tool::{Body, ScriptBody, Source, Tool};
 use futures::future::BoxFuture;
 
+pub use bridge::IN_FLIGHT;
 pub use limits::{Limit, Limits};
 pub use observer::Observer;
 pub use pool::{QUEUE_VAR, THREADS_VAR, set_queue_limit, threads};

@@ -1,7 +1,9 @@
 //! Fan-out: depth bounds how deep a run goes, the run's budget how wide. A run that invokes
 //! more skills, or passes more bytes, than its budget fails alone with `over-budget` (422 over
 //! HTTP), while runs within it and other runs go on; handlers of the events a run emits spend
-//! from the same budget while the run is alive.
+//! from the same budget while the run is alive. A script has a bounded number of invocations
+//! running at once (the rest wait, counted against the budget when asked for), and once its
+//! run is over budget the script is stopped, whatever it catches.
 
 use std::time::Duration;
 
@@ -173,4 +175,78 @@ async fn handlers_of_the_events_a_run_emits_spend_from_its_budget_while_it_runs(
         "emitted {emitted}, handled {handled}"
     );
     assert!(handled < 8, "handled {handled}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_script_runs_at_most_its_in_flight_invocations_at_once_and_the_rest_wait_their_turn() {
+    let p = Project::new();
+    p.skill(
+        "wide.skill.js",
+        "/*---\nname: wide\ndescription: Invokes slow n times at once.\n---*/\n\
+         export default async function (ctx, args) {\n\
+           const all = [];\n\
+           for (let i = 0; i < args.n; i++) all.push(ctx.manager.invoke('slow', { i }));\n\
+           return (await Promise.all(all)).reduce((a, b) => a + b, 0);\n\
+         }\n",
+    );
+    let running = Arc::new(AtomicU64::new(0));
+    let peak = Arc::new(AtomicU64::new(0));
+    let (now, most) = (running.clone(), peak.clone());
+    let slow = native(
+        "name: slow\ndescription: Takes a moment, counting who runs beside it.\n",
+        move |_ctx: Context, args| {
+            let (now, most) = (now.clone(), most.clone());
+            async move {
+                most.fetch_max(now.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                now.fetch_sub(1, Ordering::SeqCst);
+                Ok(Some(args["i"].clone()))
+            }
+        },
+    );
+    let server = TestServer::start_with(p, config(), |b| b.native(slow)).await;
+    let n = 3 * skillgate::sandbox::IN_FLIGHT as u64;
+    let res = server.post_json("/invoke/wide", &json!({ "n": n })).await;
+    assert_eq!(res.status(), 200);
+    // Every one ran, in order of asking: none was refused for being past the slots.
+    let body: serde_json::Value = res.json().await.unwrap();
+    assert_eq!(body["result"], json!(n * (n - 1) / 2), "{body}");
+    let peak = peak.load(Ordering::SeqCst);
+    assert!(
+        peak <= skillgate::sandbox::IN_FLIGHT as u64,
+        "{peak} invocations of one script ran at once"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_script_whose_run_went_over_its_budget_is_stopped_even_when_it_catches_the_error() {
+    let p = fanout();
+    // One asks in a loop that never yields; the other awaits each refusal and asks again.
+    p.skill(
+        "flood.skill.js",
+        "/*---\nname: flood\ndescription: Never stops asking.\n---*/\n\
+         export default async function (ctx) {\n\
+           for (;;) ctx.manager.invoke('leaf', { i: 0 }).catch(() => {});\n\
+         }\n",
+    );
+    p.skill(
+        "stubborn.skill.js",
+        "/*---\nname: stubborn\ndescription: Never takes no for an answer.\n---*/\n\
+         export default async function (ctx) {\n\
+           for (;;) { try { await ctx.manager.invoke('leaf', { i: 0 }); } catch (e) {} }\n\
+         }\n",
+    );
+    let server = TestServer::start_with(p, config(), |b| b.budget(small())).await;
+    for skill in ["flood", "stubborn"] {
+        // Without the stop these spin until the sandbox's time limit ends them.
+        let res = server
+            .post_json(&format!("/invoke/{skill}"), &json!({}))
+            .await;
+        let body = problem(res, 422).await;
+        assert_eq!(
+            body["type"].as_str().map(|t| t.ends_with("over-budget")),
+            Some(true),
+            "{skill}: {body}"
+        );
+    }
 }
