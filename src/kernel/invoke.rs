@@ -35,44 +35,80 @@ impl Context {
     /// Refs from a context marked untrusted must be bare tool names, and a context with an
     /// `allowed-tools` policy may only invoke what the policy admits.
     pub fn invoke(&self, tool: impl Into<ToolRef>, args: Value, options: InvokeOptions) -> Guarded {
-        let tool = tool.into();
+        match self.request(tool.into(), args, options) {
+            Ok(request) => Guarded::new(run(request)),
+            Err(err) => Guarded::new(futures::future::ready(Err(err)).boxed()),
+        }
+    }
+
+    /// `invoke` for a script's bridge, which starts what it is given when the script has a
+    /// slot free: steps 1–2 now (a refused or unknown ref is an error at once, and a detached
+    /// invocation is spawned, `None`), and the invocation counted against the run's budget now,
+    /// so what waits for a slot is within the budget. The pipeline runs when the returned
+    /// future is polled.
+    pub(crate) fn invoke_counted(
+        &self,
+        tool: ToolRef,
+        args: Value,
+        options: InvokeOptions,
+    ) -> Result<Option<Guarded>> {
+        let mut request = self.request(tool, args, options)?;
+        directives(&mut request)?;
+        let found = lookup(&request);
+        if request.options.detached {
+            detach(request, found);
+            return Ok(None);
+        }
+        let (tool, resolved) = found?;
+        let seed = &request.options.context;
+        if seed.target.is_none() {
+            let payer = seed.parent.as_ref().unwrap_or(self);
+            payer.budget().invocation(&request.args)?;
+            request.counted = true;
+        }
+        Ok(Some(Guarded::new(
+            pipeline(request, tool, resolved).boxed(),
+        )))
+    }
+
+    /// The request of an invocation from this context, or why it is refused before it runs.
+    fn request(&self, tool: ToolRef, args: Value, options: InvokeOptions) -> Result<Request> {
         let crate::context::seed::InvokePolicy {
             untrusted,
             allowed: policy,
             index,
         } = self.invoke_policy();
         if untrusted && !tool.is_bare_name() {
-            return refused(format!(
+            return Err(refused(format!(
                 "untrusted code may only invoke bare tool names ([a-z0-9-]); `{}` was refused",
                 tool.describe()
-            ));
+            )));
         }
         if untrusted
             && matches!(&tool, ToolRef::Name(n) if crate::kernel::callbacks::is_callback(n))
         {
             // A callback belongs to the code that made it (an agent's hook), not to the
             // untrusted code it runs.
-            return refused(format!(
+            return Err(refused(format!(
                 "untrusted code may not invoke callback refs; `{}` was refused",
                 tool.describe()
-            ));
+            )));
         }
         if untrusted && let Some(key) = dollar_key(&args) {
             // `$context` would let the code seed the prompt, the middleware or `nonlocals` of
             // what it invokes: options are for trusted callers.
-            let err = SkillError::new(
+            return Err(SkillError::new(
                 ErrorKind::Denied,
                 format!("untrusted code may not pass invoke options in args; `{key}` was refused"),
             )
-            .with_data(serde_json::json!({ "rule": "untrusted-args", "key": key }));
-            return Guarded::new(futures::future::ready(Err(err)).boxed());
+            .with_data(serde_json::json!({ "rule": "untrusted-args", "key": key })));
         }
         let derived = self.code_authority();
         let authority = match &options.authority {
             Some(asked) => derived.at(asked.level),
             None => derived,
         };
-        let request = Request {
+        Ok(Request {
             kernel: self.0.kernel.clone(),
             caller: Some(self.clone()),
             index,
@@ -82,8 +118,8 @@ impl Context {
             interactive: false,
             policy,
             authority,
-        };
-        Guarded::new(run(request))
+            counted: false,
+        })
     }
 
     /// Invokes a chain entry's tool for the served context `self`.
@@ -109,6 +145,7 @@ impl Context {
             policy: None,
             // The chain is the project's: resolved from its files and declared metadata.
             authority: self.code_authority(),
+            counted: false,
         };
         Guarded::new(run(request))
     }
@@ -141,6 +178,7 @@ pub(crate) async fn invoke_root(
         interactive,
         policy: None,
         authority,
+        counted: false,
     };
     Guarded::new(run(request)).await
 }
@@ -156,51 +194,59 @@ struct Request {
     policy: Option<Arc<crate::skills::patterns::AllowedTools>>,
     /// Who names the tool, for whom: decides step 1 and what step 2 may reach.
     authority: Authority,
+    /// Counted against its run's budget already ([`Context::invoke_counted`]).
+    counted: bool,
 }
 
 /// Steps 1–2, synchronously; the returned future runs the pipeline. Keeping this part out of
 /// the future keeps the future small (it is boxed and moved once per invocation).
 fn run(mut request: Request) -> BoxFuture<'static, Result<Output>> {
-    // 1. `$NAME` extraction: project code seeds through directive keys; below project level
-    // args are data, and a directive key at any depth is refused.
+    if let Err(err) = directives(&mut request) {
+        return futures::future::ready(Err(err)).boxed();
+    }
+    // 2. Resolve the ref (and check the policy).
+    let found = lookup(&request);
+    if request.options.detached {
+        detach(request, found);
+        return futures::future::ready(Ok(None)).boxed();
+    }
+    match found {
+        Ok((tool, resolved)) => pipeline(request, tool, resolved).boxed(),
+        Err(err) => futures::future::ready(Err(err)).boxed(),
+    }
+}
+
+/// Step 1, `$NAME` extraction: project code seeds through directive keys; below project level
+/// args are data, and a directive key at any depth is refused.
+fn directives(request: &mut Request) -> Result<()> {
     if request.authority.level < Level::Project {
-        if let Err(err) = authority::check_data(&request.args, request.authority.level) {
-            return futures::future::ready(Err(err)).boxed();
-        }
+        authority::check_data(&request.args, request.authority.level)?;
     } else if request
         .args
         .as_object()
         .is_some_and(|m| m.keys().any(|k| crate::kernel::options::is_directive(k)))
     {
         let args = (*request.args).clone();
-        match extract_dollar_keys(args, &mut request.options) {
-            Ok(args) => request.args = Arc::new(args),
-            Err(err) => return futures::future::ready(Err(err)).boxed(),
-        }
+        request.args = Arc::new(extract_dollar_keys(args, &mut request.options)?);
     }
-    // 2. Resolve the ref (and check the policy).
-    let found = lookup(&request);
-    if request.options.detached {
-        // Fire and forget: no error reaches the caller, not even a failed lookup.
-        match found {
-            Ok((tool, resolved)) => {
-                request.options.detached = false;
-                tokio::spawn(
-                    async move {
-                        if let Err(err) = pipeline(request, tool, resolved).await {
-                            tracing::debug!(error = %err, "detached invocation failed");
-                        }
-                    }
-                    .in_current_span(),
-                );
-            }
-            Err(err) => tracing::debug!(error = %err, "detached invocation failed"),
-        }
-        return futures::future::ready(Ok(None)).boxed();
-    }
+    Ok(())
+}
+
+/// Fire and forget: no error reaches the caller, not even a failed lookup.
+fn detach(mut request: Request, found: Result<(Arc<Tool>, Arc<Resolved>)>) {
     match found {
-        Ok((tool, resolved)) => pipeline(request, tool, resolved).boxed(),
-        Err(err) => futures::future::ready(Err(err)).boxed(),
+        Ok((tool, resolved)) => {
+            request.options.detached = false;
+            tokio::spawn(
+                async move {
+                    if let Err(err) = pipeline(request, tool, resolved).await {
+                        tracing::debug!(error = %err, "detached invocation failed");
+                    }
+                }
+                .in_current_span(),
+            );
+        }
+        Err(err) => tracing::debug!(error = %err, "detached invocation failed"),
     }
 }
 
@@ -314,6 +360,7 @@ fn prepare(
         options,
         interactive,
         authority,
+        counted,
         ..
     } = request;
     let seed = options.context;
@@ -330,8 +377,13 @@ fn prepare(
         Some(p) => p.budget().clone(),
         None => kernel.budgets().join_or_new(seed.budget),
     };
-    // Chain entries are layers of an invocation already counted.
-    if seed.target.is_none() && !seed.charged {
+    // Chain entries are layers of an invocation already counted; one counted when it was
+    // asked for still does not start once its run is over budget.
+    if counted {
+        if let Some(err) = budget.over() {
+            return Err(err.clone());
+        }
+    } else if seed.target.is_none() {
         budget.invocation(&args)?;
     }
     let birth = Birth {
@@ -614,7 +666,6 @@ fn apply_extra(list: &mut Vec<Entry>, extra: &Value) -> Result<()> {
 }
 
 /// An invocation untrusted code may not make, refused before it runs.
-fn refused(message: String) -> Guarded {
-    let err = SkillError::new(ErrorKind::Denied, message);
-    Guarded::new(futures::future::ready(Err(err)).boxed())
+fn refused(message: String) -> SkillError {
+    SkillError::new(ErrorKind::Denied, message)
 }

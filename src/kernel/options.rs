@@ -71,9 +71,6 @@ pub struct ContextSeed {
     /// For a root: the budget of the run that caused this one (an event handler joins the
     /// budget of the run that emitted its event while that run is alive; see `kernel::budget`).
     pub budget: Option<u64>,
-    /// The invocation was counted against its run's budget already, when a script asked for
-    /// it (see `sandbox::bridge`): calls waiting there for a slot are within the budget too.
-    pub(crate) charged: bool,
 }
 
 impl ContextSeed {

@@ -13,9 +13,10 @@
 //! context, so whatever they spawn lands there too.
 //!
 //! A script has at most [`IN_FLIGHT`] invocations running at once; the ones it asks for past
-//! that wait, in order, for one to end. Each is counted against its run's budget when the
-//! script asks for it, so a loop that asks for more than the budget allows fails at once
-//! instead of piling up work, and what waits holds only its args.
+//! that wait, in order, for one to end (detached ones are spawned at once). Each is resolved
+//! and counted against its run's budget when the script asks for it, so a refused ref rejects
+//! at once, a loop that asks for more than the budget allows fails at once instead of piling
+//! up work, and what waits is a pipeline not yet started (no context, no task).
 //!
 //! Every argument crosses by `convert`'s rules (no cycle, at most 100 levels), and
 //! `set(path, value)` also refuses a value that would sit deeper than that below the context, so
@@ -29,19 +30,21 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context as TaskContext, Poll};
 
 use futures::FutureExt;
-use futures::future::BoxFuture;
+use futures::future::{self, BoxFuture, Either};
 use parking_lot::Mutex;
 use rquickjs::context::EvalOptions;
 use rquickjs::function::{Async, Opt, Rest};
 use rquickjs::{CatchResultExt, CaughtError, Ctx, Function, IntoJs, Object, Value as JsValue};
 use serde_json::{Value, json};
 use tokio::runtime::Handle;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
 
 use crate::cascade::entry::parse_extra;
 use crate::context::Context;
 use crate::error::{ErrorKind, Result, SkillError};
+use crate::kernel::invoke::Output;
+use crate::kernel::stack::Guarded;
 use crate::kernel::{InvokeOptions, ToolRef};
 use crate::sandbox::convert::{
     MAX_DEPTH, caught, depth, from_js, from_js_marked, throw, to_js, to_js_opt,
@@ -93,9 +96,7 @@ impl Bridge {
 
     fn context(&self, h: u32) -> Result<Context> {
         if self.closed.load(Ordering::Acquire) {
-            return Err(SkillError::failed(
-                "this ctx belongs to a sandbox call that has ended",
-            ));
+            return Err(ended());
         }
         self.handles
             .lock()
@@ -115,6 +116,11 @@ impl Bridge {
         };
         u32::try_from(at).unwrap_or(u32::MAX)
     }
+}
+
+/// What a ctx of a sandbox call that has ended answers.
+fn ended() -> SkillError {
+    SkillError::failed("this ctx belongs to a sandbox call that has ended")
 }
 
 /// A synchronous bridge operation: (bridge, context, first arg, second arg) -> JSON or undefined.
@@ -474,35 +480,42 @@ fn invoke_fn<'js>(cx: &Ctx<'js>, bridge: &Arc<Bridge>) -> rquickjs::Result<Funct
                   args: Opt<JsValue<'js>>,
                   options: Opt<JsValue<'js>>| {
                 let prepared = prepare_invoke(&bridge, &cx, h, reference, args, options);
-                let (work, slots) = (bridge.work.clone(), bridge.slots.clone());
-                async move {
-                    let prepared = match prepared {
-                        Ok(Invocation::Started(run)) => Ok(run),
-                        // The semaphore is never closed.
-                        Ok(Invocation::Queued(invoke)) => match slots.acquire_owned().await {
-                            Ok(slot) => Ok(async move {
-                                let out = invoke.await;
-                                drop(slot);
-                                out
-                            }
-                            .boxed()),
-                            Err(_) => Err(SkillError::internal("the script's slots are closed")),
-                        },
-                        Err(e) => Err(e),
-                    };
-                    settle(&work, prepared).await
+                let work = &bridge.work;
+                match prepared {
+                    // Started now while the script has a slot free, as every invocation was
+                    // before there were slots.
+                    Ok(Some(invoke)) => match bridge.slots.clone().try_acquire_owned() {
+                        Ok(slot) => Either::Left(settle(work, Ok(holding(slot, invoke)))),
+                        Err(_) => Either::Right(queued(bridge.clone(), invoke)),
+                    },
+                    Ok(None) => Either::Left(settle(work, Ok(future::ready(Ok(None)).boxed()))),
+                    Err(e) => Either::Left(settle(work, Err(e))),
                 }
             },
         ),
     )
 }
 
-/// An invocation a script asked for.
-enum Invocation {
-    /// Detached: its run is spawned already (a script need not await it, nor wait for a slot).
-    Started(BoxFuture<'static, Result<Option<Arc<Value>>>>),
-    /// Starts when polled, once it has a slot.
-    Queued(BoxFuture<'static, Result<Option<Arc<Value>>>>),
+/// An invocation's future that frees its slot when it ends.
+fn holding(slot: OwnedSemaphorePermit, invoke: Guarded) -> BoxFuture<'static, Result<Output>> {
+    async move {
+        let out = invoke.await;
+        drop(slot);
+        out
+    }
+    .boxed()
+}
+
+/// An invocation that waits for one of the script's slots, then runs as [`settle`] runs it.
+async fn queued(bridge: Arc<Bridge>, invoke: Guarded) -> Settled {
+    let prepared = match bridge.slots.clone().acquire_owned().await {
+        // A session's call may have ended while this one waited.
+        Ok(_) if bridge.closed.load(Ordering::Acquire) => Err(ended()),
+        Ok(slot) => Ok(holding(slot, invoke)),
+        // The semaphore is never closed.
+        Err(_) => Err(SkillError::internal("the script's slots are closed")),
+    };
+    settle(&bridge.work, prepared).await
 }
 
 fn prepare_invoke<'js>(
@@ -512,7 +525,7 @@ fn prepare_invoke<'js>(
     reference: Opt<JsValue<'js>>,
     args: Opt<JsValue<'js>>,
     options: Opt<JsValue<'js>>,
-) -> Result<Invocation> {
+) -> Result<Option<Guarded>> {
     // An argument that cannot cross rejects the promise with what was thrown.
     let js = |e: CaughtError<'js>| {
         SkillError::failed(format!("ctx.manager.invoke: {}", caught(cx, e).message()))
@@ -534,23 +547,14 @@ fn prepare_invoke<'js>(
     refs::check_args(bridge.untrusted, &args)?;
     let options = arg(cx, options).catch(cx).map_err(js)?;
     refs::check_options(bridge.untrusted, options.as_ref())?;
-    let mut options = invoke_options(options)?;
+    let options = invoke_options(options)?;
     // Untrusted code invokes as itself whichever handle it holds (the served context's would
     // be project code, under another policy).
     let ctx = bridge.context(if bridge.untrusted { 0 } else { h })?;
-    // Counted now, so what waits for a slot is within the run's budget.
-    ctx.budget().invocation(&args)?;
-    options.context.charged = true;
-    let tool = ToolRef::Name(Arc::from(reference));
-    if options.detached {
-        // `invoke` spawns the detached run right away: on scripts' work too.
-        let _work = bridge.work.enter();
-        return Ok(Invocation::Started(ctx.invoke(tool, args, options).boxed()));
-    }
-    // Started as a task of scripts' work once it has a slot.
-    Ok(Invocation::Queued(
-        async move { ctx.invoke(tool, args, options).await }.boxed(),
-    ))
+    // A detached invocation is spawned right away: on scripts' work too. The others start
+    // once the script has a slot, as tasks of scripts' work.
+    let _work = bridge.work.enter();
+    ctx.invoke_counted(ToolRef::Name(Arc::from(reference)), args, options)
 }
 
 /// `options` of `invoke`: `{ context: { locals, nonlocals, run, middleware }, detached }`.

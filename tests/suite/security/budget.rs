@@ -14,7 +14,7 @@ use serde_json::json;
 use skillgate::events::memory::MemoryStore;
 use skillgate::events::{Bus, BusConfig, Limits, WithBus};
 use skillgate::kernel::budget::BudgetLimits;
-use skillgate::{Context, InvokeOptions};
+use skillgate::{Context, InvokeOptions, SkillError};
 
 use crate::support::common::{Project, native};
 use crate::support::server::{TestServer, config, problem};
@@ -191,15 +191,31 @@ async fn a_script_runs_at_most_its_in_flight_invocations_at_once_and_the_rest_wa
     );
     let running = Arc::new(AtomicU64::new(0));
     let peak = Arc::new(AtomicU64::new(0));
+    // Set once as many run at once as a script may have: until then each one waits, so the
+    // slots fill up whatever the machine's speed.
+    let (full, filled) = tokio::sync::watch::channel(false);
+    let full = Arc::new(full);
+    let slots = skillgate::sandbox::IN_FLIGHT as u64;
     let (now, most) = (running.clone(), peak.clone());
     let slow = native(
-        "name: slow\ndescription: Takes a moment, counting who runs beside it.\n",
+        "name: slow\ndescription: Waits for the slots to fill, counting who runs beside it.\n",
         move |_ctx: Context, args| {
-            let (now, most) = (now.clone(), most.clone());
+            let (now, most, full, mut filled) =
+                (now.clone(), most.clone(), full.clone(), filled.clone());
             async move {
-                most.fetch_max(now.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+                let n = now.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(n, Ordering::SeqCst);
+                if n >= slots {
+                    full.send_replace(true);
+                }
+                let waited = tokio::time::timeout(Duration::from_secs(20), filled.wait_for(|f| *f));
+                let reached = matches!(waited.await, Ok(Ok(_)));
+                // Holds its slot a moment more, so one started past the bound would overlap.
                 tokio::time::sleep(Duration::from_millis(2)).await;
                 now.fetch_sub(1, Ordering::SeqCst);
+                if !reached {
+                    return Err(SkillError::failed(format!("never {slots} running at once")));
+                }
                 Ok(Some(args["i"].clone()))
             }
         },
@@ -208,13 +224,39 @@ async fn a_script_runs_at_most_its_in_flight_invocations_at_once_and_the_rest_wa
     let n = 3 * skillgate::sandbox::IN_FLIGHT as u64;
     let res = server.post_json("/invoke/wide", &json!({ "n": n })).await;
     assert_eq!(res.status(), 200);
-    // Every one ran, in order of asking: none was refused for being past the slots.
+    // Every one ran: none was refused for being past the slots.
     let body: serde_json::Value = res.json().await.unwrap();
     assert_eq!(body["result"], json!(n * (n - 1) / 2), "{body}");
-    let peak = peak.load(Ordering::SeqCst);
-    assert!(
-        peak <= skillgate::sandbox::IN_FLIGHT as u64,
-        "{peak} invocations of one script ran at once"
+    assert_eq!(
+        peak.load(Ordering::SeqCst),
+        slots,
+        "invocations of one script running at once"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ref_refused_when_asked_for_costs_the_run_nothing() {
+    let p = fanout();
+    // Four times the budget of asks for a skill that is not there, then one real call.
+    p.skill(
+        "probe.skill.js",
+        "/*---\nname: probe\ndescription: Looks for a skill, then uses another.\n---*/\n\
+         export default async function (ctx) {\n\
+           let missing = 0;\n\
+           for (let i = 0; i < 200; i++) {\n\
+             try { await ctx.manager.invoke('not-here', {}); } catch (e) { missing++; }\n\
+           }\n\
+           return { missing, leaf: await ctx.manager.invoke('leaf', { i: 7 }) };\n\
+         }\n",
+    );
+    let server = TestServer::start_with(p, config(), |b| b.budget(small())).await;
+    let res = server.post_json("/invoke/probe", &json!({})).await;
+    assert_eq!(res.status(), 200);
+    let body: serde_json::Value = res.json().await.unwrap();
+    assert_eq!(
+        body["result"],
+        json!({ "missing": 200, "leaf": 7 }),
+        "{body}"
     );
 }
 
