@@ -52,14 +52,10 @@ impl Context {
         args: Value,
         options: InvokeOptions,
     ) -> Result<Option<Guarded>> {
-        let mut request = self.request(tool, args, options)?;
-        directives(&mut request)?;
-        let found = lookup(&request);
-        if request.options.detached {
-            detach(request, found);
+        let Some((mut request, tool, resolved)) = steps_1_2(self.request(tool, args, options)?)?
+        else {
             return Ok(None);
-        }
-        let (tool, resolved) = found?;
+        };
         let seed = &request.options.context;
         if seed.target.is_none() {
             let payer = seed.parent.as_ref().unwrap_or(self);
@@ -200,20 +196,29 @@ struct Request {
 
 /// Steps 1–2, synchronously; the returned future runs the pipeline. Keeping this part out of
 /// the future keeps the future small (it is boxed and moved once per invocation).
-fn run(mut request: Request) -> BoxFuture<'static, Result<Output>> {
-    if let Err(err) = directives(&mut request) {
-        return futures::future::ready(Err(err)).boxed();
+fn run(request: Request) -> BoxFuture<'static, Result<Output>> {
+    match steps_1_2(request) {
+        Ok(Some((request, tool, resolved))) => pipeline(request, tool, resolved).boxed(),
+        Ok(None) => futures::future::ready(Ok(None)).boxed(),
+        Err(err) => futures::future::ready(Err(err)).boxed(),
     }
+}
+
+/// A request whose tool is resolved: what the pipeline (steps 3–8) takes.
+type Found = (Request, Arc<Tool>, Arc<Resolved>);
+
+/// Steps 1–2 for `request`: its directive keys, then its tool (and the policy). What is left
+/// is the pipeline to run, or nothing for a detached invocation (spawned here).
+fn steps_1_2(mut request: Request) -> Result<Option<Found>> {
+    directives(&mut request)?;
     // 2. Resolve the ref (and check the policy).
     let found = lookup(&request);
     if request.options.detached {
         detach(request, found);
-        return futures::future::ready(Ok(None)).boxed();
+        return Ok(None);
     }
-    match found {
-        Ok((tool, resolved)) => pipeline(request, tool, resolved).boxed(),
-        Err(err) => futures::future::ready(Err(err)).boxed(),
-    }
+    let (tool, resolved) = found?;
+    Ok(Some((request, tool, resolved)))
 }
 
 /// Step 1, `$NAME` extraction: project code seeds through directive keys; below project level
