@@ -31,11 +31,10 @@ use tokio_util::sync::CancellationToken;
 use crate::context::Context;
 use crate::error::{ErrorKind, Result, SkillError};
 use crate::sandbox::bridge::{self, Bridge};
+use crate::sandbox::bytecode;
 use crate::sandbox::convert::{OUT_OF_MEMORY, caught, from_js, is_message, thrown, to_js};
 use crate::sandbox::limits::{Limit, Limits, Meter, Metered, Stop};
 use crate::sandbox::script::{Code, Script};
-
-const PRELUDE: &str = include_str!("prelude.js");
 
 /// The language and nothing else: QuickJS's full set less `performance` (a high-resolution clock
 /// is a timing side channel; `Date.now()` remains) and `DOMException` (a web API).
@@ -277,16 +276,18 @@ struct Job {
 }
 
 impl Job {
-    /// Evaluates the prelude with this call's host functions, compiles the code, and starts the
-    /// chain `ready -> fn(ctx, ctx.args) -> outcome`.
+    /// Loads the prelude and calls it with this call's host functions, loads or compiles the
+    /// code, and starts the chain `ready -> fn(ctx, ctx.args) -> outcome`.
     fn start<'js>(&self, cx: Ctx<'js>, outcome: Outcome) -> Result<()> {
         let js = |e| caught(&cx, e);
-        let mut options = EvalOptions::default();
-        options.filename = Some("skillgate:prelude".into());
-        let make: Function = cx
-            .eval_with_options(PRELUDE, options)
+        // A module of function declarations only: its exports are bound once it is evaluated,
+        // with nothing left to wait for.
+        let (prelude, _) = bytecode::prelude()
+            .declare(&cx)
+            .and_then(|m| m.eval())
             .catch(&cx)
             .map_err(js)?;
+        let make: Function = prelude.get("default").catch(&cx).map_err(js)?;
         let host = bridge::host(&cx, &self.bridge).catch(&cx).map_err(js)?;
         let root: Object = make.call((host,)).catch(&cx).map_err(js)?;
         let console = bridge::console(&cx, &self.bridge).catch(&cx).map_err(js)?;
@@ -297,9 +298,12 @@ impl Job {
         let origin = self.script.origin.as_str();
         let (ready, holder): (JsValue, JsValue) = match &self.script.code {
             Code::Module(source) => {
-                let module = Module::declare(cx.clone(), origin, source.as_bytes())
-                    .catch(&cx)
-                    .map_err(js)?;
+                let module = match &self.script.compiled {
+                    Some(compiled) => compiled.declare(&cx),
+                    None => Module::declare(cx.clone(), origin, source.as_bytes()),
+                }
+                .catch(&cx)
+                .map_err(js)?;
                 let (module, done) = module.eval().catch(&cx).map_err(js)?;
                 let namespace = module.namespace().catch(&cx).map_err(js)?;
                 (done.into_value(), namespace.into_value())

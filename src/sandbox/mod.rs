@@ -3,6 +3,7 @@
 //!
 //! - `script`: `.skill.js` files at load time (frontmatter, syntax errors) and the code a tool runs.
 //! - `engine`: a runtime with its limits and interrupt handler, and one call in it.
+//! - `bytecode`: modules compiled once (the prelude, each `.skill.js`), loaded per call.
 //! - `bridge` (with `prelude.js`, `views.js`): the ctx API a script sees, every rule enforced
 //!   host side.
 //! - `refs`: the untrusted-ref rule (bare tool names only).
@@ -15,6 +16,7 @@
 //! Nothing outside this folder names `rquickjs`; another engine would replace this folder only.
 
 mod bridge;
+mod bytecode;
 mod convert;
 mod engine;
 pub mod limits;
@@ -170,6 +172,8 @@ fn anonymous(code: &str, options: Untrusted) -> Result<Tool> {
         code: Code::Body(Arc::from(code)),
         untrusted: true,
         session: options.session,
+        // Code given at run time is compiled once, by the call that runs it.
+        compiled: None,
     };
     Ok(Tool::new(
         fm,

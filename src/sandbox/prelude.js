@@ -1,10 +1,11 @@
 // The ctx bridge, script side: shapes the host functions (bridge.rs) into the spec's `ctx`
 // object and defines the global `ctxTarget`. Every rule is enforced by the host; this only
-// arranges calls. Evaluated once per call, it returns the script's own ctx (handle 0).
+// arranges calls. A module compiled once a process (bytecode.rs); in every fresh sandbox its
+// default export, called once, returns the script's own ctx (handle 0).
 //
-// It is compiled for every fresh sandbox, and QuickJS spends a few microseconds on each function
-// it compiles, so it has as few functions as it can: the live views are compiled on first use
-// (views.js), and `console` and the start of the script are host functions.
+// QuickJS spends a few microseconds on each function it creates, so it has as few functions as it
+// can: the live views are compiled on first use (views.js), and `console` and the start of the
+// script are host functions.
 //
 // ctx.args                 a frozen copy (args are set once)
 // ctx.locals, .nonlocals,  live views: each read asks the host, each assignment is
@@ -12,7 +13,7 @@
 // ctx.envelope             { id, parent (an id), hasOtherTarget, target (a ctx) }
 // ctx.manager              invoke, next, finish, fail, abort, get, set, inject, refresh, log,
 //                          tail, configure
-0, function (host) {
+export default function (host) {
   'use strict';
   const OPS = ['invoke', 'next', 'finish', 'fail', 'abort', 'get', 'set', 'inject', 'refresh',
     'log', 'tail', 'configure'];

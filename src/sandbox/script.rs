@@ -17,6 +17,7 @@ use serde_json::{Map, Value};
 
 use crate::error::{Result, SkillError};
 use crate::sandbox::Session;
+use crate::sandbox::bytecode::Bytecode;
 use crate::sandbox::convert::{caught, from_js, is_message};
 use crate::sandbox::limits::Limits;
 use crate::skills::frontmatter;
@@ -43,6 +44,8 @@ pub struct Script {
     pub untrusted: bool,
     /// Runs in this session's sandbox instead of a fresh one.
     pub session: Option<Session>,
+    /// A module's bytecode, compiled when its file was loaded (`None`: compiled per call).
+    pub(crate) compiled: Option<Bytecode>,
 }
 
 impl std::fmt::Debug for Script {
@@ -58,7 +61,7 @@ impl std::fmt::Debug for Script {
 /// Parses a `.skill.js` file into a tool; `default_name` is used when the frontmatter has none.
 pub fn load(source: Source, display: &str, text: &str, default_name: &str) -> Result<Tool> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-    let mut fm = inspect(display, text)?;
+    let (mut fm, compiled) = inspect(display, text)?;
     if !fm.contains_key("name") {
         fm.insert("name".into(), Value::String(default_name.to_string()));
     }
@@ -70,12 +73,14 @@ pub fn load(source: Source, display: &str, text: &str, default_name: &str) -> Re
         code: Code::Module(Arc::from(text)),
         untrusted: false,
         session: None,
+        compiled: Some(compiled),
     };
     Ok(Tool::new(fm, source, None, Body::Script(Arc::new(script))))
 }
 
-/// Compiles and evaluates the module, checks its default export and returns its frontmatter.
-fn inspect(display: &str, text: &str) -> Result<Map<String, Value>> {
+/// Compiles and evaluates the module, checks its default export and returns its frontmatter,
+/// with the module's bytecode as compiled (before its top-level code ran).
+fn inspect(display: &str, text: &str) -> Result<(Map<String, Value>, Bytecode)> {
     let limits = Limits::default();
     let engine = |e: rquickjs::Error| SkillError::internal(format!("JavaScript engine: {e}"));
     let rt = Runtime::new().map_err(engine)?;
@@ -89,6 +94,7 @@ fn inspect(display: &str, text: &str) -> Result<Map<String, Value>> {
         let module = Module::declare(cx.clone(), display, text.as_bytes())
             .catch(&cx)
             .map_err(|e| syntax_error(display, caught(&cx, e)))?;
+        let compiled = Bytecode::of(&module).catch(&cx).map_err(fail)?;
         let (module, done) = module.eval().catch(&cx).map_err(fail)?;
         match done.finish::<()>() {
             Ok(()) => {}
@@ -107,8 +113,8 @@ fn inspect(display: &str, text: &str) -> Result<Map<String, Value>> {
         }
         let fm: JsValue = module.get("frontmatter").catch(&cx).map_err(fail)?;
         match from_js(&cx, fm).catch(&cx).map_err(fail)? {
-            None | Some(Value::Null) => Ok(Map::new()),
-            Some(Value::Object(map)) => Ok(map),
+            None | Some(Value::Null) => Ok((Map::new(), compiled)),
+            Some(Value::Object(map)) => Ok((map, compiled)),
             Some(other) => Err(SkillError::config(format!(
                 "{display}: `export const frontmatter` must be an object, found {}",
                 crate::context::path::kind(&other)

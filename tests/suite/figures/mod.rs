@@ -19,7 +19,7 @@ fn results() -> Results {
         assert!(!value[key].is_null(), "bench/results.json has no `{key}`");
     }
     for (id, bench) in value["benches"].as_object().expect("benches is an object") {
-        for key in ["date", "commit", "mode", "rows"] {
+        for key in ["date", "commit", "mode", "cpu", "rows"] {
             assert!(
                 !bench[key].is_null(),
                 "bench/results.json: `{id}` has no `{key}`"

@@ -39,8 +39,9 @@ impl Results {
         };
         let provenance = match self.bench(id) {
             Some(b) => format!(
-                "_`{command}`, {} mode, at commit `{}` on {}._\n",
+                "_`{command}`, {} mode, on {}, at commit `{}` on {}._\n",
                 b["mode"].as_str().unwrap_or("?"),
+                b["cpu"].as_str().unwrap_or("an unrecorded CPU"),
                 b["commit"].as_str().unwrap_or("?"),
                 b["date"].as_str().unwrap_or("?"),
             ),
@@ -146,8 +147,9 @@ pub const BLOCKS: &[(&str, Render)] = &[
 fn machine(r: &Results) -> String {
     let m = &r.0["machine"];
     format!(
-        "Measured on {} ({} cores, {} GiB; shared, so figures move by about a tenth from run to \
-         run), release builds, by `scripts/bench`; last run {} at commit `{}`.\n",
+        "Release builds, measured by `scripts/bench`; last run on {} ({} cores, {} GiB; shared, \
+         so figures move by about a tenth from run to run) on {} at commit `{}`. Each block \
+         names the processor it ran on: compare figures measured on the same one.\n",
         m["cpu"].as_str().unwrap_or("an unknown CPU"),
         m["cores"].as_u64().unwrap_or(0),
         m["memory_gib"].as_u64().unwrap_or(0),
