@@ -2,7 +2,7 @@
 //! through the full pipeline.
 //!
 //! - `sandbox/skill_js`: invoking a `.skill.js` skill (`kernel.invoke("bench-js")`): the JS skill's
-//!   pipeline, a fresh QuickJS runtime and context, the prelude, compiling the module, the bridge
+//!   pipeline, a fresh QuickJS runtime and context, the prelude, loading the module, the bridge
 //!   call to `noop` (its own pipeline) and the return.
 //! - `sandbox/untrusted`: the same code run with `sandbox::run_untrusted` as an anonymous inline
 //!   skill (what the agent's `invoke` tool does): its cascade is resolved per call.

@@ -2,8 +2,14 @@
 //! asks the call's meter), a context with the standard intrinsics and nothing else (no module
 //! loader, no timers, no I/O), and running a script in it against the served context.
 //!
-//! A call starts the script in one locked section (prelude, compile, a promise chain that ends in
-//! two host callbacks writing the outcome), then drives the runtime itself, one job at a time:
+//! Each engine loads the prelude module once (`skillgate:prelude`, from `bytecode`) and keeps its
+//! default export, the factory of a script's `ctx`, in the context's userdata. With no loader,
+//! the only module a script can `import()` is that one (QuickJS looks among the loaded modules
+//! first): it gets the factory, which wires a `ctx` to whatever host object it is given; the
+//! host object itself is passed only by the engine and is never reachable from a script.
+//!
+//! A call starts the script in one locked section (the `ctx`, the code, a promise chain that ends
+//! in two host callbacks writing the outcome), then drives the runtime itself, one job at a time:
 //! between jobs it checks the meter (time, wall clock, abort), so an endless chain of microtasks
 //! is stopped as surely as a busy loop (which the interrupt handler stops), and when only
 //! promises are pending it sleeps until a bridge future, the wall-clock deadline, an abort or the
@@ -21,8 +27,8 @@ use parking_lot::Mutex;
 use rquickjs::context::{EvalOptions, intrinsic};
 use rquickjs::function::{Opt, This};
 use rquickjs::{
-    AsyncContext, AsyncRuntime, CatchResultExt, Ctx, Exception, Function, Module, Object,
-    Value as JsValue,
+    AsyncContext, AsyncRuntime, CatchResultExt, Ctx, Exception, Function, JsLifetime, Module,
+    Object, Value as JsValue,
 };
 use serde_json::{Map, Value};
 use tokio::runtime::Handle;
@@ -61,6 +67,11 @@ pub(crate) struct Engine {
     /// The meter of the call in progress, read by the interrupt handler.
     meter: Arc<Mutex<Option<Arc<Meter>>>>,
 }
+
+/// The prelude's default export, the factory of a script's `ctx`, kept in the context's userdata
+/// (where scripts cannot reach it).
+#[derive(JsLifetime)]
+struct Prelude<'js>(Function<'js>);
 
 /// What one call runs, and against what.
 pub(crate) struct Call {
@@ -110,7 +121,15 @@ impl Engine {
         let seed = Value::Object(memory.cloned().unwrap_or_default());
         cx.with(move |cx| -> rquickjs::Result<()> {
             let value = to_js(&cx, &seed)?;
-            cx.globals().set("memory", value)
+            cx.globals().set("memory", value)?;
+            // A module of one function declaration: its export is bound once it is evaluated,
+            // with nothing left to wait for. Loaded once per engine: a session's context would
+            // keep one more module alive each call if each call loaded it.
+            let (prelude, _) = bytecode::prelude().declare(&cx)?.eval()?;
+            let make: Function = prelude.get("default")?;
+            cx.store_userdata(Prelude(make))
+                .map_err(|_| rquickjs::Error::Unknown)?;
+            Ok(())
         })
         .await
         .map_err(engine_error)?;
@@ -276,18 +295,14 @@ struct Job {
 }
 
 impl Job {
-    /// Loads the prelude and calls it with this call's host functions, loads or compiles the
-    /// code, and starts the chain `ready -> fn(ctx, ctx.args) -> outcome`.
+    /// Calls the prelude's `make` with this call's host functions, loads or compiles the code,
+    /// and starts the chain `ready -> fn(ctx, ctx.args) -> outcome`.
     fn start<'js>(&self, cx: Ctx<'js>, outcome: Outcome) -> Result<()> {
         let js = |e| caught(&cx, e);
-        // A module of function declarations only: its exports are bound once it is evaluated,
-        // with nothing left to wait for.
-        let (prelude, _) = bytecode::prelude()
-            .declare(&cx)
-            .and_then(|m| m.eval())
-            .catch(&cx)
-            .map_err(js)?;
-        let make: Function = prelude.get("default").catch(&cx).map_err(js)?;
+        let make = cx
+            .userdata::<Prelude>()
+            .map(|prelude| prelude.0.clone())
+            .ok_or_else(|| SkillError::internal("the sandbox's prelude is not loaded"))?;
         let host = bridge::host(&cx, &self.bridge).catch(&cx).map_err(js)?;
         let root: Object = make.call((host,)).catch(&cx).map_err(js)?;
         let console = bridge::console(&cx, &self.bridge).catch(&cx).map_err(js)?;

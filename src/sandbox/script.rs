@@ -94,7 +94,9 @@ fn inspect(display: &str, text: &str) -> Result<(Map<String, Value>, Bytecode)> 
         let module = Module::declare(cx.clone(), display, text.as_bytes())
             .catch(&cx)
             .map_err(|e| syntax_error(display, caught(&cx, e)))?;
-        let compiled = Bytecode::of(&module).catch(&cx).map_err(fail)?;
+        let compiled = Bytecode::of(&module).map_err(|e| {
+            SkillError::internal(format!("{display}: JavaScript engine: cannot keep the compiled module: {e}"))
+        })?;
         let (module, done) = module.eval().catch(&cx).map_err(fail)?;
         match done.finish::<()>() {
             Ok(()) => {}

@@ -11,6 +11,36 @@ use super::{assert_healthy, js_project, kernel, run, untrusted};
 use crate::support::common::{Project, Seen, native, plain};
 
 #[tokio::test]
+async fn the_prelude_a_script_can_import_wires_a_ctx_only_to_a_host_the_script_gives_it() {
+    let seen = Seen::default();
+    let k = kernel(&Project::new(), None, seen.clone());
+    let out = untrusted(
+        &k,
+        r#"let prelude;
+           try { prelude = await import('skillgate:prelude'); } catch (e) { return 'unreachable'; }
+           const { default: make, ...rest } = prelude;
+           const asked = [];
+           const fake = new Proxy({}, { get: (_, op) => (...a) => { asked.push(op); return op === 'invoke' ? 'fake' : {}; } });
+           const made = make(fake);
+           const answer = await made.manager.invoke('probe');
+           return { exports: Object.keys(rest), answer, asked: asked.includes('invoke'),
+                    same: made === ctx };"#,
+        json!({}),
+    )
+    .await
+    .unwrap();
+    // Not importable at all would do too; importable, it gives only the factory.
+    if out != Some(json!("unreachable")) {
+        assert_eq!(
+            out,
+            Some(json!({"exports": [], "answer": "fake", "asked": true, "same": false}))
+        );
+    }
+    // The real host was never asked: `probe` did not run.
+    assert!(seen.all("probe").is_empty());
+}
+
+#[tokio::test]
 async fn host_objects_are_not_reachable() {
     let k = kernel(&Project::new(), None, Seen::default());
     let out = untrusted(

@@ -64,6 +64,25 @@ async fn a_session_survives_a_limit_hit_and_a_ctx_kept_from_an_ended_call_is_dea
 }
 
 #[tokio::test]
+async fn a_session_holds_no_more_memory_after_many_calls_than_after_one() {
+    // Each call sets up the script's `ctx` again in the session's one context: what a call
+    // loads for that must not stay behind. 2,000 calls in a 2 MiB heap fail if each keeps even
+    // one KiB.
+    let k = kernel(&Project::new(), Some(Session::default()), Seen::default());
+    let limits = json!({"memory": "2MiB"});
+    for n in 0..2000 {
+        let out = untrusted(
+            &k,
+            "return await ctx.manager.invoke('noop');",
+            limits.clone(),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("call {n}: {e}"));
+        assert_eq!(out, Some(json!(true)), "call {n}");
+    }
+}
+
+#[tokio::test]
 async fn a_session_refuses_a_second_call_while_one_runs() {
     let session = Session::default();
     let k = kernel(&Project::new(), Some(session), Seen::default());
