@@ -13,7 +13,7 @@ use rquickjs::{CatchResultExt, Context, Ctx, Module, Runtime, WriteOptions};
 
 /// A module's QuickJS bytecode, as this process's engine compiled it.
 #[derive(Clone)]
-pub(crate) struct Bytecode(Arc<[u8]>);
+pub struct Bytecode(Arc<[u8]>);
 
 impl std::fmt::Debug for Bytecode {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

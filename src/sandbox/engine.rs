@@ -27,8 +27,8 @@ use parking_lot::Mutex;
 use rquickjs::context::{EvalOptions, intrinsic};
 use rquickjs::function::{Opt, This};
 use rquickjs::{
-    AsyncContext, AsyncRuntime, CatchResultExt, Ctx, Exception, Function, JsLifetime, Module,
-    Object, Value as JsValue,
+    AsyncContext, AsyncRuntime, CatchResultExt, Ctx, Exception, Function, JsLifetime, Object,
+    Value as JsValue,
 };
 use serde_json::{Map, Value};
 use tokio::runtime::Handle;
@@ -312,13 +312,8 @@ impl Job {
             .map_err(js)?;
         let origin = self.script.origin.as_str();
         let (ready, holder): (JsValue, JsValue) = match &self.script.code {
-            Code::Module(source) => {
-                let module = match &self.script.compiled {
-                    Some(compiled) => compiled.declare(&cx),
-                    None => Module::declare(cx.clone(), origin, source.as_bytes()),
-                }
-                .catch(&cx)
-                .map_err(js)?;
+            Code::Module(compiled) => {
+                let module = compiled.declare(&cx).catch(&cx).map_err(js)?;
                 let (module, done) = module.eval().catch(&cx).map_err(js)?;
                 let namespace = module.namespace().catch(&cx).map_err(js)?;
                 (done.into_value(), namespace.into_value())

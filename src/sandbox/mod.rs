@@ -172,8 +172,6 @@ fn anonymous(code: &str, options: Untrusted) -> Result<Tool> {
         code: Code::Body(Arc::from(code)),
         untrusted: true,
         session: options.session,
-        // Code given at run time is compiled once, by the call that runs it.
-        compiled: None,
     };
     Ok(Tool::new(
         fm,

@@ -29,8 +29,8 @@ const LOAD_BUDGET: Duration = Duration::from_millis(1000);
 /// The code of a scripted tool.
 #[derive(Debug)]
 pub enum Code {
-    /// An ES module; its default export is called.
-    Module(Arc<str>),
+    /// An ES module, compiled when its file was loaded; its default export is called.
+    Module(Bytecode),
     /// The body of `async function (ctx, args)`.
     Body(Arc<str>),
 }
@@ -44,8 +44,6 @@ pub struct Script {
     pub untrusted: bool,
     /// Runs in this session's sandbox instead of a fresh one.
     pub session: Option<Session>,
-    /// A module's bytecode, compiled when its file was loaded (`None`: compiled per call).
-    pub(crate) compiled: Option<Bytecode>,
 }
 
 impl std::fmt::Debug for Script {
@@ -70,10 +68,9 @@ pub fn load(source: Source, display: &str, text: &str, default_name: &str) -> Re
         .map_err(|e| SkillError::config(format!("{display}: {e}")))?;
     let script = Script {
         origin: display.to_string(),
-        code: Code::Module(Arc::from(text)),
+        code: Code::Module(compiled),
         untrusted: false,
         session: None,
-        compiled: Some(compiled),
     };
     Ok(Tool::new(fm, source, None, Body::Script(Arc::new(script))))
 }
