@@ -213,7 +213,7 @@ impl Doors {
             if config.websocket.enabled {
                 served.push(Arc::new(ws::Hub::new(
                     config.websocket.clone(),
-                    gateway.metrics.ws_queued(),
+                    gateway.metrics.ws(),
                 )));
             }
             let web_routes = http::routes::collect(&index, project)

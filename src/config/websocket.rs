@@ -29,6 +29,10 @@ pub struct WsConfig {
     /// Bytes that may wait for all clients together; the client whose frame would pass it is
     /// closed with 1013.
     pub total_send_queue_bytes: usize,
+    /// Bytes of large messages being received on every socket together; a socket whose
+    /// message would pass it waits (its client's bytes stay in the network) until others
+    /// arrive.
+    pub total_receive_bytes: usize,
     /// Sockets open at once; more are refused with 503.
     pub max_connections: usize,
     /// Sockets one client address may have open at once; more are refused with 503.
@@ -47,6 +51,7 @@ impl Default for WsConfig {
             send_queue: 1024,
             send_queue_bytes: 8 * 1024 * 1024,
             total_send_queue_bytes: 128 * 1024 * 1024,
+            total_receive_bytes: 32 * 1024 * 1024,
             max_connections: 1024,
             max_connections_per_peer: 32,
             allowed_origins: Vec::new(),
@@ -87,6 +92,13 @@ pub struct WsSettings {
         env = "SKILLGATE_WS_TOTAL_SEND_QUEUE_BYTES"
     )]
     pub total_send_queue_bytes: Option<usize>,
+    /// Bytes of messages larger than 16 KiB being received on all sockets together; a socket
+    /// whose message would pass it waits until others have arrived [default: 33554432].
+    #[arg(
+        long = "ws-total-receive-bytes",
+        env = "SKILLGATE_WS_TOTAL_RECEIVE_BYTES"
+    )]
+    pub total_receive_bytes: Option<usize>,
     /// WebSocket connections open at once; more are refused with 503 [default: 1024].
     #[arg(
         id = "ws_max_connections",
@@ -119,6 +131,7 @@ impl WsSettings {
             send_queue: self.send_queue.or(file.send_queue),
             send_queue_bytes: self.send_queue_bytes.or(file.send_queue_bytes),
             total_send_queue_bytes: self.total_send_queue_bytes.or(file.total_send_queue_bytes),
+            total_receive_bytes: self.total_receive_bytes.or(file.total_receive_bytes),
             max_connections: self.max_connections.or(file.max_connections),
             max_connections_per_peer: self
                 .max_connections_per_peer
@@ -164,6 +177,11 @@ impl WsConfig {
                 "total-send-queue-bytes",
                 settings.total_send_queue_bytes,
                 &mut config.total_send_queue_bytes,
+            ),
+            (
+                "total-receive-bytes",
+                settings.total_receive_bytes,
+                &mut config.total_receive_bytes,
             ),
             (
                 "max-connections",

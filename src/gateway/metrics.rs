@@ -91,13 +91,24 @@ fn latency_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.0001, 2.0, 17))
 }
 
+/// What the WebSocket sockets keep together, exported in `/metrics`.
+#[derive(Clone, Default)]
+pub struct WsGauges {
+    /// Bytes queued to clients (the outboxes keep it).
+    pub queued: Gauge<i64, AtomicI64>,
+    /// Bytes of large messages being received (the intakes keep it).
+    pub receiving: Gauge<i64, AtomicI64>,
+    /// Sockets waiting for the receive budget.
+    pub receive_waiting: Gauge<i64, AtomicI64>,
+}
+
 pub struct Metrics {
     registry: Registry,
     requests: Family<RequestLabels, Counter>,
     latency: Histograms<RouteLabels>,
     in_flight: Gauge<i64, AtomicI64>,
-    /// Bytes queued to WebSocket clients, every socket together (the outboxes keep it).
-    ws_queued: Gauge<i64, AtomicI64>,
+    /// What the WebSocket sockets keep together.
+    ws: WsGauges,
     invocations: Family<SkillLabels, Counter>,
     errors: Family<ErrorLabels, Counter>,
     durations: Histograms<SkillLabels>,
@@ -129,7 +140,7 @@ impl Metrics {
         let requests = Family::<RequestLabels, Counter>::default();
         let latency: Histograms<RouteLabels> = Family::new_with_constructor(latency_histogram);
         let in_flight = Gauge::<i64, AtomicI64>::default();
-        let ws_queued = Gauge::<i64, AtomicI64>::default();
+        let ws = WsGauges::default();
         let invocations = Family::<SkillLabels, Counter>::default();
         let errors = Family::<ErrorLabels, Counter>::default();
         let durations: Histograms<SkillLabels> = Family::new_with_constructor(latency_histogram);
@@ -151,7 +162,17 @@ impl Metrics {
         registry.register(
             "ws_send_queue_bytes",
             "Bytes queued to WebSocket clients, every socket together",
-            ws_queued.clone(),
+            ws.queued.clone(),
+        );
+        registry.register(
+            "ws_receive_bytes",
+            "Bytes of large WebSocket messages being received, every socket together",
+            ws.receiving.clone(),
+        );
+        registry.register(
+            "ws_receive_waiting",
+            "WebSocket sockets waiting for the budget of messages being received",
+            ws.receive_waiting.clone(),
         );
         registry.register(
             "invocations",
@@ -188,7 +209,7 @@ impl Metrics {
             requests,
             latency,
             in_flight,
-            ws_queued,
+            ws,
             invocations,
             errors,
             durations,
@@ -225,9 +246,9 @@ impl Metrics {
         self.in_flight.inc_by(delta);
     }
 
-    /// The gauge of bytes queued to WebSocket clients (shared with the sockets' outboxes).
-    pub fn ws_queued(&self) -> Gauge<i64, AtomicI64> {
-        self.ws_queued.clone()
+    /// The gauges the WebSocket sockets keep (shared with them).
+    pub fn ws(&self) -> WsGauges {
+        self.ws.clone()
     }
 
     /// Requests being served right now.

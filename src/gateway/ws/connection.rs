@@ -9,10 +9,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::ws::{Message, WebSocket};
 use futures::StreamExt;
 use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
+use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 use tokio_util::sync::CancellationToken;
 
 use crate::context::id;
@@ -24,6 +24,7 @@ use crate::gateway::ws::hub::{Hub, RunGuard};
 use crate::gateway::ws::outbox::{Limits, Outbox, code, split};
 use crate::gateway::ws::protocol::{ClientFrame, FrameError, Invoke, out};
 use crate::gateway::ws::subscription::Subscriptions;
+use crate::gateway::ws::upgrade::Socket;
 use crate::gateway::{Dispatch, GatewayError, Inbound, ReplyPart};
 use crate::kernel::ToolRef;
 
@@ -59,7 +60,7 @@ struct Connection {
 }
 
 /// Serves one upgraded socket until it closes.
-pub async fn serve(socket: WebSocket, on: Arc<Listener>, hub: Arc<Hub>, peer: Peer) {
+pub async fn serve(socket: Socket, on: Arc<Listener>, hub: Arc<Hub>, peer: Peer) {
     let config = hub.config.clone();
     let limits = Limits {
         frames: config.send_queue,
@@ -134,9 +135,9 @@ pub async fn serve(socket: WebSocket, on: Arc<Listener>, hub: Arc<Hub>, peer: Pe
                         &GatewayError::BadRequest("frames are JSON text; binary frames are not part of the protocol".into()),
                     )),
                     Some(Ok(Message::Close(_))) | None => break,
-                    Some(Ok(Message::Ping(_) | Message::Pong(_))) => {}
+                    Some(Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_))) => {}
                     Some(Err(err)) => {
-                        if is_too_big(&err) {
+                        if matches!(err, WsError::Capacity(_)) {
                             outbox.close(code::TOO_BIG, format!("a message is larger than {} bytes", config.max_message));
                         } else {
                             tracing::debug!(connection = conn.id, error = %err, "WebSocket read failed");
@@ -169,13 +170,6 @@ async fn revoked(token: Option<&tokio_util::sync::CancellationToken>) {
         Some(token) => token.cancelled().await,
         None => std::future::pending().await,
     }
-}
-
-/// True when the read failed because a message was over the size limit (tungstenite's
-/// capacity error, which axum passes on as text).
-fn is_too_big(err: &axum::Error) -> bool {
-    let text = err.to_string();
-    text.contains("Space limit exceeded") || text.contains("too long")
 }
 
 impl Connection {

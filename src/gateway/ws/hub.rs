@@ -1,6 +1,6 @@
-//! Every open WebSocket of a server: the connection cap, the invocations in flight, and the
-//! shutdown that stops taking new work, lets running invocations answer, then closes the
-//! sockets (1001), within the server's one grace period.
+//! Every open WebSocket of a server: the connection cap, the budgets the sockets share, the
+//! invocations in flight, and the shutdown that stops taking new work, lets running
+//! invocations answer, then closes the sockets (1001), within the server's one grace period.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -12,6 +12,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::websocket::WsConfig;
+use crate::gateway::metrics::WsGauges;
+use crate::gateway::ws::intake::Budget;
 
 pub struct Hub {
     pub config: WsConfig,
@@ -23,18 +25,25 @@ pub struct Hub {
     pub per_peer: Arc<crate::gateway::peers::PerPeer>,
     /// Bytes queued to every socket together (see `outbox`), exported in `/metrics`.
     pub queued: Gauge<i64, AtomicI64>,
+    /// Bytes of large messages being received on every socket together (see `intake`).
+    pub receiving: Arc<Budget>,
 }
 
 impl Hub {
-    pub fn new(config: WsConfig, queued: Gauge<i64, AtomicI64>) -> Hub {
+    pub fn new(config: WsConfig, gauges: WsGauges) -> Hub {
         Hub {
+            receiving: Budget::new(
+                config.total_receive_bytes,
+                gauges.receiving,
+                gauges.receive_waiting,
+            ),
+            queued: gauges.queued,
             slots: Arc::new(Semaphore::new(config.max_connections)),
             per_peer: crate::gateway::peers::PerPeer::new(config.max_connections_per_peer),
             config,
             tracker: TaskTracker::new(),
             closing: CancellationToken::new(),
             in_flight: AtomicI64::new(0),
-            queued,
         }
     }
 

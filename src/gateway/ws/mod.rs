@@ -9,25 +9,27 @@
 //! - [`subscription`]: topic subscriptions of a socket.
 //! - [`outbox`]: the bounded send queue and the close codes.
 //! - [`hub`]: every socket of the server, the cap, and the shutdown.
+//! - [`upgrade`]: the handshake; [`intake`]: the budget of messages being received.
 
 pub mod connection;
 pub mod hub;
+pub mod intake;
 pub mod outbox;
 pub mod protocol;
 pub mod subscription;
+pub mod upgrade;
 
 use std::net::SocketAddr;
 
 use std::sync::Arc;
 
-use axum::extract::ws::WebSocketUpgrade;
-use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Extension, Router};
 use futures::future::BoxFuture;
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 
 use crate::gateway::GatewayError;
 use crate::gateway::door::Door;
@@ -98,20 +100,14 @@ async fn upgrade(
     ConnectInfo(remote): ConnectInfo<SocketAddr>,
     client: Option<Extension<crate::gateway::peers::ClientAddr>>,
     headers: HeaderMap,
-    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+    upgrade: Result<upgrade::Upgrade, GatewayError>,
 ) -> Response {
     if let Some(why) = refused_origin(&headers, &on.cors_origins, &hub) {
         return GatewayError::CrossSite(why).into_response();
     }
     let upgrade = match upgrade {
         Ok(upgrade) => upgrade,
-        Err(rejection) => {
-            return GatewayError::BadRequest(format!(
-                "`{PATH}` speaks WebSocket: {}",
-                rejection.body_text()
-            ))
-            .into_response();
-        }
+        Err(refused) => return refused.into_response(),
     };
     if hub.is_closing() {
         return GatewayError::Unavailable("the server is shutting down".into()).into_response();
@@ -138,21 +134,22 @@ async fn upgrade(
         caller: caller.map(|Extension(c)| c),
     };
     let max = hub.config.max_message;
-    upgrade
-        // Buffers grow with the messages a socket carries; an idle one keeps them small (the
-        // default read buffer is 128 KiB a socket, allocated up front).
+    // Buffers grow with the messages a socket carries; an idle one keeps them small (the
+    // default read buffer is 128 KiB a socket, allocated up front).
+    let config = WebSocketConfig::default()
         .read_buffer_size(READ_BUFFER)
         .write_buffer_size(WRITE_BUFFER)
-        .max_message_size(max)
-        .max_frame_size(max)
-        .on_upgrade(move |socket| {
-            let served = hub.track(connection::serve(socket, on, hub.clone(), peer));
-            async move {
-                served.await;
-                drop(slot);
-                drop(held);
-            }
-        })
+        .max_message_size(Some(max))
+        .max_frame_size(Some(max));
+    let budget = hub.receiving.clone();
+    upgrade.accept(config, budget, move |socket| {
+        let served = hub.track(connection::serve(socket, on, hub.clone(), peer));
+        async move {
+            served.await;
+            drop(slot);
+            drop(held);
+        }
+    })
 }
 
 /// Why a browser page may not open a socket here: a page's `Origin` must be the server's own,

@@ -12,7 +12,10 @@ use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use prometheus_client::metrics::gauge::Gauge;
 use std::time::Duration;
 
-use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket};
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+use tokio_tungstenite::tungstenite::{Message, Utf8Bytes};
+
+use crate::gateway::ws::upgrade::Socket;
 use futures::{Sink, SinkExt, StreamExt};
 use parking_lot::Mutex;
 use serde_json::Value;
@@ -195,7 +198,7 @@ where
         reason.pop();
     }
     let close = Message::Close(Some(CloseFrame {
-        code,
+        code: code.into(),
         reason: reason.into(),
     }));
     // A client let go gets a moment to take the close frame, if its buffers have room.
@@ -286,13 +289,10 @@ where
 }
 
 /// The read half's type, for the connection loop.
-pub type Incoming = futures::stream::SplitStream<WebSocket>;
+pub type Incoming = futures::stream::SplitStream<Socket>;
 
 /// Splits a socket into its read half and its outbox with the writer's future.
-pub fn split(
-    socket: WebSocket,
-    limits: Limits,
-) -> (Incoming, Arc<Outbox>, impl Future<Output = ()>) {
+pub fn split(socket: Socket, limits: Limits) -> (Incoming, Arc<Outbox>, impl Future<Output = ()>) {
     let (sink, stream) = socket.split();
     let (outbox, writer) = Outbox::new(sink, limits);
     (stream, outbox, writer)

@@ -14,7 +14,8 @@
 //! - `webhook`: replays of deliveries whose scheme signs no timestamp.
 //! - `rebinding`: DNS rebinding and cross-site requests on loopback, through every door.
 //! - `budget`: fan-out bounded by each run's budget, event handlers included.
-//! - `websocket`: clients that never read: bounded in bytes, let go, their queue freed.
+//! - `websocket`: clients that never read: bounded in bytes, let go, their queue freed; large
+//!   messages being received wait for a budget every socket shares.
 //! - `smtp`: raw SMTP clients: DATA past the cap, too many sessions, too much DATA at once.
 //! - `streams`: parts a slow reader missed are told (`gap`); the sandbox queue is bounded.
 //! - `peers`: per-address caps on connections and sockets; trusted proxies.

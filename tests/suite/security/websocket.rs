@@ -1,6 +1,7 @@
 //! A WebSocket client that sends invocations and never reads: what waits for it is bounded in
 //! bytes (its own queue, and every socket's together), it is let go as soon as it falls behind
-//! or takes nothing for the write timeout, and what was queued for it is freed.
+//! or takes nothing for the write timeout, and what was queued for it is freed. A client that
+//! dribbles a large message in holds no more than every socket's shared receive budget lets it.
 
 use std::time::Duration;
 
@@ -21,11 +22,32 @@ fn echo() -> Project {
 
 /// `skillgate_ws_send_queue_bytes` in `/metrics`.
 async fn queued_bytes(server: &TestServer) -> i64 {
+    gauge(server, "skillgate_ws_send_queue_bytes").await
+}
+
+/// A gauge of `/metrics`.
+async fn gauge(server: &TestServer, name: &str) -> i64 {
     let text = server.get("/metrics").await.text().await.unwrap();
     text.lines()
-        .find_map(|l| l.strip_prefix("skillgate_ws_send_queue_bytes "))
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
         .and_then(|v| v.trim().parse().ok())
-        .expect("the gauge is exported")
+        .unwrap_or_else(|| panic!("`{name}` is exported"))
+}
+
+/// Waits until the gauge `name` satisfies `ok` (fails after the guard).
+async fn gauge_until(server: &TestServer, name: &str, ok: impl Fn(i64) -> bool) -> i64 {
+    let deadline = tokio::time::Instant::now() + crate::support::ws_client::GUARD;
+    loop {
+        let value = gauge(server, name).await;
+        if ok(value) {
+            return value;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "`{name}` stayed at {value}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// Sends `count` invocations of `echo` with `payload`, reading nothing.
@@ -123,4 +145,64 @@ async fn the_bytes_queued_to_all_clients_together_are_bounded() {
         let_go > 0,
         "every client kept all its answers past the total bound"
     );
+}
+
+/// The start of a masked text frame from a client: its header announcing `len` payload bytes,
+/// then `sent` of them.
+fn frame_start(len: usize, sent: usize) -> Vec<u8> {
+    let mut bytes = vec![0x81, 0x80 | 127];
+    bytes.extend_from_slice(&(len as u64).to_be_bytes());
+    bytes.extend_from_slice(&[0, 0, 0, 0]);
+    bytes.extend(std::iter::repeat_n(b' ', sent));
+    bytes
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_message_being_received_waits_for_the_budget_every_socket_shares() {
+    use tokio::io::AsyncWriteExt;
+    use tokio_tungstenite::MaybeTlsStream;
+
+    let mut settings = config();
+    settings.websocket.total_receive_bytes = 256 * 1024;
+    let server = TestServer::start(echo(), settings).await;
+
+    // A client announces a 200 KB message and sends a little of it, then nothing more.
+    let (mut dribbler, _) = WsClient::connect(server.addr, None).await;
+    let MaybeTlsStream::Plain(tcp) = dribbler.socket.get_mut() else {
+        unreachable!("a plain socket")
+    };
+    tcp.write_all(&frame_start(200 * 1024, 1024)).await.unwrap();
+    gauge_until(&server, "skillgate_ws_receive_bytes", |held| {
+        held == 200 * 1024
+    })
+    .await;
+
+    // Another client's 100 KB message does not fit beside it: the server reads no more of it
+    // until the budget has room.
+    let (mut large, _) = WsClient::connect(server.addr, None).await;
+    let payload = "y".repeat(100 * 1024);
+    large
+        .send(json!({ "type": "invoke", "id": "large", "skill": "echo", "args": { "p": payload } }))
+        .await;
+    gauge_until(&server, "skillgate_ws_receive_waiting", |n| n == 1).await;
+
+    // Small messages never wait for the budget.
+    let (mut small, _) = WsClient::connect(server.addr, None).await;
+    small
+        .send(json!({ "type": "invoke", "id": "small", "skill": "echo", "args": { "p": "hi" } }))
+        .await;
+    let answer = small.answer("small").await;
+    assert_eq!(answer.last().unwrap()["value"], json!({ "p": "hi" }));
+    assert_eq!(
+        gauge(&server, "skillgate_ws_receive_waiting").await,
+        1,
+        "the large message still waits"
+    );
+
+    // The dribbler goes: the large message is read whole and answered.
+    drop(dribbler);
+    let answer = large.answer("large").await;
+    assert_eq!(answer.last().unwrap()["value"]["p"], json!(payload));
+    gauge_until(&server, "skillgate_ws_receive_bytes", |held| held == 0).await;
+    assert_eq!(gauge(&server, "skillgate_ws_receive_waiting").await, 0);
 }
