@@ -136,13 +136,19 @@ pub async fn serve(socket: Socket, on: Arc<Listener>, hub: Arc<Hub>, peer: Peer)
                     )),
                     Some(Ok(Message::Close(_))) | None => break,
                     Some(Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_))) => {}
+                    Some(Err(WsError::Capacity(_))) => {
+                        outbox.close(code::TOO_BIG, format!("a message is larger than {} bytes", config.max_message));
+                    }
+                    // The intake's refusals: a large message too slow to arrive, a bad frame.
+                    Some(Err(WsError::Io(err))) if err.kind() == std::io::ErrorKind::TimedOut => {
+                        outbox.close(code::POLICY, err.to_string());
+                    }
+                    Some(Err(WsError::Io(err))) if err.kind() == std::io::ErrorKind::InvalidData => {
+                        outbox.close(code::PROTOCOL, err.to_string());
+                    }
                     Some(Err(err)) => {
-                        if matches!(err, WsError::Capacity(_)) {
-                            outbox.close(code::TOO_BIG, format!("a message is larger than {} bytes", config.max_message));
-                        } else {
-                            tracing::debug!(connection = conn.id, error = %err, "WebSocket read failed");
-                            break;
-                        }
+                        tracing::debug!(connection = conn.id, error = %err, "WebSocket read failed");
+                        break;
                     }
                 }
             }

@@ -27,6 +27,7 @@ use tokio_util::sync::CancellationToken;
 pub mod code {
     pub const NORMAL: u16 = 1000;
     pub const GOING_AWAY: u16 = 1001;
+    pub const PROTOCOL: u16 = 1002;
     pub const POLICY: u16 = 1008;
     pub const TOO_BIG: u16 = 1009;
     pub const TRY_AGAIN_LATER: u16 = 1013;
