@@ -7,8 +7,8 @@
 //!   any live client sends, never wait. A message that holds the budget must arrive within a
 //!   deadline, so no client keeps it.
 //! - **Frames in pieces.** A client's frame over [`PIECE`] bytes is handed on as several
-//!   frames of at most that size (the same message, re-fragmented; the masks follow the
-//!   offsets). The protocol's read buffer grows to the largest frame it sees and keeps that
+//!   frames of at most that size (the same message, re-fragmented, with the same masking
+//!   key: pieces start at multiples of 4 bytes). The protocol's read buffer grows to the largest frame it sees and keeps that
 //!   size for the socket's life: 1,000 idle sockets that each once sent a 100 KB message held
 //!   about 165 MB that way. In pieces it stays small, and a message's bytes are freed once it
 //!   was handled.
@@ -36,7 +36,9 @@ pub const PIECE: usize = 4 * 1024;
 /// Bytes read from the socket at once.
 const READ: usize = 4 * 1024;
 
-/// The budget every socket's large messages share.
+/// The budget every socket's large messages share. It counts a message's size; the protocol
+/// gathers a message in pieces into a buffer that grows by doubling, so for a moment a message
+/// can take up to about twice what it counts.
 pub struct Budget {
     bytes: Arc<Semaphore>,
     total: usize,
@@ -209,6 +211,7 @@ impl<S> Intake<S> {
             .as_mut()
             .is_some_and(|timer| timer.as_mut().poll(cx).is_ready());
         if passed {
+            self.release();
             return Err(io::Error::new(
                 io::ErrorKind::TimedOut,
                 format!(
@@ -240,6 +243,7 @@ impl<S> Intake<S> {
     fn admit(&mut self, frame: Frame) -> io::Result<()> {
         if frame.control() {
             if frame.len > 125 || !frame.fin() {
+                self.release();
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidData,
                     "a control frame must be whole and at most 125 bytes",
@@ -249,6 +253,7 @@ impl<S> Intake<S> {
             let message = self.message.saturating_add(frame.len);
             if message > self.max_message as u64 {
                 // The protocol refuses it from a header alone, before any of it is read.
+                self.release();
                 self.refused = true;
                 self.frame = None;
                 self.put_header(frame.first, None, self.max_message as u64 + 1);
@@ -275,14 +280,30 @@ impl<S> Intake<S> {
         let last = frame.done + size == frame.len;
         let fin = if last { frame.first & 0x80 } else { 0 };
         let first = fin | (frame.first & 0x70) | opcode;
-        // The key of a piece at offset `done` is the frame's key turned by that offset.
-        let mask = frame.mask.map(|key| {
-            let turn = (frame.done % 4) as usize;
-            std::array::from_fn(|i| key[(i + turn) % 4])
-        });
+        // Pieces start at multiples of 4 bytes, where the masking key starts again.
+        const _: () = assert!(PIECE.is_multiple_of(4));
         frame.started = true;
+        let mask = frame.mask;
         self.put_header(first, mask, size);
         self.piece_left = size;
+    }
+
+    /// Once the piece being handed on is all out: a frame all handed on is done, and a message
+    /// it ends gives its budget back (at once, not at the next read).
+    fn settle(&mut self) {
+        if self.sent < self.out_len || self.piece_left > 0 {
+            return;
+        }
+        if let Some(frame) = &self.frame
+            && frame.started
+            && frame.done == frame.len
+        {
+            let ends = !frame.control() && frame.fin();
+            self.frame = None;
+            if ends {
+                self.release();
+            }
+        }
     }
 
     /// Queues a header to hand on.
@@ -317,7 +338,16 @@ impl<S: AsyncRead + Unpin> Intake<S> {
             self.input = vec![0; READ].into_boxed_slice();
         }
         let mut read = ReadBuf::new(&mut self.input);
-        ready!(Pin::new(&mut self.inner).poll_read(cx, &mut read))?;
+        if Pin::new(&mut self.inner)
+            .poll_read(cx, &mut read)?
+            .is_pending()
+        {
+            // Nothing is waiting in it: an idle socket keeps no buffer.
+            self.input = Box::default();
+            self.len = 0;
+            self.at = 0;
+            return Poll::Pending;
+        }
         self.len = read.filled().len();
         self.at = 0;
         Poll::Ready(Ok(self.len > 0))
@@ -376,6 +406,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for Intake<S> {
                 let n = (this.out_len - this.sent).min(buf.remaining());
                 buf.put_slice(&this.out[this.sent..this.sent + n]);
                 this.sent += n;
+                this.settle();
                 continue;
             }
             if this.refused {
@@ -405,29 +436,20 @@ impl<S: AsyncRead + Unpin> AsyncRead for Intake<S> {
                 if let Some(frame) = &mut this.frame {
                     frame.done += n as u64;
                 }
+                this.settle();
                 continue;
             }
             if let Some(frame) = &this.frame {
-                if !frame.started {
-                    if this.wanted > 0 {
-                        if gave(buf) {
-                            break;
-                        }
-                        ready!(this.poll_reserve(cx));
-                        this.poll_deadline(cx)?;
+                // Not done (`settle` takes done frames away): its first or next piece.
+                if !frame.started && this.wanted > 0 {
+                    if gave(buf) {
+                        break;
                     }
-                    this.next_piece();
-                    continue;
+                    ready!(this.poll_reserve(cx));
+                    this.poll_deadline(cx)?;
                 }
-                if frame.done < frame.len {
-                    this.next_piece();
-                    continue;
-                }
-                let ends = !frame.control() && frame.fin();
-                this.frame = None;
-                if ends {
-                    this.release();
-                }
+                this.next_piece();
+                continue;
             }
             match this.read_header()? {
                 Some(frame) => this.admit(frame)?,
@@ -495,6 +517,12 @@ mod tests {
 
     /// A masked frame from a client: `fin`, opcode, and a payload of `len` bytes.
     fn frame(fin: bool, opcode: u8, len: usize) -> Vec<u8> {
+        frame_of(fin, opcode, &payload(len))
+    }
+
+    /// A masked frame from a client carrying `data`.
+    fn frame_of(fin: bool, opcode: u8, data: &[u8]) -> Vec<u8> {
+        let len = data.len();
         let mut bytes = vec![if fin { 0x80 } else { 0 } | opcode];
         match len {
             0..=125 => bytes.push(0x80 | len as u8),
@@ -508,7 +536,7 @@ mod tests {
             }
         }
         bytes.extend_from_slice(&KEY);
-        bytes.extend(payload(len).iter().enumerate().map(|(i, b)| b ^ KEY[i % 4]));
+        bytes.extend(data.iter().enumerate().map(|(i, b)| b ^ KEY[i % 4]));
         bytes
     }
 
@@ -803,5 +831,74 @@ mod tests {
         client.write_all(&frame(true, 2, 100 * 1024)).await.unwrap();
         assert_eq!(message_now(&mut socket).await, payload(100 * 1024));
         assert_eq!(budget.held.get(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_text_message_cut_inside_a_character_arrives_as_the_same_text() {
+        let budget = budget(MAX);
+        let (mut socket, mut client) = server(&budget).await;
+        // Three-byte characters: a piece boundary (every 4 KiB) falls inside one.
+        let text = "€".repeat(10_000);
+        client
+            .write_all(&frame_of(true, 1, text.as_bytes()))
+            .await
+            .unwrap();
+        match next_now(&mut socket).await {
+            Some(Ok(Message::Text(got))) => assert_eq!(got.as_str(), text),
+            other => panic!("not the text: {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn what_the_protocol_refuses_in_one_frame_it_still_refuses_in_pieces() {
+        let budget = budget(MAX);
+        let mut bad_utf8 = "a".repeat(10_000).into_bytes();
+        bad_utf8[5000] = 0xFF;
+        let mut rsv1 = frame(true, 2, 10_000);
+        rsv1[0] |= 0x40;
+        let cases = [
+            (
+                "invalid UTF-8 past the first piece",
+                frame_of(true, 1, &bad_utf8),
+            ),
+            ("a continuation with no start", frame(true, 0, 10_000)),
+            ("a reserved bit without an extension", rsv1),
+            (
+                "a new message inside one not ended",
+                [frame(false, 2, 10_000), frame(true, 2, 10_000)].concat(),
+            ),
+        ];
+        for (case, bytes) in cases {
+            let (mut socket, mut client) = server(&budget).await;
+            client.write_all(&bytes).await.unwrap();
+            match next_now(&mut socket).await {
+                Some(Err(WsError::Utf8(_) | WsError::Protocol(_))) => {}
+                other => panic!("{case}: not refused: {other:?}"),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_message_gives_its_budget_back_when_its_last_byte_is_handed_on() {
+        let budget = budget(MAX);
+        let (mut intake, mut client) = intake(&budget);
+        // 20 KB in one frame: four whole pieces, then one of 3,616 bytes.
+        client.write_all(&frame(true, 2, 20_000)).await.unwrap();
+        let mut buf = vec![0; 8192];
+        for piece in [PIECE, PIECE, PIECE, PIECE] {
+            // Exactly one piece with its header (a 16-bit length, then the key).
+            let exact = 4 + 4 + piece;
+            let mut got = 0;
+            while got < exact {
+                got += intake.read(&mut buf[got..exact]).await.unwrap();
+            }
+            assert_eq!(budget.held.get(), 20_000);
+        }
+        let exact = 4 + 4 + 20_000 - 4 * PIECE;
+        let mut got = 0;
+        while got < exact {
+            got += intake.read(&mut buf[got..exact]).await.unwrap();
+        }
+        assert_eq!(budget.held.get(), 0, "given back without another read");
     }
 }

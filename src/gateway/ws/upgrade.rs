@@ -17,6 +17,9 @@ use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
 use crate::gateway::GatewayError;
 use crate::gateway::ws::intake::{Budget, Intake};
 
+/// The message limit when the config gives none (the protocol's own default).
+const DEFAULT_MAX_MESSAGE: usize = 64 << 20;
+
 /// An upgraded socket, read through the budget.
 pub type Socket = WebSocketStream<Intake<TokioIo<Upgraded>>>;
 
@@ -81,7 +84,16 @@ impl Upgrade {
         F: FnOnce(Socket) -> Fut + Send + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
-        let max_message = config.max_message_size.unwrap_or(usize::MAX);
+        // The intake refuses a message over the limit with a frame header over it, so the
+        // protocol's frame limit must be the same (it sees no other large frame).
+        let max_message = [config.max_message_size, config.max_frame_size]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(DEFAULT_MAX_MESSAGE);
+        let config = config
+            .max_message_size(Some(max_message))
+            .max_frame_size(Some(max_message));
         let on_upgrade = self.on_upgrade;
         tokio::spawn(async move {
             let Ok(upgraded) = on_upgrade.await else {
