@@ -567,6 +567,16 @@ mod tests {
         (socket, client)
     }
 
+    /// A socket whose client began a `len`-byte message and sent 100 bytes of it: it holds
+    /// `len` of the budget (the socket, and its client's end).
+    async fn holding(budget: &Arc<Budget>, len: usize) -> (Server, DuplexStream) {
+        let (mut socket, mut client) = server(budget).await;
+        client.write_all(&frame(true, 2, len)[..100]).await.unwrap();
+        assert!(next_now(&mut socket).await.is_none());
+        assert_eq!(budget.held.get(), len as i64);
+        (socket, client)
+    }
+
     /// The next message if it comes now.
     async fn next_now(socket: &mut Server) -> Option<Result<Message, WsError>> {
         tokio::time::timeout(Duration::from_millis(100), socket.next())
@@ -628,11 +638,7 @@ mod tests {
     #[tokio::test]
     async fn small_messages_pass_while_the_budget_is_spent() {
         let budget = budget(64 * 1024);
-        let (mut holder, mut holder_client) = server(&budget).await;
-        let large = frame(true, 2, 64 * 1024);
-        holder_client.write_all(&large[..100]).await.unwrap();
-        assert!(next_now(&mut holder).await.is_none());
-        assert_eq!(budget.held.get(), 64 * 1024);
+        let holder = holding(&budget, 64 * 1024).await;
 
         let (mut small, mut small_client) = server(&budget).await;
         for _ in 0..10 {
@@ -810,12 +816,12 @@ mod tests {
     #[tokio::test]
     async fn a_socket_that_goes_while_waiting_is_no_longer_counted_as_waiting() {
         let budget = budget(32 * 1024);
-        let (mut holder, mut holder_client) = server(&budget).await;
-        let large = frame(true, 2, 32 * 1024);
-        holder_client.write_all(&large[..100]).await.unwrap();
-        assert!(next_now(&mut holder).await.is_none());
+        let _holder = holding(&budget, 32 * 1024).await;
         let (mut waiter, mut waiter_client) = server(&budget).await;
-        waiter_client.write_all(&large).await.unwrap();
+        waiter_client
+            .write_all(&frame(true, 2, 32 * 1024))
+            .await
+            .unwrap();
         assert!(next_now(&mut waiter).await.is_none());
         assert_eq!(budget.waiting.get(), 1);
         drop(waiter);
