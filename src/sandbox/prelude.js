@@ -1,7 +1,7 @@
 // The ctx bridge, script side: shapes the host functions (bridge.rs) into the spec's `ctx`
 // object and defines the global `ctxTarget`. Every rule is enforced by the host; this only
-// arranges calls. A module compiled once a process (bytecode.rs); in every fresh sandbox its
-// default export, called once, returns the script's own ctx (handle 0).
+// arranges calls. A module compiled once a process (bytecode.rs) and loaded once a sandbox; its
+// default export, called at the start of each call, returns the script's own ctx (handle 0).
 //
 // QuickJS spends a few microseconds on each function it creates, so it has as few functions as it
 // can: the live views are compiled on first use (views.js), and `console` and the start of the

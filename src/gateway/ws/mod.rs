@@ -134,13 +134,13 @@ async fn upgrade(
         caller: caller.map(|Extension(c)| c),
     };
     let max = hub.config.max_message;
-    // Buffers grow with the messages a socket carries; an idle one keeps them small (the
-    // default read buffer is 128 KiB a socket, allocated up front).
+    // Small buffers for idle sockets (the default read buffer is 128 KiB a socket, allocated
+    // up front); the read buffer stays near this size, as the intake hands frames on in pieces
+    // of `intake::PIECE`. `accept` sets the frame limit to the message limit.
     let config = WebSocketConfig::default()
         .read_buffer_size(READ_BUFFER)
         .write_buffer_size(WRITE_BUFFER)
-        .max_message_size(Some(max))
-        .max_frame_size(Some(max));
+        .max_message_size(Some(max));
     let budget = hub.receiving.clone();
     upgrade.accept(config, budget, move |socket| {
         let served = hub.track(connection::serve(socket, on, hub.clone(), peer));

@@ -15,6 +15,7 @@ use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
 
 use crate::gateway::GatewayError;
+use crate::gateway::ws::PATH;
 use crate::gateway::ws::intake::{Budget, Intake};
 
 /// The message limit when the config gives none (the protocol's own default).
@@ -34,7 +35,8 @@ impl<S: Send + Sync> FromRequestParts<S> for Upgrade {
     type Rejection = GatewayError;
 
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Upgrade, GatewayError> {
-        let refuse = |why: &str| GatewayError::BadRequest(format!("`/ws` speaks WebSocket: {why}"));
+        let refuse =
+            |why: &str| GatewayError::BadRequest(format!("`{PATH}` speaks WebSocket: {why}"));
         let key = if parts.version <= Version::HTTP_11 {
             if parts.method != Method::GET {
                 return Err(refuse("the upgrade request's method must be GET"));
