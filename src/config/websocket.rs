@@ -33,6 +33,8 @@ pub struct WsConfig {
     /// message would pass it waits (its client's bytes stay in the network) until others
     /// arrive.
     pub total_receive_bytes: usize,
+    /// What of `total_receive_bytes` the sockets of one client address may hold together.
+    pub peer_receive_bytes: usize,
     /// Sockets open at once; more are refused with 503.
     pub max_connections: usize,
     /// Sockets one client address may have open at once; more are refused with 503.
@@ -52,6 +54,7 @@ impl Default for WsConfig {
             send_queue_bytes: 8 * 1024 * 1024,
             total_send_queue_bytes: 128 * 1024 * 1024,
             total_receive_bytes: 32 * 1024 * 1024,
+            peer_receive_bytes: 8 * 1024 * 1024,
             max_connections: 1024,
             max_connections_per_peer: 32,
             allowed_origins: Vec::new(),
@@ -99,6 +102,14 @@ pub struct WsSettings {
         env = "SKILLGATE_WS_TOTAL_RECEIVE_BYTES"
     )]
     pub total_receive_bytes: Option<usize>,
+    /// What of `ws-total-receive-bytes` the sockets of one client address may hold together
+    /// (behind a trusted proxy: the forwarded address); past it that client's next large
+    /// message waits [default: 8388608].
+    #[arg(
+        long = "ws-peer-receive-bytes",
+        env = "SKILLGATE_WS_PEER_RECEIVE_BYTES"
+    )]
+    pub peer_receive_bytes: Option<usize>,
     /// WebSocket connections open at once; more are refused with 503 [default: 1024].
     #[arg(
         id = "ws_max_connections",
@@ -132,6 +143,7 @@ impl WsSettings {
             send_queue_bytes: self.send_queue_bytes.or(file.send_queue_bytes),
             total_send_queue_bytes: self.total_send_queue_bytes.or(file.total_send_queue_bytes),
             total_receive_bytes: self.total_receive_bytes.or(file.total_receive_bytes),
+            peer_receive_bytes: self.peer_receive_bytes.or(file.peer_receive_bytes),
             max_connections: self.max_connections.or(file.max_connections),
             max_connections_per_peer: self
                 .max_connections_per_peer
@@ -182,6 +194,11 @@ impl WsConfig {
                 "total-receive-bytes",
                 settings.total_receive_bytes,
                 &mut config.total_receive_bytes,
+            ),
+            (
+                "peer-receive-bytes",
+                settings.peer_receive_bytes,
+                &mut config.peer_receive_bytes,
             ),
             (
                 "max-connections",

@@ -34,6 +34,7 @@ impl Hub {
         Hub {
             receiving: Budget::new(
                 config.total_receive_bytes,
+                config.peer_receive_bytes,
                 config.idle_timeout,
                 gauges.receiving,
                 gauges.receive_waiting,

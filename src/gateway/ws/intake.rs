@@ -5,7 +5,9 @@
 //!   dribbles one in. A message over [`FREE`] is read only once the budget holds it; sockets
 //!   past it wait and the kernel keeps their bytes (TCP backpressure). Small messages, which
 //!   any live client sends, never wait. A message that holds the budget must arrive within a
-//!   deadline, so no client keeps it.
+//!   deadline, so no client keeps it. One client address holds at most its share of the
+//!   budget (its sockets together), so one client cannot make every other client's large
+//!   messages wait.
 //! - **Frames in pieces.** A client's frame over [`PIECE`] bytes is handed on as several
 //!   frames of at most that size (the same message, re-fragmented, with the same masking
 //!   key: pieces start at multiples of 4 bytes). The protocol's read buffer grows to the largest frame it sees and keeps that
@@ -13,13 +15,16 @@
 //!   about 165 MB that way. In pieces it stays small, and a message's bytes are freed once it
 //!   was handled.
 
+use std::collections::HashMap;
 use std::io;
+use std::net::IpAddr;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::AtomicI64;
+use std::sync::{Arc, Weak};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
+use parking_lot::Mutex;
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -41,7 +46,10 @@ const READ: usize = 4 * 1024;
 /// can take up to about twice what it counts.
 pub struct Budget {
     bytes: Arc<Semaphore>,
-    total: usize,
+    /// What the sockets of one client address may hold together.
+    per_peer: usize,
+    /// Each client address's share, while it has a socket.
+    shares: Mutex<HashMap<IpAddr, Weak<Semaphore>>>,
     /// How long a message that holds the budget may take to arrive whole.
     deadline: Duration,
     /// Bytes held by messages being received now.
@@ -51,10 +59,12 @@ pub struct Budget {
 }
 
 impl Budget {
-    /// A budget of `total` bytes (clamped to what a semaphore counts) whose messages arrive
-    /// within `deadline` once they hold it.
+    /// A budget of `total` bytes (clamped to what a semaphore counts), of which one client
+    /// address holds at most `per_peer`, whose messages arrive within `deadline` once they
+    /// hold it.
     pub fn new(
         total: usize,
+        per_peer: usize,
         deadline: Duration,
         held: Gauge<i64, AtomicI64>,
         waiting: Gauge<i64, AtomicI64>,
@@ -62,11 +72,26 @@ impl Budget {
         let total = total.clamp(1, Semaphore::MAX_PERMITS.min(u32::MAX as usize));
         Arc::new(Budget {
             bytes: Arc::new(Semaphore::new(total)),
-            total,
+            per_peer: per_peer.clamp(1, total),
+            shares: Mutex::default(),
             deadline,
             held,
             waiting,
         })
+    }
+
+    /// The share of the budget `client`'s sockets hold together: the same one for each of its
+    /// sockets, for as long as one of them is open.
+    fn share(&self, client: IpAddr) -> Arc<Semaphore> {
+        let mut shares = self.shares.lock();
+        if let Some(share) = shares.get(&client).and_then(Weak::upgrade) {
+            return share;
+        }
+        // Addresses whose sockets all closed are forgotten.
+        shares.retain(|_, share| share.strong_count() > 0);
+        let share = Arc::new(Semaphore::new(self.per_peer));
+        shares.insert(client, Arc::downgrade(&share));
+        share
     }
 }
 
@@ -98,6 +123,8 @@ pub struct Intake<S> {
     budget: Arc<Budget>,
     /// The largest message the socket takes.
     max_message: usize,
+    /// The client address's share of the budget, then the budget.
+    poll_share: PollSemaphore,
     poll: PollSemaphore,
     /// Bytes read from the socket: `input[at..len]` are not handed on yet.
     input: Box<[u8]>,
@@ -121,6 +148,8 @@ pub struct Intake<S> {
     /// True once the message being received passed the budget (it never asks twice, so no
     /// socket waits while holding part of the budget).
     reserved: bool,
+    /// What the message holds of the client's share, then of the budget.
+    held_share: Option<OwnedSemaphorePermit>,
     held: Option<OwnedSemaphorePermit>,
     /// When the message holding the budget must have arrived.
     timer: Option<Pin<Box<Sleep>>>,
@@ -132,8 +161,10 @@ pub struct Intake<S> {
 }
 
 impl<S> Intake<S> {
-    pub fn new(inner: S, budget: Arc<Budget>, max_message: usize) -> Intake<S> {
+    /// `inner`, a socket of `client`, whose messages take at most `max_message` bytes.
+    pub fn new(inner: S, budget: Arc<Budget>, client: IpAddr, max_message: usize) -> Intake<S> {
         Intake {
+            poll_share: PollSemaphore::new(budget.share(client)),
             poll: PollSemaphore::new(budget.bytes.clone()),
             inner,
             budget,
@@ -151,6 +182,7 @@ impl<S> Intake<S> {
             message: 0,
             wanted: 0,
             reserved: false,
+            held_share: None,
             held: None,
             timer: None,
             waiting: false,
@@ -158,20 +190,22 @@ impl<S> Intake<S> {
         }
     }
 
-    /// Ready once the budget holds what the message being received waits for.
+    /// Ready once the client's share, then the budget, hold what the message being received
+    /// waits for. Waiting for the budget while holding the share keeps no other client
+    /// waiting: the share is the client's own.
     fn poll_reserve(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         if self.wanted > 0 {
             let wanted = self.wanted as u32;
-            match self.poll.poll_acquire_many(cx, wanted) {
-                Poll::Pending => {
-                    if !self.waiting {
-                        self.waiting = true;
-                        self.budget.waiting.inc();
-                    }
-                    return Poll::Pending;
+            // `None` from either: closed (they never are); the message goes unbudgeted.
+            if self.held_share.is_none() {
+                match self.poll_share.poll_acquire_many(cx, wanted) {
+                    Poll::Pending => return self.wait(),
+                    Poll::Ready(permit) => self.held_share = permit,
                 }
+            }
+            match self.poll.poll_acquire_many(cx, wanted) {
+                Poll::Pending => return self.wait(),
                 Poll::Ready(permit) => {
-                    // `None`: the budget was closed (it never is); the message goes unbudgeted.
                     if let Some(permit) = permit {
                         self.budget.held.inc_by(i64::from(wanted));
                         self.held = Some(permit);
@@ -186,6 +220,15 @@ impl<S> Intake<S> {
         Poll::Ready(())
     }
 
+    /// Counted as waiting (for the share or the budget) until [`Intake::stop_waiting`].
+    fn wait(&mut self) -> Poll<()> {
+        if !self.waiting {
+            self.waiting = true;
+            self.budget.waiting.inc();
+        }
+        Poll::Pending
+    }
+
     fn stop_waiting(&mut self) {
         if self.waiting {
             self.waiting = false;
@@ -198,6 +241,7 @@ impl<S> Intake<S> {
         if let Some(permit) = self.held.take() {
             self.budget.held.dec_by(permit.num_permits() as i64);
         }
+        self.held_share = None;
         self.message = 0;
         self.reserved = false;
         self.wanted = 0;
@@ -261,7 +305,7 @@ impl<S> Intake<S> {
             }
             if !self.reserved && message > FREE as u64 {
                 // A message in fragments takes all it may need at once.
-                let cap = self.budget.total.min(self.max_message) as u64;
+                let cap = self.budget.per_peer.min(self.max_message) as u64;
                 self.wanted = if frame.fin() { message.min(cap) } else { cap } as usize;
             }
             self.message = message;
@@ -545,20 +589,33 @@ mod tests {
     }
 
     fn budget_within(total: usize, deadline: Duration) -> Arc<Budget> {
-        Budget::new(total, deadline, Gauge::default(), Gauge::default())
+        Budget::new(total, total, deadline, Gauge::default(), Gauge::default())
     }
+
+    /// The client address of the tests' sockets, unless one is given.
+    const CLIENT: IpAddr = IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
 
     /// An intake over one end of a pipe, and the other end to write the client's bytes to.
     fn intake(budget: &Arc<Budget>) -> (Intake<DuplexStream>, DuplexStream) {
-        let (server, client) = duplex(4 << 20);
-        (Intake::new(server, budget.clone(), MAX), client)
+        intake_of(budget, CLIENT)
+    }
+
+    /// [`intake`] for a socket of `client`.
+    fn intake_of(budget: &Arc<Budget>, client: IpAddr) -> (Intake<DuplexStream>, DuplexStream) {
+        let (server, peer) = duplex(4 << 20);
+        (Intake::new(server, budget.clone(), client, MAX), peer)
     }
 
     type Server = WebSocketStream<Intake<DuplexStream>>;
 
     /// The WebSocket protocol over an intake, as `/ws` runs it.
     async fn server(budget: &Arc<Budget>) -> (Server, DuplexStream) {
-        let (intake, client) = intake(budget);
+        server_of(budget, CLIENT).await
+    }
+
+    /// [`server`] for a socket of `client`.
+    async fn server_of(budget: &Arc<Budget>, client: IpAddr) -> (Server, DuplexStream) {
+        let (intake, client) = intake_of(budget, client);
         let config = WebSocketConfig::default()
             .read_buffer_size(READ)
             .max_message_size(Some(MAX))
@@ -633,6 +690,53 @@ mod tests {
         assert_eq!(message_now(&mut second).await, payload(50 * 1024));
         assert_eq!(budget.held.get(), 0);
         assert_eq!(budget.waiting.get(), 0);
+    }
+
+    #[tokio::test]
+    async fn one_client_address_holds_at_most_its_share_of_the_budget() {
+        let budget = Budget::new(
+            200 * 1024,
+            100 * 1024,
+            Duration::from_secs(60),
+            Gauge::default(),
+            Gauge::default(),
+        );
+        let (greedy, other) = (CLIENT, IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, 2)));
+        let (mut first, mut first_client) = server_of(&budget, greedy).await;
+        let large = frame(true, 2, 80 * 1024);
+        first_client.write_all(&large[..1000]).await.unwrap();
+        assert!(next_now(&mut first).await.is_none());
+        assert_eq!(budget.held.get(), 80 * 1024);
+
+        // The same address's second large message passes its share, though the budget has
+        // room: it waits.
+        let (mut second, mut second_client) = server_of(&budget, greedy).await;
+        second_client
+            .write_all(&frame(true, 2, 50 * 1024))
+            .await
+            .unwrap();
+        assert!(next_now(&mut second).await.is_none());
+        assert_eq!(budget.waiting.get(), 1);
+
+        // Another address's is read at once.
+        let (mut third, mut third_client) = server_of(&budget, other).await;
+        third_client
+            .write_all(&frame(true, 2, 90 * 1024))
+            .await
+            .unwrap();
+        assert_eq!(message_now(&mut third).await, payload(90 * 1024));
+
+        // The first message arrives: the share has room again.
+        first_client.write_all(&large[1000..]).await.unwrap();
+        assert_eq!(message_now(&mut first).await, payload(80 * 1024));
+        assert_eq!(message_now(&mut second).await, payload(50 * 1024));
+        assert_eq!(budget.held.get(), 0);
+        assert_eq!(budget.waiting.get(), 0);
+
+        // Addresses whose sockets all closed are forgotten.
+        drop((first, second, third));
+        let _ = server_of(&budget, IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, 3))).await;
+        assert_eq!(budget.shares.lock().len(), 1);
     }
 
     #[tokio::test]

@@ -142,7 +142,7 @@ async fn upgrade(
         .write_buffer_size(WRITE_BUFFER)
         .max_message_size(Some(max));
     let budget = hub.receiving.clone();
-    upgrade.accept(config, budget, move |socket| {
+    upgrade.accept(config, budget, client, move |socket| {
         let served = hub.track(connection::serve(socket, on, hub.clone(), peer));
         async move {
             served.await;

@@ -2,6 +2,7 @@
 //! here rather than by axum so that the upgraded stream is read through [`Intake`], which keeps
 //! the budget of messages being received.
 
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use axum::extract::FromRequestParts;
@@ -79,9 +80,15 @@ impl<S: Send + Sync> FromRequestParts<S> for Upgrade {
 }
 
 impl Upgrade {
-    /// Accepts the socket: `serve` runs on it once the connection is upgraded, its reads kept
-    /// within `budget`.
-    pub fn accept<F, Fut>(self, config: WebSocketConfig, budget: Arc<Budget>, serve: F) -> Response
+    /// Accepts `client`'s socket: `serve` runs on it once the connection is upgraded, its
+    /// reads kept within `budget`.
+    pub fn accept<F, Fut>(
+        self,
+        config: WebSocketConfig,
+        budget: Arc<Budget>,
+        client: IpAddr,
+        serve: F,
+    ) -> Response
     where
         F: FnOnce(Socket) -> Fut + Send + 'static,
         Fut: Future<Output = ()> + Send + 'static,
@@ -101,7 +108,7 @@ impl Upgrade {
             let Ok(upgraded) = on_upgrade.await else {
                 return;
             };
-            let stream = Intake::new(TokioIo::new(upgraded), budget, max_message);
+            let stream = Intake::new(TokioIo::new(upgraded), budget, client, max_message);
             let socket = WebSocketStream::from_raw_socket(stream, Role::Server, Some(config)).await;
             serve(socket).await;
         });

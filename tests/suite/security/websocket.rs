@@ -206,3 +206,55 @@ async fn a_large_message_being_received_waits_for_the_budget_every_socket_shares
     gauge_until(&server, "skillgate_ws_receive_bytes", |held| held == 0).await;
     assert_eq!(gauge(&server, "skillgate_ws_receive_waiting").await, 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_client_address_holds_at_most_its_share_of_the_receive_budget() {
+    use std::net::{IpAddr, Ipv4Addr};
+    use tokio::io::AsyncWriteExt;
+    use tokio_tungstenite::MaybeTlsStream;
+
+    let mut settings = config();
+    settings.websocket.total_receive_bytes = 512 * 1024;
+    settings.websocket.peer_receive_bytes = 256 * 1024;
+    let server = TestServer::start(echo(), settings).await;
+    let greedy = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
+
+    // One address announces a 200 KB message and sends a little of it, then nothing more.
+    let (mut dribbler, _) = WsClient::connect_from(greedy, server.addr).await;
+    let MaybeTlsStream::Plain(tcp) = dribbler.socket.get_mut() else {
+        unreachable!("a plain socket")
+    };
+    tcp.write_all(&frame_start(200 * 1024, 1024)).await.unwrap();
+    gauge_until(&server, "skillgate_ws_receive_bytes", |held| {
+        held == 200 * 1024
+    })
+    .await;
+
+    // Its second socket's 100 KB message passes the address's share, though the budget has
+    // room for it: it waits.
+    let (mut same, _) = WsClient::connect_from(greedy, server.addr).await;
+    let payload = "y".repeat(100 * 1024);
+    same.send(json!({ "type": "invoke", "id": "same", "skill": "echo", "args": { "p": payload } }))
+        .await;
+    gauge_until(&server, "skillgate_ws_receive_waiting", |n| n == 1).await;
+
+    // Another address's 100 KB message is read and answered meanwhile.
+    let (mut other, _) = WsClient::connect(server.addr, None).await;
+    other
+        .send(json!({ "type": "invoke", "id": "other", "skill": "echo", "args": { "p": payload } }))
+        .await;
+    let answer = other.answer("other").await;
+    assert_eq!(answer.last().unwrap()["value"]["p"], json!(payload));
+    assert_eq!(
+        gauge(&server, "skillgate_ws_receive_waiting").await,
+        1,
+        "the greedy address's second message still waits"
+    );
+
+    // The dribbler goes: the address's share has room, and its waiting message is answered.
+    drop(dribbler);
+    let answer = same.answer("same").await;
+    assert_eq!(answer.last().unwrap()["value"]["p"], json!(payload));
+    gauge_until(&server, "skillgate_ws_receive_bytes", |held| held == 0).await;
+    assert_eq!(gauge(&server, "skillgate_ws_receive_waiting").await, 0);
+}

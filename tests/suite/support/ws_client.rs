@@ -2,7 +2,7 @@
 //! JSON frames, read JSON frames, and read the close the server sends.
 #![allow(dead_code)]
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use futures::{SinkExt, StreamExt};
@@ -37,6 +37,22 @@ impl WsClient {
     /// Connects and reads the `welcome` frame.
     pub async fn connect(addr: SocketAddr, key: Option<&str>) -> (WsClient, Value) {
         let mut client = WsClient::open(request(addr, key)).await.expect("upgrade");
+        let welcome = client.recv().await;
+        assert_eq!(welcome["type"], "welcome", "{welcome}");
+        (client, welcome)
+    }
+
+    /// [`WsClient::connect`] from the local address `from` (a loopback address such as
+    /// 127.0.0.2: another client as the server counts them).
+    pub async fn connect_from(from: IpAddr, addr: SocketAddr) -> (WsClient, Value) {
+        let tcp = tokio::net::TcpSocket::new_v4().unwrap();
+        tcp.bind(SocketAddr::new(from, 0)).unwrap();
+        let tcp = tcp.connect(addr).await.expect("connect");
+        let (socket, _) =
+            tokio_tungstenite::client_async(request(addr, None), MaybeTlsStream::Plain(tcp))
+                .await
+                .expect("upgrade");
+        let mut client = WsClient { socket };
         let welcome = client.recv().await;
         assert_eq!(welcome["type"], "welcome", "{welcome}");
         (client, welcome)
