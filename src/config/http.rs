@@ -50,6 +50,11 @@ pub struct HttpConfig {
     pub max_runs: usize,
     /// Bytes of args of the runs going at once, every door together; more are refused as busy.
     pub max_args_in_flight: usize,
+    /// Bytes of request bodies over 16 KiB being received, every connection together; a body
+    /// that would pass it is read only once others have arrived.
+    pub total_body_bytes: usize,
+    /// What of `total_body_bytes` the connections of one client address may hold together.
+    pub peer_body_bytes: usize,
     /// Proxies whose `X-Forwarded-For` / `Forwarded` headers name the client (addresses or
     /// networks).
     pub trusted_proxies: Vec<String>,
@@ -99,6 +104,8 @@ impl Default for HttpConfig {
             max_connections_per_peer: DEFAULT_MAX_CONNECTIONS_PER_PEER,
             max_runs: crate::gateway::dispatch::DEFAULT_MAX_RUNS,
             max_args_in_flight: crate::gateway::dispatch::DEFAULT_MAX_ARG_BYTES,
+            total_body_bytes: 64 * 1024 * 1024,
+            peer_body_bytes: 16 * 1024 * 1024,
             trusted_proxies: Vec::new(),
             allowed_hosts: Vec::new(),
             expose_hidden: Vec::new(),
@@ -174,6 +181,15 @@ pub struct HttpSettings {
     /// together; one that does not fit is refused as busy [default: 8388608].
     #[arg(long, env = "SKILLGATE_MAX_ARGS_IN_FLIGHT")]
     pub max_args_in_flight: Option<usize>,
+    /// Bytes of request bodies over 16 KiB being received, every connection together; a body
+    /// that would pass it is read once others have arrived (its client's bytes wait in the
+    /// network) [default: 67108864].
+    #[arg(long, env = "SKILLGATE_TOTAL_BODY_BYTES")]
+    pub total_body_bytes: Option<usize>,
+    /// What of `total-body-bytes` the connections of one client address may hold together
+    /// (behind a trusted proxy: the forwarded address) [default: 16777216].
+    #[arg(long, env = "SKILLGATE_PEER_BODY_BYTES")]
+    pub peer_body_bytes: Option<usize>,
     /// Proxies in front whose `X-Forwarded-For` / `Forwarded` name the client, comma-separated
     /// addresses or networks (`10.0.0.0/8`); from anyone else those headers are ignored
     /// [default: none].
@@ -205,9 +221,11 @@ macro_rules! or_fields {
 impl HttpSettings {
     /// True when `key` names an HTTP setting (to point a misplaced top-level key to `http:`).
     pub fn is_setting(key: &str) -> bool {
-        const KEYS: [&str; 21] = [
+        const KEYS: [&str; 23] = [
             "max-runs",
             "max-args-in-flight",
+            "total-body-bytes",
+            "peer-body-bytes",
             "max-connections-per-peer",
             "trusted-proxies",
             "insecure-no-auth",
@@ -253,6 +271,8 @@ impl HttpSettings {
                 max_connections_per_peer,
                 max_runs,
                 max_args_in_flight,
+                total_body_bytes,
+                peer_body_bytes,
                 trusted_proxies,
                 allowed_hosts,
                 expose_hidden,
@@ -343,6 +363,16 @@ impl HttpConfig {
                 "http.max-args-in-flight",
                 (settings.max_args_in_flight, 1024 * 1024),
                 &mut config.max_args_in_flight,
+            ),
+            (
+                "http.total-body-bytes",
+                (settings.total_body_bytes, 1),
+                &mut config.total_body_bytes,
+            ),
+            (
+                "http.peer-body-bytes",
+                (settings.peer_body_bytes, 1),
+                &mut config.peer_body_bytes,
             ),
         ] {
             at_least(&mut errors, path, value, slot);

@@ -1,11 +1,16 @@
 //! Request bodies: the whole body must arrive within the body timeout of its headers (a client
-//! that sends headers and then trickles or stalls cannot hold a request open), and the error
-//! for a body that could not be read: too slow (408), too large (413), unreadable (400).
+//! that sends headers and then trickles or stalls cannot hold a request open); a body over
+//! [`FREE`] is read only once the receive budget every connection shares (and its client's
+//! share of it) holds it, so clients that dribble bodies in cannot make the server hold one
+//! body limit per connection; and the error for a body that could not be read: too slow (408),
+//! too large (413), unreadable (400).
 
 use std::error::Error;
 use std::fmt;
 use std::future::Future;
+use std::net::IpAddr;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -15,16 +20,29 @@ use hyper::body::{Body as HttpBody, Frame, SizeHint};
 use tokio::time::{Instant, Sleep};
 
 use crate::gateway::GatewayError;
+use crate::gateway::receiving::{Budget, Claim};
 
 type BoxError = Box<dyn Error + Send + Sync>;
 
-/// A request body with a deadline for all of it.
+/// Bodies up to this size (by their `content-length`) are read without the budget: a normal
+/// request never waits behind large uploads.
+pub const FREE: u64 = 16 * 1024;
+
+/// A request body with a deadline for all of it, read within the receive budget.
 pub struct Deadline<B> {
     body: B,
     timeout: Duration,
     at: Instant,
     /// Made on the first wait only: a body that is already there costs no timer.
     sleep: Option<Pin<Box<Sleep>>>,
+    /// The budget and the client it is read for (`None`: unbudgeted), and the most a body
+    /// may have (what one of unknown length claims).
+    budget: Option<(Arc<Budget>, IpAddr)>,
+    limit: usize,
+    /// Made when the body is first read, if it is large: what it holds of the budget.
+    claim: Option<Claim>,
+    /// Bytes it waits to hold before its first byte is read (`None`: not sized yet).
+    wanted: Option<usize>,
 }
 
 impl<B> Deadline<B> {
@@ -35,6 +53,47 @@ impl<B> Deadline<B> {
             timeout,
             at: Instant::now() + timeout,
             sleep: None,
+            budget: None,
+            limit: 0,
+            claim: None,
+            wanted: None,
+        }
+    }
+
+    /// Read for `client` within `budget`: a body over [`FREE`] (or of unknown length) first
+    /// holds its length, at most `limit`, then is read.
+    pub fn within(mut self, budget: Arc<Budget>, client: IpAddr, limit: usize) -> Deadline<B> {
+        self.budget = Some((budget, client));
+        self.limit = limit;
+        self
+    }
+}
+
+impl<B: HttpBody> Deadline<B> {
+    /// Ready once the budget holds what the body needs (at once for a small one).
+    fn poll_budget(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        let wanted = *self.wanted.get_or_insert_with(|| {
+            let hint = self.body.size_hint();
+            match hint.upper() {
+                Some(upper) if upper <= FREE || self.budget.is_none() => 0,
+                upper => upper.map_or(self.limit, |n| n.min(self.limit as u64) as usize),
+            }
+        });
+        if wanted == 0 {
+            return Poll::Ready(());
+        }
+        let Some((budget, client)) = &self.budget else {
+            return Poll::Ready(());
+        };
+        self.claim
+            .get_or_insert_with(|| Claim::new(budget.clone(), *client))
+            .poll_hold(cx, wanted)
+    }
+
+    /// The body arrived, or will not: what it held goes back.
+    fn release(&mut self) {
+        if let Some(claim) = &mut self.claim {
+            claim.release();
         }
     }
 }
@@ -64,7 +123,12 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<B::Data>, BoxError>>> {
         let this = self.get_mut();
-        if let Poll::Ready(frame) = Pin::new(&mut this.body).poll_frame(cx) {
+        if this.poll_budget(cx).is_ready()
+            && let Poll::Ready(frame) = Pin::new(&mut this.body).poll_frame(cx)
+        {
+            if !matches!(frame, Some(Ok(_))) || this.body.is_end_stream() {
+                this.release();
+            }
             return Poll::Ready(frame.map(|f| f.map_err(Into::into)));
         }
         let at = this.at;

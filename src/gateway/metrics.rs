@@ -102,6 +102,15 @@ pub struct WsGauges {
     pub receive_waiting: Gauge<i64, AtomicI64>,
 }
 
+/// What request bodies being received hold together, exported in `/metrics`.
+#[derive(Clone, Default)]
+pub struct BodyGauges {
+    /// Bytes of large bodies being received (see `body`).
+    pub receiving: Gauge<i64, AtomicI64>,
+    /// Requests whose body waits for the receive budget.
+    pub waiting: Gauge<i64, AtomicI64>,
+}
+
 pub struct Metrics {
     registry: Registry,
     requests: Family<RequestLabels, Counter>,
@@ -109,6 +118,8 @@ pub struct Metrics {
     in_flight: Gauge<i64, AtomicI64>,
     /// What the WebSocket sockets keep together.
     ws: WsGauges,
+    /// What request bodies being received hold together.
+    bodies: BodyGauges,
     invocations: Family<SkillLabels, Counter>,
     errors: Family<ErrorLabels, Counter>,
     durations: Histograms<SkillLabels>,
@@ -141,6 +152,7 @@ impl Metrics {
         let latency: Histograms<RouteLabels> = Family::new_with_constructor(latency_histogram);
         let in_flight = Gauge::<i64, AtomicI64>::default();
         let ws = WsGauges::default();
+        let bodies = BodyGauges::default();
         let invocations = Family::<SkillLabels, Counter>::default();
         let errors = Family::<ErrorLabels, Counter>::default();
         let durations: Histograms<SkillLabels> = Family::new_with_constructor(latency_histogram);
@@ -173,6 +185,16 @@ impl Metrics {
             "ws_receive_waiting",
             "WebSocket sockets waiting for the budget of messages being received",
             ws.receive_waiting.clone(),
+        );
+        registry.register(
+            "http_body_receive_bytes",
+            "Bytes of large HTTP request bodies being received, every connection together",
+            bodies.receiving.clone(),
+        );
+        registry.register(
+            "http_body_receive_waiting",
+            "HTTP requests whose body waits for the budget of bodies being received",
+            bodies.waiting.clone(),
         );
         registry.register(
             "invocations",
@@ -210,6 +232,7 @@ impl Metrics {
             latency,
             in_flight,
             ws,
+            bodies,
             invocations,
             errors,
             durations,
@@ -249,6 +272,11 @@ impl Metrics {
     /// The gauges the WebSocket sockets keep (shared with them).
     pub fn ws(&self) -> WsGauges {
         self.ws.clone()
+    }
+
+    /// What request bodies being received hold together, to keep.
+    pub fn bodies(&self) -> BodyGauges {
+        self.bodies.clone()
     }
 
     /// Requests being served right now.

@@ -18,6 +18,8 @@
 //! - [`reply`]: the reply channel, the raw response handle at `nonlocals.request.res`.
 //! - [`send`]: the `gateway-send` and `web-send` tools.
 //! - [`pace`]: a bytes-a-second pace many readers share, each woken once for its turn.
+//! - [`receiving`]: bytes being received (bodies, messages), against a budget and a share of it
+//!   per client address.
 //! - [`metrics`]: Prometheus metrics of requests and invocations, shared by all transports.
 //! - [`host`]: what every door runs on (gateway, policy, timeout, stopping, background work).
 //! - [`transport`]: the lifecycle every transport shares (start, readiness, run, drain,
@@ -52,6 +54,7 @@ pub mod policy;
 pub mod principal;
 pub mod problem;
 pub mod queue;
+pub mod receiving;
 pub mod reply;
 pub mod restart;
 pub mod send;

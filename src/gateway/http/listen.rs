@@ -26,6 +26,7 @@ use crate::gateway::body::Deadline;
 use crate::gateway::http::activity::{Activity, Tracked};
 use crate::gateway::metrics::Metrics;
 use crate::gateway::peers::{ClientAddr, PerPeer, TrustedProxies};
+use crate::gateway::receiving::Budget;
 
 /// How connections are held to account.
 #[derive(Debug, Clone)]
@@ -36,6 +37,9 @@ pub struct Limits {
     /// Connections one client address may hold (trusted proxies are not capped here).
     pub per_peer: usize,
     pub trusted: Arc<TrustedProxies>,
+    /// Bytes of large request bodies being received, every connection together (`None`:
+    /// unbudgeted).
+    pub bodies: Option<Arc<Budget>>,
 }
 
 /// What each request is served with. A reload puts a new one in place: the next request,
@@ -44,6 +48,8 @@ pub struct Serving {
     pub router: Router,
     /// For a request's whole body, from its headers.
     pub body_timeout: Duration,
+    /// Bytes a request body may have (what one of unknown length holds of the budget).
+    pub body_limit: usize,
 }
 
 /// The [`Serving`] in force.
@@ -106,14 +112,21 @@ pub async fn serve(
         let _ = socket.set_nodelay(true);
         let serving = serving.clone();
         let trusted = limits.trusted.clone();
+        let bodies = limits.bodies.clone();
         let activity = Activity::new(metrics.clone());
         let watched = activity.clone();
         let service = hyper::service::service_fn(move |request: Request<Incoming>| {
             let in_flight = activity.begin();
             let serving = serving.load();
-            let body_timeout = serving.body_timeout;
-            let mut request = request.map(|body| Body::new(Deadline::new(body, body_timeout)));
-            let client = ClientAddr(trusted.client(peer.ip(), request.headers()));
+            let client = trusted.client(peer.ip(), request.headers());
+            let mut request = request.map(|body| {
+                let body = Deadline::new(body, serving.body_timeout);
+                Body::new(match &bodies {
+                    Some(budget) => body.within(budget.clone(), client, serving.body_limit),
+                    None => body,
+                })
+            });
+            let client = ClientAddr(client);
             request.extensions_mut().insert(ConnectInfo(peer));
             request.extensions_mut().insert(client);
             let call = serving.router.clone().oneshot(request);

@@ -30,6 +30,7 @@ impl Live {
         let serving = Serving {
             router,
             body_timeout: state.config.body_timeout,
+            body_limit: state.config.body_limit,
         };
         Live {
             serving: Arc::new(ArcSwap::from_pointee(serving)),
@@ -97,6 +98,7 @@ impl Reconfigure {
         live.serving.store(Arc::new(Serving {
             router,
             body_timeout: next.config.body_timeout,
+            body_limit: next.config.body_limit,
         }));
         *state = next;
         Ok(Applied { need_restart })
@@ -116,6 +118,8 @@ fn keep_restart_settings(running: &HttpConfig, next: &mut HttpConfig) -> Vec<&'s
         max_connections_per_peer => "http.max-connections-per-peer",
         max_runs => "http.max-runs",
         max_args_in_flight => "http.max-args-in-flight",
+        total_body_bytes => "http.total-body-bytes",
+        peer_body_bytes => "http.peer-body-bytes",
         trusted_proxies => "http.trusted-proxies",
     );
     if format!("{:?}", running.websocket) != format!("{:?}", next.websocket) {

@@ -93,11 +93,14 @@ impl Transport for OpsListener {
             max_connections: MAX_CONNECTIONS,
             per_peer: PER_PEER,
             trusted: Arc::default(),
+            // Probes and scrapes send no bodies worth a budget.
+            bodies: None,
         };
         // Whoever runs the doors stops this last, so probes see them stopping and drained.
         let serving = listen::Serving {
             router,
             body_timeout: HEADER_TIMEOUT,
+            body_limit: 0,
         };
         let serving = Arc::new(arc_swap::ArcSwap::from_pointee(serving));
         listen::serve(listener, serving, limits, metrics, stop).await;

@@ -30,6 +30,7 @@ use crate::gateway::http::{
     runs_stream, skills, topics,
 };
 use crate::gateway::keys::LiveKeys;
+use crate::gateway::receiving::Budget;
 use crate::gateway::served::{HttpDoor, Listener};
 use crate::gateway::transport::{Report, State, Transport};
 use crate::gateway::{Gateway, GatewayError};
@@ -104,6 +105,15 @@ impl Server {
             max_connections,
             per_peer: config.max_connections_per_peer,
             trusted: state.trusted.clone(),
+            bodies: Some({
+                let gauges = state.gateway.metrics.bodies();
+                Budget::new(
+                    config.total_body_bytes,
+                    config.peer_body_bytes,
+                    gauges.receiving,
+                    gauges.waiting,
+                )
+            }),
         };
         let metrics = state.gateway.metrics.clone();
         let readiness = state.gateway.readiness.clone();

@@ -15,21 +15,19 @@
 //!   about 165 MB that way. In pieces it stays small, and a message's bytes are freed once it
 //!   was handled.
 
-use std::collections::HashMap;
 use std::io;
 use std::net::IpAddr;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::sync::atomic::AtomicI64;
-use std::sync::{Arc, Weak};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
-use parking_lot::Mutex;
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Sleep;
-use tokio_util::sync::PollSemaphore;
+
+use crate::gateway::receiving::{self, Claim};
 
 /// Messages up to this size are read without the budget: one socket holds at most this much
 /// unbudgeted, and a normal client's frames never wait behind a large one.
@@ -41,27 +39,18 @@ pub const PIECE: usize = 4 * 1024;
 /// Bytes read from the socket at once.
 const READ: usize = 4 * 1024;
 
-/// The budget every socket's large messages share. It counts a message's size; the protocol
-/// gathers a message in pieces into a buffer that grows by doubling, so for a moment a message
-/// can take up to about twice what it counts.
+/// The budget every socket's large messages share, with a share per client address. It
+/// counts a message's size; the protocol gathers a message in pieces into a buffer that grows
+/// by doubling, so for a moment a message can take up to about twice what it counts.
 pub struct Budget {
-    bytes: Arc<Semaphore>,
-    /// What the sockets of one client address may hold together.
-    per_peer: usize,
-    /// Each client address's share, while it has a socket.
-    shares: Mutex<HashMap<IpAddr, Weak<Semaphore>>>,
+    bytes: Arc<receiving::Budget>,
     /// How long a message that holds the budget may take to arrive whole.
     deadline: Duration,
-    /// Bytes held by messages being received now.
-    pub held: Gauge<i64, AtomicI64>,
-    /// Sockets waiting for the budget now.
-    pub waiting: Gauge<i64, AtomicI64>,
 }
 
 impl Budget {
-    /// A budget of `total` bytes (clamped to what a semaphore counts), of which one client
-    /// address holds at most `per_peer`, whose messages arrive within `deadline` once they
-    /// hold it.
+    /// A budget of `total` bytes, of which one client address holds at most `per_peer`,
+    /// whose messages arrive within `deadline` once they hold it.
     pub fn new(
         total: usize,
         per_peer: usize,
@@ -69,29 +58,18 @@ impl Budget {
         held: Gauge<i64, AtomicI64>,
         waiting: Gauge<i64, AtomicI64>,
     ) -> Arc<Budget> {
-        let total = total.clamp(1, Semaphore::MAX_PERMITS.min(u32::MAX as usize));
         Arc::new(Budget {
-            bytes: Arc::new(Semaphore::new(total)),
-            per_peer: per_peer.clamp(1, total),
-            shares: Mutex::default(),
+            bytes: receiving::Budget::new(total, per_peer, held, waiting),
             deadline,
-            held,
-            waiting,
         })
     }
+}
 
-    /// The share of the budget `client`'s sockets hold together: the same one for each of its
-    /// sockets, for as long as one of them is open.
-    fn share(&self, client: IpAddr) -> Arc<Semaphore> {
-        let mut shares = self.shares.lock();
-        if let Some(share) = shares.get(&client).and_then(Weak::upgrade) {
-            return share;
-        }
-        // Addresses whose sockets all closed are forgotten.
-        shares.retain(|_, share| share.strong_count() > 0);
-        let share = Arc::new(Semaphore::new(self.per_peer));
-        shares.insert(client, Arc::downgrade(&share));
-        share
+impl std::ops::Deref for Budget {
+    type Target = receiving::Budget;
+
+    fn deref(&self) -> &receiving::Budget {
+        &self.bytes
     }
 }
 
@@ -123,9 +101,8 @@ pub struct Intake<S> {
     budget: Arc<Budget>,
     /// The largest message the socket takes.
     max_message: usize,
-    /// The client address's share of the budget, then the budget.
-    poll_share: PollSemaphore,
-    poll: PollSemaphore,
+    /// What the message being received holds of the budget.
+    claim: Claim,
     /// Bytes read from the socket: `input[at..len]` are not handed on yet.
     input: Box<[u8]>,
     at: usize,
@@ -148,13 +125,8 @@ pub struct Intake<S> {
     /// True once the message being received passed the budget (it never asks twice, so no
     /// socket waits while holding part of the budget).
     reserved: bool,
-    /// What the message holds of the client's share, then of the budget.
-    held_share: Option<OwnedSemaphorePermit>,
-    held: Option<OwnedSemaphorePermit>,
     /// When the message holding the budget must have arrived.
     timer: Option<Pin<Box<Sleep>>>,
-    /// True while this socket is counted as waiting.
-    waiting: bool,
     /// True once a frame over the message limit was handed on as a header alone (the
     /// protocol refuses it): nothing more is read.
     refused: bool,
@@ -164,8 +136,7 @@ impl<S> Intake<S> {
     /// `inner`, a socket of `client`, whose messages take at most `max_message` bytes.
     pub fn new(inner: S, budget: Arc<Budget>, client: IpAddr, max_message: usize) -> Intake<S> {
         Intake {
-            poll_share: PollSemaphore::new(budget.share(client)),
-            poll: PollSemaphore::new(budget.bytes.clone()),
+            claim: Claim::new(budget.bytes.clone(), client),
             inner,
             budget,
             max_message,
@@ -182,66 +153,30 @@ impl<S> Intake<S> {
             message: 0,
             wanted: 0,
             reserved: false,
-            held_share: None,
-            held: None,
             timer: None,
-            waiting: false,
             refused: false,
         }
     }
 
-    /// Ready once the client's share, then the budget, hold what the message being received
-    /// waits for. Waiting for the budget while holding the share keeps no other client
-    /// waiting: the share is the client's own.
+    /// Ready once the budget holds what the message being received waits for (see
+    /// [`Claim::poll_hold`]); its deadline starts then.
     fn poll_reserve(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         if self.wanted > 0 {
-            let wanted = self.wanted as u32;
-            // `None` from either: closed (they never are); the message goes unbudgeted.
-            if self.held_share.is_none() {
-                match self.poll_share.poll_acquire_many(cx, wanted) {
-                    Poll::Pending => return self.wait(),
-                    Poll::Ready(permit) => self.held_share = permit,
-                }
+            if self.claim.poll_hold(cx, self.wanted).is_pending() {
+                return Poll::Pending;
             }
-            match self.poll.poll_acquire_many(cx, wanted) {
-                Poll::Pending => return self.wait(),
-                Poll::Ready(permit) => {
-                    if let Some(permit) = permit {
-                        self.budget.held.inc_by(i64::from(wanted));
-                        self.held = Some(permit);
-                        self.timer = Some(Box::pin(tokio::time::sleep(self.budget.deadline)));
-                    }
-                    self.reserved = true;
-                    self.wanted = 0;
-                }
+            if self.claim.holds() {
+                self.timer = Some(Box::pin(tokio::time::sleep(self.budget.deadline)));
             }
+            self.reserved = true;
+            self.wanted = 0;
         }
-        self.stop_waiting();
         Poll::Ready(())
-    }
-
-    /// Counted as waiting (for the share or the budget) until [`Intake::stop_waiting`].
-    fn wait(&mut self) -> Poll<()> {
-        if !self.waiting {
-            self.waiting = true;
-            self.budget.waiting.inc();
-        }
-        Poll::Pending
-    }
-
-    fn stop_waiting(&mut self) {
-        if self.waiting {
-            self.waiting = false;
-            self.budget.waiting.dec();
-        }
     }
 
     /// The message ended (or the socket did): what it held goes back to the budget.
     fn release(&mut self) {
-        if let Some(permit) = self.held.take() {
-            self.budget.held.dec_by(permit.num_permits() as i64);
-        }
-        self.held_share = None;
+        self.claim.release();
         self.message = 0;
         self.reserved = false;
         self.wanted = 0;
@@ -305,7 +240,7 @@ impl<S> Intake<S> {
             }
             if !self.reserved && message > FREE as u64 {
                 // A message in fragments takes all it may need at once.
-                let cap = self.budget.per_peer.min(self.max_message) as u64;
+                let cap = self.budget.per_peer().min(self.max_message) as u64;
                 self.wanted = if frame.fin() { message.min(cap) } else { cap } as usize;
             }
             self.message = message;
@@ -425,13 +360,6 @@ fn parse_header(header: &[u8]) -> Option<Frame> {
         done: 0,
         started: false,
     })
-}
-
-impl<S> Drop for Intake<S> {
-    fn drop(&mut self) {
-        self.stop_waiting();
-        self.release();
-    }
 }
 
 impl<S: AsyncRead + Unpin> AsyncRead for Intake<S> {
@@ -736,7 +664,7 @@ mod tests {
         // Addresses whose sockets all closed are forgotten.
         drop((first, second, third));
         let _ = server_of(&budget, IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, 3))).await;
-        assert_eq!(budget.shares.lock().len(), 1);
+        assert_eq!(budget.addresses(), 1);
     }
 
     #[tokio::test]

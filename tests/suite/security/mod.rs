@@ -4,6 +4,8 @@
 //! - `args`: `$`-prefixed keys in args from a transport or from untrusted code are refused.
 //! - `sandbox`: JS values that cannot become JSON, CPU-bound scripts off the I/O workers.
 //! - `http`: sockets, bodies, headers, metrics, `public/`, and small leaks of the HTTP edge.
+//! - `bodies`: large request bodies being received wait for a budget every connection shares,
+//!   and one client address holds at most its share of it.
 //! - `kernel`: invocation depth, event handler timeouts, the log hub, ids, reserved topics,
 //!   caller mistakes answered as 4xx.
 //! - `trust`: the trust model: untrusted code, stored schedules and subscriptions, keys and
@@ -26,6 +28,7 @@
 
 mod args;
 mod authority_props;
+mod bodies;
 mod budget;
 pub(crate) mod doors;
 mod email;

@@ -22,32 +22,7 @@ fn echo() -> Project {
 
 /// `skillgate_ws_send_queue_bytes` in `/metrics`.
 async fn queued_bytes(server: &TestServer) -> i64 {
-    gauge(server, "skillgate_ws_send_queue_bytes").await
-}
-
-/// A gauge of `/metrics`.
-async fn gauge(server: &TestServer, name: &str) -> i64 {
-    let text = server.get("/metrics").await.text().await.unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("`{name}` is exported"))
-}
-
-/// Waits until the gauge `name` satisfies `ok` (fails after the guard).
-async fn gauge_until(server: &TestServer, name: &str, ok: impl Fn(i64) -> bool) -> i64 {
-    let deadline = tokio::time::Instant::now() + crate::support::ws_client::GUARD;
-    loop {
-        let value = gauge(server, name).await;
-        if ok(value) {
-            return value;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "`{name}` stayed at {value}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    server.gauge("skillgate_ws_send_queue_bytes").await
 }
 
 /// Sends `count` invocations of `echo` with `payload`, reading nothing.
@@ -172,10 +147,9 @@ async fn a_large_message_being_received_waits_for_the_budget_every_socket_shares
         unreachable!("a plain socket")
     };
     tcp.write_all(&frame_start(200 * 1024, 1024)).await.unwrap();
-    gauge_until(&server, "skillgate_ws_receive_bytes", |held| {
-        held == 200 * 1024
-    })
-    .await;
+    server
+        .gauge_until("skillgate_ws_receive_bytes", |held| held == 200 * 1024)
+        .await;
 
     // Another client's 100 KB message does not fit beside it: the server reads no more of it
     // until the budget has room.
@@ -184,7 +158,9 @@ async fn a_large_message_being_received_waits_for_the_budget_every_socket_shares
     large
         .send(json!({ "type": "invoke", "id": "large", "skill": "echo", "args": { "p": payload } }))
         .await;
-    gauge_until(&server, "skillgate_ws_receive_waiting", |n| n == 1).await;
+    server
+        .gauge_until("skillgate_ws_receive_waiting", |n| n == 1)
+        .await;
 
     // Small messages never wait for the budget.
     let (mut small, _) = WsClient::connect(server.addr, None).await;
@@ -194,7 +170,7 @@ async fn a_large_message_being_received_waits_for_the_budget_every_socket_shares
     let answer = small.answer("small").await;
     assert_eq!(answer.last().unwrap()["value"], json!({ "p": "hi" }));
     assert_eq!(
-        gauge(&server, "skillgate_ws_receive_waiting").await,
+        server.gauge("skillgate_ws_receive_waiting").await,
         1,
         "the large message still waits"
     );
@@ -203,8 +179,10 @@ async fn a_large_message_being_received_waits_for_the_budget_every_socket_shares
     drop(dribbler);
     let answer = large.answer("large").await;
     assert_eq!(answer.last().unwrap()["value"]["p"], json!(payload));
-    gauge_until(&server, "skillgate_ws_receive_bytes", |held| held == 0).await;
-    assert_eq!(gauge(&server, "skillgate_ws_receive_waiting").await, 0);
+    server
+        .gauge_until("skillgate_ws_receive_bytes", |held| held == 0)
+        .await;
+    assert_eq!(server.gauge("skillgate_ws_receive_waiting").await, 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -225,10 +203,9 @@ async fn one_client_address_holds_at_most_its_share_of_the_receive_budget() {
         unreachable!("a plain socket")
     };
     tcp.write_all(&frame_start(200 * 1024, 1024)).await.unwrap();
-    gauge_until(&server, "skillgate_ws_receive_bytes", |held| {
-        held == 200 * 1024
-    })
-    .await;
+    server
+        .gauge_until("skillgate_ws_receive_bytes", |held| held == 200 * 1024)
+        .await;
 
     // Its second socket's 100 KB message passes the address's share, though the budget has
     // room for it: it waits.
@@ -236,7 +213,9 @@ async fn one_client_address_holds_at_most_its_share_of_the_receive_budget() {
     let payload = "y".repeat(100 * 1024);
     same.send(json!({ "type": "invoke", "id": "same", "skill": "echo", "args": { "p": payload } }))
         .await;
-    gauge_until(&server, "skillgate_ws_receive_waiting", |n| n == 1).await;
+    server
+        .gauge_until("skillgate_ws_receive_waiting", |n| n == 1)
+        .await;
 
     // Another address's 100 KB message is read and answered meanwhile.
     let (mut other, _) = WsClient::connect(server.addr, None).await;
@@ -246,7 +225,7 @@ async fn one_client_address_holds_at_most_its_share_of_the_receive_budget() {
     let answer = other.answer("other").await;
     assert_eq!(answer.last().unwrap()["value"]["p"], json!(payload));
     assert_eq!(
-        gauge(&server, "skillgate_ws_receive_waiting").await,
+        server.gauge("skillgate_ws_receive_waiting").await,
         1,
         "the greedy address's second message still waits"
     );
@@ -255,6 +234,8 @@ async fn one_client_address_holds_at_most_its_share_of_the_receive_budget() {
     drop(dribbler);
     let answer = same.answer("same").await;
     assert_eq!(answer.last().unwrap()["value"]["p"], json!(payload));
-    gauge_until(&server, "skillgate_ws_receive_bytes", |held| held == 0).await;
-    assert_eq!(gauge(&server, "skillgate_ws_receive_waiting").await, 0);
+    server
+        .gauge_until("skillgate_ws_receive_bytes", |held| held == 0)
+        .await;
+    assert_eq!(server.gauge("skillgate_ws_receive_waiting").await, 0);
 }

@@ -71,6 +71,31 @@ pub fn with_keys() -> HttpConfig {
 }
 
 impl TestServer {
+    /// A gauge of `/metrics` (the server runs without keys or with metrics public).
+    pub async fn gauge(&self, name: &str) -> i64 {
+        let text = self.get("/metrics").await.text().await.unwrap();
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("`{name}` is exported"))
+    }
+
+    /// Waits until the gauge `name` satisfies `ok` (fails after 20 s).
+    pub async fn gauge_until(&self, name: &str, ok: impl Fn(i64) -> bool) -> i64 {
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+        loop {
+            let value = self.gauge(name).await;
+            if ok(value) {
+                return value;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "`{name}` stayed at {value}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+
     /// Waits until door `door` is in `state`, woken at each change of the server's readiness
     /// (a hang guard of 30 s fails the test, with what `/readyz` shows).
     pub async fn door_reaches(&self, door: &str, state: State) {

@@ -1,0 +1,175 @@
+//! HTTP request bodies being received: a body over 16 KiB is read only once a budget every
+//! connection shares holds it, and one client address holds at most its share of that budget,
+//! so clients that dribble bodies in can make the server hold neither one body limit per
+//! connection (1,000 connections each holding most of a 1 MB body took the server from 25 MB
+//! to 1.3 GB) nor the whole budget. Small bodies never wait.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpSocket, TcpStream};
+
+use crate::support::common::Project;
+use crate::support::server::{TestServer, config};
+
+fn echo() -> Project {
+    let p = Project::new();
+    p.skill(
+        "echo.skill.js",
+        "/*---\nname: echo\ndescription: Gives its args back.\n---*/\nexport default async function (ctx, args) { return args; }\n",
+    );
+    p
+}
+
+const HELD: &str = "skillgate_http_body_receive_bytes";
+const WAITING: &str = "skillgate_http_body_receive_waiting";
+
+/// A connection to `server` from the local address `from`.
+async fn connect_from(from: &str, server: SocketAddr) -> TcpStream {
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.bind(format!("{from}:0").parse().unwrap()).unwrap();
+    socket.connect(server).await.unwrap()
+}
+
+/// The head of an invocation of `echo` whose body has `len` bytes.
+fn head(len: usize) -> String {
+    format!(
+        "POST /invoke/echo HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {len}\r\n\r\n"
+    )
+}
+
+/// From `from`: an invocation announcing a `len`-byte body, of which 1 KiB is sent, then
+/// nothing more.
+async fn dribbler(from: &str, server: SocketAddr, len: usize) -> TcpStream {
+    let mut s = connect_from(from, server).await;
+    s.write_all(head(len).as_bytes()).await.unwrap();
+    s.write_all(&[b' '; 1024]).await.unwrap();
+    s
+}
+
+/// From `from`: a whole invocation of `echo` with `payload`, its answer not read yet.
+async fn invoke_from(from: &str, server: SocketAddr, payload: &str) -> TcpStream {
+    let body = json!({ "p": payload }).to_string();
+    let mut s = connect_from(from, server).await;
+    s.write_all(head(body.len()).as_bytes()).await.unwrap();
+    s.write_all(body.as_bytes()).await.unwrap();
+    s
+}
+
+/// The answer on `s`: its status and JSON body (`None` while none comes within `wait`).
+async fn answer(s: &mut TcpStream, wait: Duration) -> Option<(u16, Value)> {
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    let end = tokio::time::Instant::now() + wait;
+    loop {
+        let text = String::from_utf8_lossy(&got).to_string();
+        if let Some((head, body)) = text.split_once("\r\n\r\n") {
+            let len = head
+                .lines()
+                .find_map(|l| {
+                    l.to_ascii_lowercase()
+                        .strip_prefix("content-length:")
+                        .map(|v| v.trim().parse::<usize>().unwrap())
+                })
+                .expect("a content-length");
+            if body.len() >= len {
+                let status = head[9..12].parse().unwrap();
+                return Some((status, serde_json::from_str(&body[..len]).unwrap()));
+            }
+        }
+        match tokio::time::timeout_at(end, s.read(&mut buf)).await {
+            Err(_) => return None,
+            Ok(Ok(0)) | Ok(Err(_)) => panic!("closed before an answer: {text}"),
+            Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_body_being_received_waits_for_the_budget_every_connection_shares() {
+    let mut settings = config();
+    settings.total_body_bytes = 256 * 1024;
+    let server = TestServer::start(echo(), settings).await;
+
+    // A client announces a 200 KB body and sends a little of it, then nothing more.
+    let stalled = dribbler("127.0.0.2", server.addr, 200 * 1024).await;
+    server.gauge_until(HELD, |held| held == 200 * 1024).await;
+
+    // Another client's 100 KB body does not fit beside it: the server reads no more of it
+    // until the budget has room.
+    let payload = "y".repeat(100 * 1024);
+    let mut large = invoke_from("127.0.0.3", server.addr, &payload).await;
+    server.gauge_until(WAITING, |n| n == 1).await;
+    assert!(
+        answer(&mut large, Duration::from_millis(300))
+            .await
+            .is_none()
+    );
+
+    // Small bodies never wait.
+    let small = server
+        .post_json("/invoke/echo", &json!({ "p": "hi" }))
+        .await;
+    assert_eq!(small.status(), 200);
+    assert_eq!(
+        small.json::<Value>().await.unwrap()["result"],
+        json!({ "p": "hi" })
+    );
+    assert_eq!(server.gauge(WAITING).await, 1, "the large body still waits");
+
+    // The dribbler goes: the large body is read whole and answered.
+    drop(stalled);
+    let (status, body) = answer(&mut large, Duration::from_secs(20))
+        .await
+        .expect("an answer");
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["result"]["p"], json!(payload));
+    server.gauge_until(HELD, |held| held == 0).await;
+    assert_eq!(server.gauge(WAITING).await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_client_address_holds_at_most_its_share_of_the_body_budget() {
+    let mut settings = config();
+    settings.total_body_bytes = 512 * 1024;
+    settings.peer_body_bytes = 256 * 1024;
+    let server = TestServer::start(echo(), settings).await;
+
+    // One address holds 200 KB of its 256 KB share with a body it never finishes.
+    let stalled = dribbler("127.0.0.2", server.addr, 200 * 1024).await;
+    server.gauge_until(HELD, |held| held == 200 * 1024).await;
+
+    // Its second 100 KB body passes the share, though the budget has room: it waits.
+    let payload = "y".repeat(100 * 1024);
+    let mut same = invoke_from("127.0.0.2", server.addr, &payload).await;
+    server.gauge_until(WAITING, |n| n == 1).await;
+
+    // Another address's 100 KB body is read and answered meanwhile.
+    let mut other = invoke_from("127.0.0.3", server.addr, &payload).await;
+    let (status, body) = answer(&mut other, Duration::from_secs(20))
+        .await
+        .expect("an answer");
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["result"]["p"], json!(payload));
+    assert!(
+        answer(&mut same, Duration::from_millis(300))
+            .await
+            .is_none()
+    );
+    assert_eq!(
+        server.gauge(WAITING).await,
+        1,
+        "the greedy address's body still waits"
+    );
+
+    // The dribbler goes: the share has room, and the waiting body is answered.
+    drop(stalled);
+    let (status, body) = answer(&mut same, Duration::from_secs(20))
+        .await
+        .expect("an answer");
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["result"]["p"], json!(payload));
+    server.gauge_until(HELD, |held| held == 0).await;
+}
