@@ -377,6 +377,22 @@ impl HttpConfig {
         ] {
             at_least(&mut errors, path, value, slot);
         }
+        // One body must fit in what its client may hold, or the bound would not count it whole.
+        let share = config.peer_body_bytes.min(config.total_body_bytes);
+        if share < config.body_limit {
+            let key = if config.peer_body_bytes <= config.total_body_bytes {
+                "http.peer-body-bytes"
+            } else {
+                "http.total-body-bytes"
+            };
+            errors.at(
+                key,
+                format!(
+                    "must be at least `body-limit` ({} bytes): one body holds up to that much of it",
+                    config.body_limit
+                ),
+            );
+        }
         if let Some(List(proxies)) = settings.trusted_proxies {
             if let Err(err) = crate::gateway::peers::TrustedProxies::new(&proxies) {
                 errors.at("http.trusted-proxies", err);

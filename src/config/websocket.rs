@@ -214,6 +214,22 @@ impl WsConfig {
         for (key, value, slot) in counts {
             at_least(&mut errors, &format!("websocket.{key}"), (value, 1), slot);
         }
+        // One message must fit in what its client may hold, or the bound would not count it whole.
+        let share = config.peer_receive_bytes.min(config.total_receive_bytes);
+        if share < config.max_message {
+            let key = if config.peer_receive_bytes <= config.total_receive_bytes {
+                "websocket.peer-receive-bytes"
+            } else {
+                "websocket.total-receive-bytes"
+            };
+            errors.at(
+                key,
+                format!(
+                    "must be at least `max-message` ({} bytes): one message holds up to that much of it",
+                    config.max_message
+                ),
+            );
+        }
         if let Some(List(origins)) = settings.allowed_origins {
             config.allowed_origins = origins;
         }

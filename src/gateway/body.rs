@@ -41,8 +41,12 @@ pub struct Deadline<B> {
     limit: usize,
     /// Made when the body is first read, if it is large: what it holds of the budget.
     claim: Option<Claim>,
-    /// Bytes it waits to hold before its first byte is read (`None`: not sized yet).
+    /// Bytes it waits to hold before its first byte is read (`None`: not sized yet; 0: none,
+    /// or no more: it ended).
     wanted: Option<usize>,
+    /// Whether a body the budget cannot hold now waits for it (HTTP/1) or is refused as busy
+    /// (HTTP/2, see [`Deadline::within`]).
+    wait: bool,
 }
 
 impl<B> Deadline<B> {
@@ -57,14 +61,26 @@ impl<B> Deadline<B> {
             limit: 0,
             claim: None,
             wanted: None,
+            wait: true,
         }
     }
 
     /// Read for `client` within `budget`: a body over [`FREE`] (or of unknown length) first
-    /// holds its length, at most `limit`, then is read.
-    pub fn within(mut self, budget: Arc<Budget>, client: IpAddr, limit: usize) -> Deadline<B> {
+    /// holds its length, at most `limit`, then is read. Over HTTP/1 (`wait`) a body the budget
+    /// cannot hold yet waits, and its client's bytes wait in the network. Over HTTP/2 the
+    /// connection receives a stream's data whether or not it is read, and a stream left unread
+    /// fills the connection's window and stalls its other streams, so there a body the budget
+    /// cannot hold at once is refused as busy (503 with `Retry-After`).
+    pub fn within(
+        mut self,
+        budget: Arc<Budget>,
+        client: IpAddr,
+        limit: usize,
+        wait: bool,
+    ) -> Deadline<B> {
         self.budget = Some((budget, client));
         self.limit = limit;
+        self.wait = wait;
         self
     }
 }
@@ -90,11 +106,11 @@ impl<B: HttpBody> Deadline<B> {
             .poll_hold(cx, wanted)
     }
 
-    /// The body arrived, or will not: what it held goes back.
+    /// The body arrived, or will not: what it held goes back, and it never asks again (a
+    /// reader polls once more after the last frame).
     fn release(&mut self) {
-        if let Some(claim) = &mut self.claim {
-            claim.release();
-        }
+        self.claim = None;
+        self.wanted = Some(0);
     }
 }
 
@@ -110,6 +126,21 @@ impl fmt::Display for TooSlow {
 
 impl Error for TooSlow {}
 
+/// The receive budget could not hold the body at once, where it may not wait (HTTP/2).
+#[derive(Debug)]
+pub struct Busy;
+
+const BUSY: &str =
+    "request bodies being received hold the server's budget for them; try again in a moment";
+
+impl fmt::Display for Busy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(BUSY)
+    }
+}
+
+impl Error for Busy {}
+
 impl<B> HttpBody for Deadline<B>
 where
     B: HttpBody + Unpin,
@@ -123,9 +154,12 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<B::Data>, BoxError>>> {
         let this = self.get_mut();
-        if this.poll_budget(cx).is_ready()
-            && let Poll::Ready(frame) = Pin::new(&mut this.body).poll_frame(cx)
-        {
+        let held = this.poll_budget(cx).is_ready();
+        if !held && !this.wait {
+            this.release();
+            return Poll::Ready(Some(Err(Box::new(Busy))));
+        }
+        if held && let Poll::Ready(frame) = Pin::new(&mut this.body).poll_frame(cx) {
             if !matches!(frame, Some(Ok(_))) || this.body.is_end_stream() {
                 this.release();
             }
@@ -136,7 +170,10 @@ where
             .sleep
             .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)));
         match sleep.as_mut().poll(cx) {
-            Poll::Ready(()) => Poll::Ready(Some(Err(Box::new(TooSlow(this.timeout))))),
+            Poll::Ready(()) => {
+                this.release();
+                Poll::Ready(Some(Err(Box::new(TooSlow(this.timeout)))))
+            }
             Poll::Pending => Poll::Pending,
         }
     }
@@ -159,6 +196,9 @@ pub fn rejected(rejection: &BytesRejection, limit: usize) -> GatewayError {
     while let Some(err) = cause {
         if let Some(slow) = err.downcast_ref::<TooSlow>() {
             return GatewayError::BodyTimeout { timeout: slow.0 };
+        }
+        if err.is::<Busy>() {
+            return GatewayError::Unavailable(BUSY.into());
         }
         cause = err.source();
     }

@@ -442,3 +442,24 @@ async fn a_second_signal_cuts_the_drain_short() {
     let code = served.child.wait().expect("wait").code();
     assert_eq!(code, Some(0));
 }
+
+#[test]
+fn a_receive_share_smaller_than_one_body_or_message_is_refused_naming_its_setting() {
+    let project = hello_project();
+    project.write(
+        "skillgate.yaml",
+        "http:\n  bind: 127.0.0.1:0\n  body-limit: 2097152\n  peer-body-bytes: 1048576\nwebsocket:\n  peer-receive-bytes: 4096\n",
+    );
+    let out = crate::support::common::skillgate_command(project.path())
+        .args(["--store", "memory", "serve"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    for expected in [
+        "http.peer-body-bytes: must be at least `body-limit` (2097152 bytes)",
+        "websocket.peer-receive-bytes: must be at least `max-message` (1048576 bytes)",
+    ] {
+        assert!(err.contains(expected), "`{expected}` in:\n{err}");
+    }
+}

@@ -119,10 +119,11 @@ pub async fn serve(
             let in_flight = activity.begin();
             let serving = serving.load();
             let client = trusted.client(peer.ip(), request.headers());
+            let wait = request.version() < axum::http::Version::HTTP_2;
             let mut request = request.map(|body| {
                 let body = Deadline::new(body, serving.body_timeout);
                 Body::new(match &bodies {
-                    Some(budget) => body.within(budget.clone(), client, serving.body_limit),
+                    Some(budget) => body.within(budget.clone(), client, serving.body_limit, wait),
                     None => body,
                 })
             });

@@ -1,8 +1,9 @@
 //! HTTP request bodies being received: a body over 16 KiB is read only once a budget every
 //! connection shares holds it, and one client address holds at most its share of that budget,
 //! so clients that dribble bodies in can make the server hold neither one body limit per
-//! connection (1,000 connections each holding most of a 1 MB body took the server from 25 MB
-//! to 1.3 GB) nor the whole budget. Small bodies never wait.
+//! connection (1,000 connections each holding all but 100 bytes of a 1 MB body took the server
+//! from 25 MB to 1,009 MB without the budget, 121 MB with it) nor the whole budget. Small bodies
+//! never wait.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -172,4 +173,77 @@ async fn one_client_address_holds_at_most_its_share_of_the_body_budget() {
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["result"]["p"], json!(payload));
     server.gauge_until(HELD, |held| held == 0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_that_arrived_whole_is_answered_while_others_wait_for_the_budget() {
+    let mut settings = config();
+    settings.total_body_bytes = 256 * 1024;
+    settings.body_timeout = Duration::from_secs(5);
+    let server = TestServer::start(echo(), settings).await;
+
+    // A 200 KB body being sent holds most of the budget.
+    let payload = "y".repeat(200 * 1024 - 20);
+    let body = json!({ "p": payload }).to_string();
+    let mut first = connect_from("127.0.0.2", server.addr).await;
+    first.write_all(head(body.len()).as_bytes()).await.unwrap();
+    first.write_all(&body.as_bytes()[..1024]).await.unwrap();
+    server
+        .gauge_until(HELD, |held| held == body.len() as i64)
+        .await;
+
+    // Another client's 100 KB body waits behind it.
+    let _waiting = dribbler("127.0.0.3", server.addr, 100 * 1024).await;
+    server.gauge_until(WAITING, |n| n == 1).await;
+
+    // The first body's last bytes arrive: it gives its budget back (the waiting one takes
+    // part of it) and is answered, without asking for the budget again.
+    first.write_all(&body.as_bytes()[1024..]).await.unwrap();
+    let (status, answer) = answer(&mut first, Duration::from_secs(20))
+        .await
+        .expect("an answer");
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["result"]["p"], json!(payload));
+    server.gauge_until(HELD, |held| held == 100 * 1024).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_http2_a_body_the_budget_cannot_hold_at_once_is_refused_as_busy() {
+    use hyper_util::client::legacy::Client;
+    use hyper_util::rt::TokioExecutor;
+
+    let mut settings = config();
+    settings.total_body_bytes = 256 * 1024;
+    let server = TestServer::start(echo(), settings).await;
+    let client: Client<_, axum::body::Body> = Client::builder(TokioExecutor::new())
+        .http2_only(true)
+        .build_http();
+    let post = |payload: String| {
+        let body = json!({ "p": payload }).to_string();
+        axum::http::Request::post(format!("http://{}/invoke/echo", server.addr))
+            .header("content-type", "application/json")
+            .header("content-length", body.len())
+            .body(axum::body::Body::from(body))
+            .unwrap()
+    };
+
+    // With the budget free, a large body over HTTP/2 is read and answered.
+    let payload = "y".repeat(100 * 1024);
+    let answered = client.request(post(payload.clone())).await.unwrap();
+    assert_eq!(answered.status(), 200);
+
+    // An HTTP/1 client holds most of the budget: an HTTP/2 stream does not wait for it (its
+    // connection would go on receiving the data, and an unread stream stalls the others), it
+    // is refused as busy.
+    let _stalled = dribbler("127.0.0.2", server.addr, 200 * 1024).await;
+    server.gauge_until(HELD, |held| held == 200 * 1024).await;
+    let refused = client.request(post(payload)).await.unwrap();
+    assert_eq!(refused.status(), 503);
+    assert_eq!(refused.headers()["retry-after"], "1");
+    assert_eq!(server.gauge(WAITING).await, 0);
+    assert_eq!(server.gauge(HELD).await, 200 * 1024);
+
+    // Small bodies pass.
+    let small = client.request(post("hi".into())).await.unwrap();
+    assert_eq!(small.status(), 200);
 }
