@@ -9,6 +9,7 @@
 //! - `ws-unread`: WebSocket clients that send invocations with 100 KB args and never read;
 //! - `fan-out`: callers of a skill that invokes another one 100,000 times at once;
 //! - `sse-unread`: streamed invocations of a chatty skill whose stream is never read.
+//! - `body-dribble`: invocations whose 1 MB body is sent but for its last 100 bytes.
 //!
 //! Hostile connections come from 127.0.0.2 and up (16 to 30 an address), as many clients would;
 //! the normal client from 127.0.0.1. Each phase is `SKILLGATE_BENCH_ROUNDS` rounds (default 3)
@@ -39,13 +40,14 @@ use futures::SinkExt;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 
-const KINDS: [&str; 6] = [
+const KINDS: [&str; 7] = [
     "slowloris",
     "smtp-idle",
     "smtp-data",
     "ws-unread",
     "fan-out",
     "sse-unread",
+    "body-dribble",
 ];
 
 fn project(smtp_port: u16) -> tempfile::TempDir {
@@ -257,6 +259,30 @@ async fn hostile(
                         tokio::time::sleep(Duration::from_millis(200)).await;
                     }
                 }
+                Ok(())
+            }
+            .await,
+            "body-dribble" => async {
+                let mut s = connect_from(source(7, i, 16), http).await?;
+                let len = 1_000_000;
+                let head = format!(
+                    "POST /invoke/hello HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{{\"name\":\"",
+                    len + 100
+                );
+                s.write_all(head.as_bytes()).await?;
+                // All but the last 100 bytes, as far as the server takes them; then nothing.
+                let chunk = vec![b'x'; 64 * 1024];
+                let mut sent = 0;
+                while sent < len && !stop.load(Ordering::Relaxed) {
+                    let n = chunk.len().min(len - sent);
+                    match tokio::time::timeout(Duration::from_millis(500), s.write(&chunk[..n])).await {
+                        Ok(Ok(0)) => break,
+                        Ok(Ok(written)) => sent += written,
+                        Ok(Err(err)) => return Err(err),
+                        Err(_) => {}
+                    }
+                }
+                until_closed(&mut s, &stop).await;
                 Ok(())
             }
             .await,

@@ -573,6 +573,7 @@ fn hostile(r: &Results) -> String {
                 "fan-out callers (100,000 invocations asked, the run budget stops each at 10,000)"
             }
             "sse-unread" => "unread streams of a chatty skill (2,000 events of 2 KB a run)",
+            "body-dribble" => "request bodies of 1 MB sent but for their last 100 bytes",
             "all" => "all at once",
             other => other,
         }
