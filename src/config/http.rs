@@ -104,8 +104,8 @@ impl Default for HttpConfig {
             max_connections_per_peer: DEFAULT_MAX_CONNECTIONS_PER_PEER,
             max_runs: crate::gateway::dispatch::DEFAULT_MAX_RUNS,
             max_args_in_flight: crate::gateway::dispatch::DEFAULT_MAX_ARG_BYTES,
-            total_body_bytes: 64 * 1024 * 1024,
-            peer_body_bytes: 16 * 1024 * 1024,
+            total_body_bytes: 32 * 1024 * 1024,
+            peer_body_bytes: 8 * 1024 * 1024,
             trusted_proxies: Vec::new(),
             allowed_hosts: Vec::new(),
             expose_hidden: Vec::new(),
@@ -183,11 +183,11 @@ pub struct HttpSettings {
     pub max_args_in_flight: Option<usize>,
     /// Bytes of request bodies over 16 KiB being received, every connection together; a body
     /// that would pass it is read once others have arrived (its client's bytes wait in the
-    /// network) [default: 67108864].
+    /// network) [default: 33554432].
     #[arg(long, env = "SKILLGATE_TOTAL_BODY_BYTES")]
     pub total_body_bytes: Option<usize>,
     /// What of `total-body-bytes` the connections of one client address may hold together
-    /// (behind a trusted proxy: the forwarded address) [default: 16777216].
+    /// (behind a trusted proxy: the forwarded address) [default: 8388608].
     #[arg(long, env = "SKILLGATE_PEER_BODY_BYTES")]
     pub peer_body_bytes: Option<usize>,
     /// Proxies in front whose `X-Forwarded-For` / `Forwarded` name the client, comma-separated

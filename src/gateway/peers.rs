@@ -109,6 +109,19 @@ fn forwarded_for(headers: &HeaderMap) -> Vec<IpAddr> {
         .collect()
 }
 
+/// The client an address counts as for the per-address caps and shares: an IPv4 address
+/// itself, an IPv6 address's /64 network (one host, or one home, is given a whole /64, so a
+/// client could otherwise take a fresh address for each connection).
+pub fn client_of(ip: IpAddr) -> IpAddr {
+    match canonical(ip) {
+        IpAddr::V6(v6) => {
+            let bits = u128::from(v6) & !((1u128 << 64) - 1);
+            IpAddr::V6(bits.into())
+        }
+        v4 => v4,
+    }
+}
+
 /// What each address holds now (connections, sockets), against a cap per address.
 #[derive(Debug)]
 pub struct PerPeer {
@@ -135,8 +148,9 @@ impl PerPeer {
         self.max
     }
 
-    /// One more for `ip`, unless it holds the cap already.
+    /// One more for `ip` (for its client: see [`client_of`]), unless it holds the cap already.
     pub fn take(self: &Arc<Self>, ip: IpAddr) -> Option<Held> {
+        let ip = client_of(ip);
         let mut held = self.held.lock();
         let n = held.entry(ip).or_insert(0);
         if *n >= self.max {
@@ -172,6 +186,23 @@ mod tests {
             map.append(*k, v.parse().unwrap());
         }
         map
+    }
+
+    #[test]
+    fn ipv6_addresses_of_one_64_network_count_as_one_client() {
+        let counts = PerPeer::new(2);
+        let one: IpAddr = "2001:db8:1:2::1".parse().unwrap();
+        let same_net: IpAddr = "2001:db8:1:2:ffff::9".parse().unwrap();
+        let other_net: IpAddr = "2001:db8:1:3::1".parse().unwrap();
+        let _a = counts.take(one).unwrap();
+        let _b = counts.take(same_net).unwrap();
+        assert!(counts.take(one).is_none(), "the /64 holds its cap");
+        assert!(counts.take(other_net).is_some());
+        // IPv4, also written as IPv6, counts by the address itself.
+        let v4: IpAddr = "192.0.2.7".parse().unwrap();
+        let mapped: IpAddr = "::ffff:192.0.2.7".parse().unwrap();
+        assert_eq!(client_of(mapped), v4);
+        assert_ne!(client_of("192.0.2.8".parse().unwrap()), client_of(v4));
     }
 
     #[test]

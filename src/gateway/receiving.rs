@@ -72,9 +72,10 @@ impl Budget {
         self.total
     }
 
-    /// The share `client`'s claims hold together: the same one for each, for as long as one
-    /// of them lives.
+    /// The share `client`'s claims hold together (an IPv6 client's /64 network: see
+    /// `peers::client_of`): the same one for each, for as long as one of them lives.
     fn share(&self, client: IpAddr) -> Arc<Semaphore> {
+        let client = crate::gateway::peers::client_of(client);
         let mut shares = self.shares.lock();
         if let Some(share) = shares.get(&client).and_then(Weak::upgrade) {
             return share;

@@ -93,12 +93,17 @@ impl tower_governor::key_extractor::KeyExtractor for CallerKey {
             return Ok(format!("key:{}", key.name));
         }
         // The client behind a trusted proxy, else the TCP peer.
+        // (an IPv6 client by its /64 network, as the per-address caps count it).
+        let client_of = crate::gateway::peers::client_of;
         if let Some(client) = req.extensions().get::<crate::gateway::peers::ClientAddr>() {
-            return Ok(format!("ip:{}", client.0));
+            return Ok(format!("ip:{}", client_of(client.0)));
         }
         Ok(req
             .extensions()
             .get::<ConnectInfo<SocketAddr>>()
-            .map_or_else(|| "anonymous".to_string(), |c| format!("ip:{}", c.0.ip())))
+            .map_or_else(
+                || "anonymous".to_string(),
+                |c| format!("ip:{}", client_of(c.0.ip())),
+            ))
     }
 }
