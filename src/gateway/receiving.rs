@@ -130,7 +130,8 @@ impl Claim {
     /// Ready once the claim holds `wanted` bytes (at most the client's share), first of the
     /// client's share, then of the budget. Waiting for the budget while holding the share
     /// keeps no other client waiting: the share is the client's own. A claim that holds
-    /// bytes is ready at once (it never asks twice, so it never waits while holding part).
+    /// bytes is ready at once; after [`Claim::release`] it asks anew, so a caller releases only
+    /// when its body or message is done (or drops the claim), never to hold part and wait.
     pub fn poll_hold(&mut self, cx: &mut Context<'_>, wanted: usize) -> Poll<()> {
         if self.held.is_none() {
             let wanted = wanted.clamp(1, self.budget.per_peer) as u32;

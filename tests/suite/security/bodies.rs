@@ -2,7 +2,7 @@
 //! connection shares holds it, and one client address holds at most its share of that budget,
 //! so clients that dribble bodies in can make the server hold neither one body limit per
 //! connection (1,000 connections each holding all but 100 bytes of a 1 MB body took the server
-//! from 25 MB to 1,009 MB without the budget, 121 MB with it) nor the whole budget. Small bodies
+//! from 25 MB to 1,009 MB without the budget, 89 MB with it) nor the whole budget. Small bodies
 //! never wait.
 
 use std::net::SocketAddr;
