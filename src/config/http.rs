@@ -10,7 +10,7 @@ use clap::Args;
 use serde::Deserialize;
 
 use crate::config::errors::ConfigErrors;
-use crate::config::values::{KeyList, List, Seconds, above_zero, at_least};
+use crate::config::values::{KeyList, List, Seconds, above_zero, at_least, share_fits};
 use crate::config::websocket::WsConfig;
 use crate::gateway::keys::{ApiKey, KeyRing};
 
@@ -377,22 +377,12 @@ impl HttpConfig {
         ] {
             at_least(&mut errors, path, value, slot);
         }
-        // One body must fit in what its client may hold, or the bound would not count it whole.
-        let share = config.peer_body_bytes.min(config.total_body_bytes);
-        if share < config.body_limit {
-            let key = if config.peer_body_bytes <= config.total_body_bytes {
-                "http.peer-body-bytes"
-            } else {
-                "http.total-body-bytes"
-            };
-            errors.at(
-                key,
-                format!(
-                    "must be at least `body-limit` ({} bytes): one body holds up to that much of it",
-                    config.body_limit
-                ),
-            );
-        }
+        share_fits(
+            &mut errors,
+            ("http.total-body-bytes", "http.peer-body-bytes"),
+            (config.total_body_bytes, config.peer_body_bytes),
+            ("body-limit", config.body_limit),
+        );
         if let Some(List(proxies)) = settings.trusted_proxies {
             if let Err(err) = crate::gateway::peers::TrustedProxies::new(&proxies) {
                 errors.at("http.trusted-proxies", err);

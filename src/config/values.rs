@@ -270,6 +270,26 @@ pub fn at_least(
     }
 }
 
+/// A receive budget (`total` at `paths.0`) and one client's share of it (`per_peer` at
+/// `paths.1`) must each hold one whole body or message (`unit` bytes, the setting `unit_key`),
+/// or the bound would not count it whole; the smaller one is the mistake.
+pub fn share_fits(
+    errors: &mut ConfigErrors,
+    paths: (&str, &str),
+    (total, per_peer): (usize, usize),
+    (unit_key, unit): (&str, usize),
+) {
+    if per_peer.min(total) < unit {
+        let path = if per_peer <= total { paths.1 } else { paths.0 };
+        errors.at(
+            path,
+            format!(
+                "must be at least `{unit_key}` ({unit} bytes): one holds up to that much of it"
+            ),
+        );
+    }
+}
+
 /// `value`, when given, into `slot`; zero seconds is a mistake at `path`.
 pub fn above_zero(
     errors: &mut ConfigErrors,

@@ -8,7 +8,7 @@ use clap::Args;
 use serde::Deserialize;
 
 use crate::config::errors::ConfigErrors;
-use crate::config::values::{List, Seconds, above_zero, at_least};
+use crate::config::values::{List, Seconds, above_zero, at_least, share_fits};
 
 /// The resolved settings of `/ws`.
 #[derive(Debug, Clone)]
@@ -214,22 +214,15 @@ impl WsConfig {
         for (key, value, slot) in counts {
             at_least(&mut errors, &format!("websocket.{key}"), (value, 1), slot);
         }
-        // One message must fit in what its client may hold, or the bound would not count it whole.
-        let share = config.peer_receive_bytes.min(config.total_receive_bytes);
-        if share < config.max_message {
-            let key = if config.peer_receive_bytes <= config.total_receive_bytes {
-                "websocket.peer-receive-bytes"
-            } else {
-                "websocket.total-receive-bytes"
-            };
-            errors.at(
-                key,
-                format!(
-                    "must be at least `max-message` ({} bytes): one message holds up to that much of it",
-                    config.max_message
-                ),
-            );
-        }
+        share_fits(
+            &mut errors,
+            (
+                "websocket.total-receive-bytes",
+                "websocket.peer-receive-bytes",
+            ),
+            (config.total_receive_bytes, config.peer_receive_bytes),
+            ("max-message", config.max_message),
+        );
         if let Some(List(origins)) = settings.allowed_origins {
             config.allowed_origins = origins;
         }

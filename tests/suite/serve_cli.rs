@@ -457,8 +457,8 @@ fn a_receive_share_smaller_than_one_body_or_message_is_refused_naming_its_settin
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     for expected in [
-        "http.peer-body-bytes: must be at least `body-limit` (2097152 bytes)",
-        "websocket.peer-receive-bytes: must be at least `max-message` (1048576 bytes)",
+        "http.peer-body-bytes: must be at least `body-limit` (2097152 bytes): one holds",
+        "websocket.peer-receive-bytes: must be at least `max-message` (1048576 bytes): one holds",
     ] {
         assert!(err.contains(expected), "`{expected}` in:\n{err}");
     }
