@@ -181,13 +181,15 @@ pub struct HttpSettings {
     /// together; one that does not fit is refused as busy [default: 8388608].
     #[arg(long, env = "SKILLGATE_MAX_ARGS_IN_FLIGHT")]
     pub max_args_in_flight: Option<usize>,
-    /// Bytes of request bodies over 16 KiB being received, every connection together; a body
-    /// that would pass it is read once others have arrived (its client's bytes wait in the
-    /// network) [default: 33554432].
+    /// Bytes of request bodies over 16 KiB being received, every connection together; over
+    /// HTTP/1 a body that would pass it is read once others have arrived (its client's bytes
+    /// wait in the network), over HTTP/2 it is refused as busy (503); at least `body-limit`
+    /// [default: 33554432, or `body-limit` if larger].
     #[arg(long, env = "SKILLGATE_TOTAL_BODY_BYTES")]
     pub total_body_bytes: Option<usize>,
     /// What of `total-body-bytes` the connections of one client address may hold together
-    /// (behind a trusted proxy: the forwarded address) [default: 8388608].
+    /// (behind a trusted proxy: the forwarded address); at least `body-limit` [default: 8388608,
+    /// or `body-limit` if larger].
     #[arg(long, env = "SKILLGATE_PEER_BODY_BYTES")]
     pub peer_body_bytes: Option<usize>,
     /// Proxies in front whose `X-Forwarded-For` / `Forwarded` name the client, comma-separated
@@ -322,6 +324,9 @@ impl HttpConfig {
         config.rate_per_second = settings.rate_limit.unwrap_or(config.rate_per_second);
         config.rate_burst = settings.rate_burst.unwrap_or(config.rate_burst).max(1);
         config.body_limit = settings.body_limit.unwrap_or(config.body_limit);
+        // Unless given, the body budget and its share grow to hold one body of the limit.
+        config.total_body_bytes = config.total_body_bytes.max(config.body_limit);
+        config.peer_body_bytes = config.peer_body_bytes.max(config.body_limit);
         if let Some(Seconds(t)) = settings.timeout {
             config.timeout = t;
         }
@@ -414,5 +419,35 @@ impl HttpConfig {
         let public_dir = project.join("public");
         config.public_dir = public_dir.is_dir().then_some(public_dir);
         errors.located(origin).or_ok(config)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resolve(settings: HttpSettings) -> Result<HttpConfig, ConfigErrors> {
+        HttpConfig::resolve(Path::new("."), settings, &|_| None)
+    }
+
+    #[test]
+    fn a_body_limit_over_the_body_budget_raises_it_unless_it_was_given() {
+        let large = 16 * 1024 * 1024;
+        let config = resolve(HttpSettings {
+            body_limit: Some(large),
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(config.peer_body_bytes, large);
+        assert_eq!(config.total_body_bytes, 32 * 1024 * 1024);
+        let given = resolve(HttpSettings {
+            body_limit: Some(large),
+            peer_body_bytes: Some(8 * 1024 * 1024),
+            total_body_bytes: Some(4 * 1024 * 1024),
+            ..Default::default()
+        });
+        let err = format!("{:?}", given.expect_err("refused"));
+        assert!(err.contains("http.peer-body-bytes"), "{err}");
+        assert!(err.contains("http.total-body-bytes"), "{err}");
     }
 }

@@ -272,21 +272,22 @@ pub fn at_least(
 
 /// A receive budget (`total` at `paths.0`) and one client's share of it (`per_peer` at
 /// `paths.1`) must each hold one whole body or message (`unit` bytes, the setting `unit_key`),
-/// or the bound would not count it whole; the smaller one is the mistake.
+/// or the bound would not count it whole; each one short of it is a mistake.
 pub fn share_fits(
     errors: &mut ConfigErrors,
     paths: (&str, &str),
     (total, per_peer): (usize, usize),
     (unit_key, unit): (&str, usize),
 ) {
-    if per_peer.min(total) < unit {
-        let path = if per_peer <= total { paths.1 } else { paths.0 };
-        errors.at(
-            path,
-            format!(
-                "must be at least `{unit_key}` ({unit} bytes): one holds up to that much of it"
-            ),
-        );
+    for (path, value) in [paths.1, paths.0].into_iter().zip([per_peer, total]) {
+        if value < unit {
+            errors.at(
+                path,
+                format!(
+                    "must be at least `{unit_key}` ({unit} bytes): one holds up to that much of it"
+                ),
+            );
+        }
     }
 }
 

@@ -177,6 +177,10 @@ impl WsConfig {
         for (key, value, slot) in seconds {
             above_zero(&mut errors, &format!("websocket.{key}"), value, slot);
         }
+        // Unless given, the receive budget and its share grow to hold one message of the limit.
+        let max_message = settings.max_message.unwrap_or(config.max_message);
+        config.total_receive_bytes = config.total_receive_bytes.max(max_message);
+        config.peer_receive_bytes = config.peer_receive_bytes.max(max_message);
         let counts = [
             ("max-message", settings.max_message, &mut config.max_message),
             ("send-queue", settings.send_queue, &mut config.send_queue),

@@ -70,6 +70,14 @@ impl Reconfigure {
         let live = &self.0;
         let mut state = live.state.lock();
         let need_restart = keep_restart_settings(&state.config, &mut config);
+        // The body budget takes a restart: a body limit it cannot hold whole waits for one too.
+        let share = config.peer_body_bytes.min(config.total_body_bytes);
+        if config.body_limit > share {
+            return Err(format!(
+                "http.body-limit: {} bytes is more than one client may hold of the running body budget ({share} bytes: `http.peer-body-bytes` and `http.total-body-bytes` take a restart); raise those and restart",
+                config.body_limit
+            ));
+        }
         let index = state.gateway.kernel.registry().current();
         let web_routes = routes::collect(&index, &live.project).map_err(|e| e.to_string())?;
         // A trial with the keys as given: a mistake found here leaves the keys as they were.
