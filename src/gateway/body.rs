@@ -126,6 +126,18 @@ impl fmt::Display for TooSlow {
 
 impl Error for TooSlow {}
 
+/// The body's length is over the body limit (answered 413 from the head).
+#[derive(Debug)]
+pub struct OverLimit;
+
+impl fmt::Display for OverLimit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("the request body is longer than the body limit")
+    }
+}
+
+impl Error for OverLimit {}
+
 /// The receive budget could not hold the body at once, where it may not wait (HTTP/2).
 #[derive(Debug)]
 pub struct Busy;
@@ -154,6 +166,15 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<B::Data>, BoxError>>> {
         let this = self.get_mut();
+        // A body whose length is over the limit is refused from its head, before it takes any
+        // of the budget or is read.
+        if this.budget.is_some()
+            && this.wanted.is_none()
+            && this.body.size_hint().lower() > this.limit as u64
+        {
+            this.release();
+            return Poll::Ready(Some(Err(Box::new(OverLimit))));
+        }
         let held = this.poll_budget(cx).is_ready();
         if !held && !this.wait {
             this.release();
@@ -199,6 +220,9 @@ pub fn rejected(rejection: &BytesRejection, limit: usize) -> GatewayError {
         }
         if err.is::<Busy>() {
             return GatewayError::Unavailable(BUSY.into());
+        }
+        if err.is::<OverLimit>() {
+            return GatewayError::TooLarge { limit };
         }
         cause = err.source();
     }

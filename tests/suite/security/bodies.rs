@@ -247,3 +247,17 @@ async fn over_http2_a_body_the_budget_cannot_hold_at_once_is_refused_as_busy() {
     let small = client.request(post("hi".into())).await.unwrap();
     assert_eq!(small.status(), 200);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_longer_than_the_limit_is_refused_from_its_head_without_taking_the_budget() {
+    let server = TestServer::start(echo(), config()).await;
+    // A 2 MB body announced, against the 1 MiB limit, and none of it sent.
+    let mut s = connect_from("127.0.0.2", server.addr).await;
+    s.write_all(head(2 * 1024 * 1024).as_bytes()).await.unwrap();
+    let (status, body) = answer(&mut s, Duration::from_secs(5))
+        .await
+        .expect("answered from the head");
+    assert_eq!(status, 413, "{body}");
+    assert_eq!(server.gauge(HELD).await, 0);
+    assert_eq!(server.gauge(WAITING).await, 0);
+}
