@@ -20,13 +20,9 @@ use hyper::body::{Body as HttpBody, Frame, SizeHint};
 use tokio::time::{Instant, Sleep};
 
 use crate::gateway::GatewayError;
-use crate::gateway::receiving::{Budget, Claim};
+use crate::gateway::receiving::{Budget, Claim, FREE};
 
 type BoxError = Box<dyn Error + Send + Sync>;
-
-/// Bodies up to this size (by their `content-length`) are read without the budget: a normal
-/// request never waits behind large uploads.
-pub const FREE: u64 = 16 * 1024;
 
 /// A request body with a deadline for all of it, read within the receive budget.
 pub struct Deadline<B> {
@@ -88,19 +84,20 @@ impl<B> Deadline<B> {
 impl<B: HttpBody> Deadline<B> {
     /// Ready once the budget holds what the body needs (at once for a small one).
     fn poll_budget(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        let wanted = *self.wanted.get_or_insert_with(|| {
-            let hint = self.body.size_hint();
-            match hint.upper() {
-                Some(upper) if upper <= FREE || self.budget.is_none() => 0,
-                upper => upper.map_or(self.limit, |n| n.min(self.limit as u64) as usize),
-            }
-        });
-        if wanted == 0 {
-            return Poll::Ready(());
-        }
         let Some((budget, client)) = &self.budget else {
             return Poll::Ready(());
         };
+        // A body claims its `content-length`, at most the limit; one of unknown length the
+        // limit; a small one nothing.
+        let wanted = *self
+            .wanted
+            .get_or_insert_with(|| match self.body.size_hint().upper() {
+                Some(upper) if upper <= FREE as u64 => 0,
+                upper => upper.map_or(self.limit, |n| n.min(self.limit as u64) as usize),
+            });
+        if wanted == 0 {
+            return Poll::Ready(());
+        }
         self.claim
             .get_or_insert_with(|| Claim::new(budget.clone(), *client))
             .poll_hold(cx, wanted)

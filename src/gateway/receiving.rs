@@ -18,6 +18,10 @@ use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::PollSemaphore;
 
+/// Bodies and messages up to this size are read without the budget: one connection holds at
+/// most this much unbudgeted, and a normal request never waits behind large ones.
+pub const FREE: usize = 16 * 1024;
+
 /// A budget of bytes being received, with a share of it per client address.
 pub struct Budget {
     bytes: Arc<Semaphore>,
@@ -67,11 +71,6 @@ impl Budget {
         self.per_peer
     }
 
-    /// The whole budget.
-    pub fn total(&self) -> usize {
-        self.total
-    }
-
     /// The share `client`'s claims hold together (an IPv6 client's /64 network: see
     /// `peers::client_of`): the same one for each, for as long as one of them lives.
     fn share(&self, client: IpAddr) -> Arc<Semaphore> {
@@ -116,10 +115,6 @@ impl Claim {
             held: None,
             waiting: false,
         }
-    }
-
-    pub fn budget(&self) -> &Budget {
-        &self.budget
     }
 
     /// True while it holds bytes.

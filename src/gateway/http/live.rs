@@ -12,7 +12,9 @@ use arc_swap::ArcSwap;
 use axum::Router;
 use parking_lot::Mutex;
 
+use crate::config::errors::ConfigErrors;
 use crate::config::http::HttpConfig;
+use crate::config::values::share_fits;
 use crate::gateway::http::listen::{LiveServing, Serving};
 use crate::gateway::http::routes;
 use crate::gateway::http::server::{build_router, check_door_paths};
@@ -71,11 +73,16 @@ impl Reconfigure {
         let mut state = live.state.lock();
         let need_restart = keep_restart_settings(&state.config, &mut config);
         // The body budget takes a restart: a body limit it cannot hold whole waits for one too.
-        let share = config.peer_body_bytes.min(config.total_body_bytes);
-        if config.body_limit > share {
+        let mut short = ConfigErrors::default();
+        share_fits(
+            &mut short,
+            ("http.total-body-bytes", "http.peer-body-bytes"),
+            (config.total_body_bytes, config.peer_body_bytes),
+            ("body-limit", config.body_limit),
+        );
+        if !short.is_empty() {
             return Err(format!(
-                "http.body-limit: {} bytes is more than one client may hold of the running body budget ({share} bytes: `http.peer-body-bytes` and `http.total-body-bytes` take a restart); raise those and restart",
-                config.body_limit
+                "{short} (the running value: it takes a restart, so `http.body-limit` may not rise past it in a reload)"
             ));
         }
         let index = state.gateway.kernel.registry().current();

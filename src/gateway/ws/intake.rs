@@ -27,11 +27,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Sleep;
 
-use crate::gateway::receiving::{self, Claim};
-
-/// Messages up to this size are read without the budget: one socket holds at most this much
-/// unbudgeted, and a normal client's frames never wait behind a large one.
-pub const FREE: usize = 16 * 1024;
+use crate::gateway::receiving::{self, Claim, FREE};
 
 /// The largest frame handed on; larger ones are cut into frames of this size.
 pub const PIECE: usize = 4 * 1024;
