@@ -162,7 +162,9 @@ pub struct HttpSettings {
     #[arg(long, env = "SKILLGATE_HEADER_TIMEOUT")]
     pub header_timeout: Option<Seconds>,
     /// Seconds a client may take to send a whole request body after its headers; slower
-    /// requests are answered 408 [default: 30].
+    /// requests are answered 408. A body over 16 KiB that holds room in the receive budget
+    /// must also keep arriving at no less than its length over this, after a sixth of it
+    /// [default: 30].
     #[arg(long, env = "SKILLGATE_BODY_TIMEOUT")]
     pub body_timeout: Option<Seconds>,
     /// Connections served at once; more wait in the listen backlog until one closes

@@ -2,8 +2,9 @@
 //! that sends headers and then trickles or stalls cannot hold a request open); a body over
 //! [`FREE`] is read only once the receive budget every connection shares (and its client's
 //! share of it) holds it, so clients that dribble bodies in cannot make the server hold one
-//! body limit per connection; and the error for a body that could not be read: too slow (408),
-//! too large (413), unreadable (400).
+//! body limit per connection, and once it holds it, it must keep its [`Pace`], so clients that
+//! announce large bodies and stall cannot keep the budget from others; and the error for a
+//! body that could not be read: too slow (408), too large (413), unreadable (400).
 
 use std::error::Error;
 use std::fmt;
@@ -16,11 +17,12 @@ use std::time::Duration;
 
 use axum::extract::rejection::BytesRejection;
 use axum::http::StatusCode;
+use bytes::Buf;
 use hyper::body::{Body as HttpBody, Frame, SizeHint};
 use tokio::time::{Instant, Sleep};
 
 use crate::gateway::GatewayError;
-use crate::gateway::receiving::{Budget, Claim, FREE};
+use crate::gateway::receiving::{Budget, Claim, FREE, Pace};
 
 type BoxError = Box<dyn Error + Send + Sync>;
 
@@ -37,6 +39,10 @@ pub struct Deadline<B> {
     limit: usize,
     /// Made when the body is first read, if it is large: what it holds of the budget.
     claim: Option<Claim>,
+    /// Made once the claim holds: the pace its bytes must keep from then.
+    pace: Option<Pace>,
+    /// Data bytes read so far.
+    received: u64,
     /// Bytes it waits to hold before its first byte is read (`None`: not sized yet; 0: none,
     /// or no more: it ended).
     wanted: Option<usize>,
@@ -56,6 +62,8 @@ impl<B> Deadline<B> {
             budget: None,
             limit: 0,
             claim: None,
+            pace: None,
+            received: 0,
             wanted: None,
             wait: true,
         }
@@ -98,15 +106,29 @@ impl<B: HttpBody> Deadline<B> {
         if wanted == 0 {
             return Poll::Ready(());
         }
-        self.claim
-            .get_or_insert_with(|| Claim::new(budget.clone(), *client))
-            .poll_hold(cx, wanted)
+        let claim = self
+            .claim
+            .get_or_insert_with(|| Claim::new(budget.clone(), *client));
+        let held = claim.poll_hold(cx, wanted);
+        if held.is_ready() && claim.holds() && self.pace.is_none() {
+            self.pace = Some(Pace::new(wanted, self.timeout));
+        }
+        held
+    }
+
+    /// When the body is cut, and whether for falling behind its pace (else for its timeout).
+    fn due(&self) -> (Instant, bool) {
+        match &self.pace {
+            Some(pace) if pace.due(self.received) < self.at => (pace.due(self.received), true),
+            _ => (self.at, false),
+        }
     }
 
     /// The body arrived, or will not: what it held goes back, and it never asks again (a
     /// reader polls once more after the last frame).
     fn release(&mut self) {
         self.claim = None;
+        self.pace = None;
         self.wanted = Some(0);
     }
 }
@@ -122,6 +144,30 @@ impl fmt::Display for TooSlow {
 }
 
 impl Error for TooSlow {}
+
+/// The body, holding the budget, fell behind its [`Pace`].
+#[derive(Debug)]
+pub struct Stalled {
+    rate: u64,
+    grace: Duration,
+}
+
+impl fmt::Display for Stalled {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.error().fmt(f)
+    }
+}
+
+impl Stalled {
+    fn error(&self) -> GatewayError {
+        GatewayError::BodyStalled {
+            rate: self.rate,
+            grace: self.grace,
+        }
+    }
+}
+
+impl Error for Stalled {}
 
 /// The body's length is over the body limit (answered 413 from the head).
 #[derive(Debug)]
@@ -178,19 +224,34 @@ where
             return Poll::Ready(Some(Err(Box::new(Busy))));
         }
         if held && let Poll::Ready(frame) = Pin::new(&mut this.body).poll_frame(cx) {
+            if let Some(Ok(data)) = frame.as_ref().map(|f| f.as_ref().map(Frame::data_ref))
+                && let Some(data) = data
+            {
+                this.received += data.remaining() as u64;
+            }
             if !matches!(frame, Some(Ok(_))) || this.body.is_end_stream() {
                 this.release();
             }
             return Poll::Ready(frame.map(|f| f.map_err(Into::into)));
         }
-        let at = this.at;
+        let (due, behind) = this.due();
         let sleep = this
             .sleep
-            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)));
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(due)));
+        if sleep.deadline() != due {
+            sleep.as_mut().reset(due);
+        }
         match sleep.as_mut().poll(cx) {
             Poll::Ready(()) => {
+                let err: BoxError = match (behind, &this.pace) {
+                    (true, Some(pace)) => Box::new(Stalled {
+                        rate: pace.rate(),
+                        grace: pace.grace(),
+                    }),
+                    _ => Box::new(TooSlow(this.timeout)),
+                };
                 this.release();
-                Poll::Ready(Some(Err(Box::new(TooSlow(this.timeout)))))
+                Poll::Ready(Some(Err(err)))
             }
             Poll::Pending => Poll::Pending,
         }
@@ -214,6 +275,9 @@ pub fn rejected(rejection: &BytesRejection, limit: usize) -> GatewayError {
     while let Some(err) = cause {
         if let Some(slow) = err.downcast_ref::<TooSlow>() {
             return GatewayError::BodyTimeout { timeout: slow.0 };
+        }
+        if let Some(stalled) = err.downcast_ref::<Stalled>() {
+            return stalled.error();
         }
         if err.is::<Busy>() {
             return GatewayError::Unavailable(BUSY.into());

@@ -91,6 +91,9 @@ pub enum GatewayError {
     MethodNotAllowed { path: String },
     #[error("the request body did not arrive within {:.1} s of its headers", .timeout.as_secs_f64())]
     BodyTimeout { timeout: Duration },
+    /// A large body that held room in the receive budget stopped arriving at its pace.
+    #[error("the request body stopped arriving: a body over 16 KiB holds room in the server's receive budget, so after its first {:.1} s it must keep arriving at {rate} bytes a second or more (its length over the body timeout)", .grace.as_secs_f64())]
+    BodyStalled { rate: u64, grace: Duration },
     #[error("the request body is larger than the limit of {limit} bytes")]
     TooLarge { limit: usize },
     /// Args were sent in another form than JSON; `got` is the declared type, if any.
@@ -228,7 +231,7 @@ impl GatewayError {
             GatewayError::Denied { .. } => "denied",
             GatewayError::NotFound(_) => "not-found",
             GatewayError::MethodNotAllowed { .. } => "method-not-allowed",
-            GatewayError::BodyTimeout { .. } => "body-timeout",
+            GatewayError::BodyTimeout { .. } | GatewayError::BodyStalled { .. } => "body-timeout",
             GatewayError::TooLarge { .. } => "too-large",
             GatewayError::UnsupportedMediaType { .. } => "unsupported-media-type",
             GatewayError::Misdirected { .. } => "misdirected",

@@ -31,7 +31,9 @@ pub(crate) fn status(err: &GatewayError) -> StatusCode {
         GatewayError::CrossSite(_) | GatewayError::Denied { .. } => StatusCode::FORBIDDEN,
         GatewayError::NotFound(_) => StatusCode::NOT_FOUND,
         GatewayError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
-        GatewayError::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
+        GatewayError::BodyTimeout { .. } | GatewayError::BodyStalled { .. } => {
+            StatusCode::REQUEST_TIMEOUT
+        }
         GatewayError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
         GatewayError::UnsupportedMediaType { .. } => StatusCode::UNSUPPORTED_MEDIA_TYPE,
         GatewayError::Misdirected { .. } => StatusCode::MISDIRECTED_REQUEST,
@@ -75,6 +77,7 @@ impl Problem {
                 }
             }
             GatewayError::BodyTimeout { timeout } => put("timeout", json!(timeout.as_secs_f64())),
+            GatewayError::BodyStalled { rate, .. } => put("minRate", json!(rate)),
             GatewayError::TooLarge { limit } => put("limit", json!(limit)),
             GatewayError::InvalidArgs { errors, .. } => put("errors", (**errors).clone()),
             GatewayError::RateLimited { wait } => put("retryAfter", json!(wait)),
@@ -170,7 +173,7 @@ pub const PROBLEMS: [(&str, u16, &str); 24] = [
     (
         "body-timeout",
         408,
-        "The request body did not arrive within the body timeout of its headers.",
+        "The request body did not arrive within the body timeout of its headers, or, a body over 16 KiB, stopped arriving at its pace (its length over the body timeout, after a sixth of it) while it held room in the receive budget (`minRate`: the bytes a second it needed).",
     ),
     (
         "too-large",
@@ -287,6 +290,10 @@ mod tests {
             GatewayError::MethodNotAllowed { path: "/x".into() },
             GatewayError::BodyTimeout {
                 timeout: Duration::from_secs(1),
+            },
+            GatewayError::BodyStalled {
+                rate: 1024,
+                grace: Duration::from_secs(5),
             },
             GatewayError::TooLarge { limit: 64 },
             GatewayError::UnsupportedMediaType { got: None },

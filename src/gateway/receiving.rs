@@ -12,6 +12,7 @@ use std::net::IpAddr;
 use std::sync::atomic::AtomicI64;
 use std::sync::{Arc, Weak};
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use parking_lot::Mutex;
 use prometheus_client::metrics::gauge::Gauge;
@@ -21,6 +22,48 @@ use tokio_util::sync::PollSemaphore;
 /// Bodies and messages up to this size are read without the budget: one connection holds at
 /// most this much unbudgeted, and a normal request never waits behind large ones.
 pub const FREE: usize = 16 * 1024;
+
+/// The pace a body or message that holds the budget must keep: after a grace of a sixth of
+/// `over` from the moment it held the budget, its bytes must keep arriving at no less than its
+/// length over `over` (the body timeout, or the WebSocket idle timeout). A client that sends
+/// at that pace finishes within `over`, as the timeout asks anyway; one that announces a large
+/// body and then stalls gives the budget back after the grace, not after the whole timeout, so
+/// a few connections that send headers and nothing more cannot keep everyone else's large
+/// bodies waiting.
+#[derive(Debug, Clone, Copy)]
+pub struct Pace {
+    from: tokio::time::Instant,
+    claimed: u64,
+    over: Duration,
+}
+
+impl Pace {
+    /// The pace of a claim of `claimed` bytes held from now, to arrive over `over`.
+    pub fn new(claimed: usize, over: Duration) -> Pace {
+        Pace {
+            from: tokio::time::Instant::now(),
+            claimed: claimed.max(1) as u64,
+            over,
+        }
+    }
+
+    /// How long a claim may receive nothing once it holds the budget.
+    pub fn grace(&self) -> Duration {
+        self.over / 6
+    }
+
+    /// The least bytes a second it must keep arriving at.
+    pub fn rate(&self) -> u64 {
+        let secs = self.over.as_secs_f64().max(0.001);
+        (self.claimed as f64 / secs).ceil() as u64
+    }
+
+    /// When a claim that has received `received` bytes falls behind its pace.
+    pub fn due(&self, received: u64) -> tokio::time::Instant {
+        let share = received.min(self.claimed) as f64 / self.claimed as f64;
+        self.from + self.grace() + self.over.mul_f64(share)
+    }
+}
 
 /// A budget of bytes being received, with a share of it per client address.
 pub struct Budget {

@@ -5,7 +5,7 @@
 //!   dribbles one in. A message over [`FREE`] is read only once the budget holds it; sockets
 //!   past it wait and the kernel keeps their bytes (TCP backpressure). Small messages, which
 //!   any live client sends, never wait. A message that holds the budget must arrive within a
-//!   deadline, so no client keeps it. One client address holds at most its share of the
+//!   deadline and keep its pace meanwhile ([`receiving::Pace`]), so no client keeps it. One client address holds at most its share of the
 //!   budget (its sockets together), so one client cannot make every other client's large
 //!   messages wait.
 //! - **Frames in pieces.** A client's frame over [`PIECE`] bytes is handed on as several
@@ -27,7 +27,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Sleep;
 
-use crate::gateway::receiving::{self, Claim, FREE};
+use crate::gateway::receiving::{self, Claim, FREE, Pace};
 
 /// The largest frame handed on; larger ones are cut into frames of this size.
 pub const PIECE: usize = 4 * 1024;
@@ -121,8 +121,13 @@ pub struct Intake<S> {
     /// True once the message being received passed the budget (it never asks twice, so no
     /// socket waits while holding part of the budget).
     reserved: bool,
-    /// When the message holding the budget must have arrived.
+    /// When the message holding the budget must have arrived (or keep pace by).
     timer: Option<Pin<Box<Sleep>>>,
+    /// Made when the message holds the budget: when it must have arrived whole, and the pace
+    /// it keeps until then.
+    pace: Option<(tokio::time::Instant, Pace)>,
+    /// Payload bytes of the message holding the budget received so far.
+    received: u64,
     /// True once a frame over the message limit was handed on as a header alone (the
     /// protocol refuses it): nothing more is read.
     refused: bool,
@@ -150,6 +155,8 @@ impl<S> Intake<S> {
             wanted: 0,
             reserved: false,
             timer: None,
+            pace: None,
+            received: 0,
             refused: false,
         }
     }
@@ -162,7 +169,11 @@ impl<S> Intake<S> {
                 return Poll::Pending;
             }
             if self.claim.holds() {
-                self.timer = Some(Box::pin(tokio::time::sleep(self.budget.deadline)));
+                let pace = Pace::new(self.wanted, self.budget.deadline);
+                let end = tokio::time::Instant::now() + self.budget.deadline;
+                self.timer = Some(Box::pin(tokio::time::sleep_until(pace.due(0).min(end))));
+                self.pace = Some((end, pace));
+                self.received = 0;
             }
             self.reserved = true;
             self.wanted = 0;
@@ -177,26 +188,37 @@ impl<S> Intake<S> {
         self.reserved = false;
         self.wanted = 0;
         self.timer = None;
+        self.pace = None;
     }
 
-    /// An error once the message holding the budget is past its deadline.
+    /// An error once the message holding the budget is past its deadline or behind its pace.
     fn poll_deadline(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
-        let passed = self
-            .timer
-            .as_mut()
-            .is_some_and(|timer| timer.as_mut().poll(cx).is_ready());
-        if passed {
-            self.release();
-            return Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                format!(
-                    "a message over {} KiB did not arrive within {} s",
-                    FREE / 1024,
-                    self.budget.deadline.as_secs()
-                ),
-            ));
+        let (Some(timer), Some((end, pace))) = (self.timer.as_mut(), self.pace) else {
+            return Ok(());
+        };
+        let due = pace.due(self.received).min(end);
+        if timer.deadline() != due {
+            timer.as_mut().reset(due);
         }
-        Ok(())
+        if timer.as_mut().poll(cx).is_pending() {
+            return Ok(());
+        }
+        self.release();
+        let message = if due < end {
+            format!(
+                "a message over {} KiB stopped arriving: holding room in the receive budget, after its first {:.1} s it must keep arriving at {} bytes a second or more",
+                FREE / 1024,
+                pace.grace().as_secs_f64(),
+                pace.rate()
+            )
+        } else {
+            format!(
+                "a message over {} KiB did not arrive within {} s",
+                FREE / 1024,
+                self.budget.deadline.as_secs()
+            )
+        };
+        Err(io::Error::new(io::ErrorKind::TimedOut, message))
     }
 
     /// Reads the next header's bytes from the input; the frame once its header is whole.
@@ -403,6 +425,9 @@ impl<S: AsyncRead + Unpin> AsyncRead for Intake<S> {
                 this.piece_left -= n as u64;
                 if let Some(frame) = &mut this.frame {
                     frame.done += n as u64;
+                    if !frame.control() {
+                        this.received += n as u64;
+                    }
                 }
                 this.settle();
                 continue;
@@ -838,6 +863,56 @@ mod tests {
         }
         assert_eq!(result.unwrap_err().kind(), io::ErrorKind::TimedOut);
         drop(intake);
+        assert_eq!(budget.held.get(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_message_holding_the_budget_that_falls_behind_its_pace_ends_the_socket_before_its_deadline()
+     {
+        // Its pace: after 10 s, 100,000 bytes over 60 s (1,667 bytes a second).
+        let budget = budget_within(MAX, Duration::from_secs(60));
+        let (mut intake, mut client) = intake(&budget);
+        let large = frame(true, 2, 100_000);
+        let started = tokio::time::Instant::now();
+        client.write_all(&large[..500]).await.unwrap();
+        let mut out = vec![0; 4096];
+        let mut result = intake.read(&mut out).await;
+        while let Ok(n) = result {
+            assert!(n > 0, "no end of stream before the deadline");
+            result = intake.read(&mut out).await;
+        }
+        let err = result.unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+        assert!(err.to_string().contains("stopped arriving"), "{err}");
+        // The clock is the test's own (paused): behind its pace after the grace and what its
+        // 500 bytes bought, far before the 60 s deadline.
+        assert!(
+            started.elapsed() < Duration::from_secs(11),
+            "{:?}",
+            started.elapsed()
+        );
+        drop(intake);
+        assert_eq!(budget.held.get(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_message_holding_the_budget_that_keeps_its_pace_arrives_however_slowly() {
+        // Its pace: after 10 s, 100,000 bytes over 60 s; it comes in 20 pieces 2 s apart.
+        let budget = budget_within(MAX, Duration::from_secs(60));
+        let (mut socket, mut client) = server(&budget).await;
+        let large = frame(true, 2, 100_000);
+        let sender = tokio::spawn(async move {
+            for piece in large.chunks(large.len().div_ceil(20)) {
+                client.write_all(piece).await.unwrap();
+                tokio::time::sleep(Duration::from_secs(2)).await;
+            }
+            client
+        });
+        match socket.next().await {
+            Some(Ok(Message::Binary(data))) => assert_eq!(data.to_vec(), payload(100_000)),
+            other => panic!("no message: {other:?}"),
+        }
+        drop(sender.await.unwrap());
         assert_eq!(budget.held.get(), 0);
     }
 

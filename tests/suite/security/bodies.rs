@@ -179,7 +179,7 @@ async fn one_client_address_holds_at_most_its_share_of_the_body_budget() {
 async fn a_body_that_arrived_whole_is_answered_while_others_wait_for_the_budget() {
     let mut settings = config();
     settings.total_body_bytes = 256 * 1024;
-    settings.body_timeout = Duration::from_secs(5);
+    settings.body_timeout = Duration::from_secs(12);
     let server = TestServer::start(echo(), settings).await;
 
     // A 200 KB body being sent holds most of the budget.
@@ -205,6 +205,79 @@ async fn a_body_that_arrived_whole_is_answered_while_others_wait_for_the_budget(
     assert_eq!(status, 200, "{answer}");
     assert_eq!(answer["result"]["p"], json!(payload));
     server.gauge_until(HELD, |held| held == 100 * 1024).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_body_that_stops_arriving_gives_the_budget_back_before_its_body_timeout() {
+    let mut settings = config();
+    settings.total_body_bytes = 256 * 1024;
+    // Its pace: after 2 s, its length over 12 s.
+    settings.body_timeout = Duration::from_secs(12);
+    let server = TestServer::start(echo(), settings).await;
+
+    // A client announces a 200 KB body, sends 1 KiB of it, then nothing more.
+    let mut stalled = dribbler("127.0.0.2", server.addr, 200 * 1024).await;
+    server.gauge_until(HELD, |held| held == 200 * 1024).await;
+
+    // Another client's 100 KB body waits behind it.
+    let payload = "y".repeat(100 * 1024);
+    let mut large = invoke_from("127.0.0.3", server.addr, &payload).await;
+    server.gauge_until(WAITING, |n| n == 1).await;
+
+    // The stalled body is cut for falling behind its pace, not kept to its body timeout, and
+    // told the pace it needed.
+    let (status, problem) = answer(&mut stalled, Duration::from_secs(30))
+        .await
+        .expect("an answer");
+    assert_eq!(status, 408, "{problem}");
+    assert!(
+        problem["type"].as_str().unwrap().ends_with("body-timeout"),
+        "{problem}"
+    );
+    assert_eq!(
+        problem["minRate"],
+        json!((200.0_f64 * 1024.0 / 12.0).ceil() as u64),
+        "{problem}"
+    );
+    assert!(
+        problem["detail"]
+            .as_str()
+            .unwrap()
+            .contains("stopped arriving"),
+        "{problem}"
+    );
+
+    // The waiting body takes the budget it gave back, and is answered.
+    let (status, body) = answer(&mut large, Duration::from_secs(30))
+        .await
+        .expect("an answer");
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["result"]["p"], json!(payload));
+    server.gauge_until(HELD, |held| held == 0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_body_that_keeps_its_pace_is_read_however_slowly_it_arrives() {
+    let mut settings = config();
+    settings.total_body_bytes = 256 * 1024;
+    // Its pace: after 1 s, its length over 6 s (25 KB a second for this one).
+    settings.body_timeout = Duration::from_secs(6);
+    let server = TestServer::start(echo(), settings).await;
+
+    // 150 KB in pieces of 10 KB every 200 ms: 3 s in all, at twice the pace.
+    let payload = "y".repeat(150 * 1024 - 20);
+    let body = json!({ "p": payload }).to_string();
+    let mut s = connect_from("127.0.0.2", server.addr).await;
+    s.write_all(head(body.len()).as_bytes()).await.unwrap();
+    for piece in body.as_bytes().chunks(10 * 1024) {
+        s.write_all(piece).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (status, answer) = answer(&mut s, Duration::from_secs(20))
+        .await
+        .expect("an answer");
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["result"]["p"], json!(payload));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -239,3 +239,49 @@ async fn one_client_address_holds_at_most_its_share_of_the_receive_budget() {
         .await;
     assert_eq!(server.gauge("skillgate_ws_receive_waiting").await, 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_message_that_stops_arriving_gives_the_budget_back_before_the_idle_timeout() {
+    use std::net::{IpAddr, Ipv4Addr};
+    use tokio::io::AsyncWriteExt;
+    use tokio_tungstenite::MaybeTlsStream;
+
+    let mut settings = config();
+    settings.websocket.total_receive_bytes = 256 * 1024;
+    // Its pace: after 6 s, its length over the 36 s idle timeout (more than the 20 s the
+    // client below waits for the socket to end).
+    settings.websocket.idle_timeout = Duration::from_secs(36);
+    let server = TestServer::start(echo(), settings).await;
+
+    // A client announces a 200 KB message, sends 1 KiB of it, then nothing more.
+    let from = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
+    let (mut stalled, _) = WsClient::connect_from(from, server.addr).await;
+    let MaybeTlsStream::Plain(tcp) = stalled.socket.get_mut() else {
+        unreachable!("a plain socket")
+    };
+    tcp.write_all(&frame_start(200 * 1024, 1024)).await.unwrap();
+    server
+        .gauge_until("skillgate_ws_receive_bytes", |held| held == 200 * 1024)
+        .await;
+
+    // Another client's 100 KB message waits behind it.
+    let (mut waiting, _) = WsClient::connect(server.addr, None).await;
+    let payload = "y".repeat(100 * 1024);
+    waiting
+        .send(json!({ "type": "invoke", "id": "w", "skill": "echo", "args": { "p": payload } }))
+        .await;
+    server
+        .gauge_until("skillgate_ws_receive_waiting", |n| n == 1)
+        .await;
+
+    // The stalled socket falls behind its pace and is let go, long before its idle timeout ...
+    tokio::time::timeout(Duration::from_secs(20), stalled.closed())
+        .await
+        .expect("let go before its idle timeout");
+    // ... and the waiting message takes the budget it gave back, and is answered.
+    let answer = waiting.answer("w").await;
+    assert_eq!(answer.last().unwrap()["value"]["p"], json!(payload));
+    server
+        .gauge_until("skillgate_ws_receive_bytes", |held| held == 0)
+        .await;
+}
