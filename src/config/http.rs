@@ -163,8 +163,8 @@ pub struct HttpSettings {
     pub header_timeout: Option<Seconds>,
     /// Seconds a client may take to send a whole request body after its headers; slower
     /// requests are answered 408. A body over 16 KiB that holds room in the receive budget
-    /// must also keep arriving at no less than its length over this, after a sixth of it
-    /// [default: 30].
+    /// must also keep arriving at no less than what it holds (its length, or the body limit
+    /// when its length is unknown) over this, after a sixth of it [default: 30].
     #[arg(long, env = "SKILLGATE_BODY_TIMEOUT")]
     pub body_timeout: Option<Seconds>,
     /// Connections served at once; more wait in the listen backlog until one closes

@@ -75,7 +75,9 @@ pub struct WsSettings {
     /// carried no key [default: 10].
     #[arg(long = "ws-auth-timeout", env = "SKILLGATE_WS_AUTH_TIMEOUT")]
     pub auth_timeout: Option<Seconds>,
-    /// Seconds a socket may send nothing (clients send `ping`) before it is closed [default: 60].
+    /// Seconds a socket may send nothing (clients send `ping`) before it is closed; a message
+    /// over 16 KiB that holds room in the receive budget must also arrive within it, at its pace
+    /// after a sixth of it [default: 60].
     #[arg(long = "ws-idle-timeout", env = "SKILLGATE_WS_IDLE_TIMEOUT")]
     pub idle_timeout: Option<Seconds>,
     /// Largest message a client may send, in bytes; larger closes the socket with 1009

@@ -92,7 +92,7 @@ pub enum GatewayError {
     #[error("the request body did not arrive within {:.1} s of its headers", .timeout.as_secs_f64())]
     BodyTimeout { timeout: Duration },
     /// A large body that held room in the receive budget stopped arriving at its pace.
-    #[error("the request body stopped arriving: a body over 16 KiB holds room in the server's receive budget, so after its first {:.1} s it must keep arriving at {rate} bytes a second or more (its length over the body timeout)", .grace.as_secs_f64())]
+    #[error("the request body stopped arriving: a body over 16 KiB holds room in the server's receive budget, so after its first {:.1} s it must keep arriving at {rate} bytes a second or more (what it holds, its length or for a body of unknown length the body limit, over the body timeout)", .grace.as_secs_f64())]
     BodyStalled { rate: u64, grace: Duration },
     #[error("the request body is larger than the limit of {limit} bytes")]
     TooLarge { limit: usize },

@@ -173,7 +173,7 @@ pub const PROBLEMS: [(&str, u16, &str); 24] = [
     (
         "body-timeout",
         408,
-        "The request body did not arrive within the body timeout of its headers, or, a body over 16 KiB, stopped arriving at its pace (its length over the body timeout, after a sixth of it) while it held room in the receive budget (`minRate`: the bytes a second it needed).",
+        "The request body did not arrive within the body timeout of its headers, or, a body over 16 KiB, stopped arriving at its pace (what it holds, its length or for a body of unknown length the body limit, over the body timeout, after a sixth of it) while it held room in the receive budget (`minRate`: the bytes a second it needed).",
     ),
     (
         "too-large",

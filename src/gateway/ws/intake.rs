@@ -173,7 +173,8 @@ impl<S> Intake<S> {
                 let end = tokio::time::Instant::now() + self.budget.deadline;
                 self.timer = Some(Box::pin(tokio::time::sleep_until(pace.due(0).min(end))));
                 self.pace = Some((end, pace));
-                self.received = 0;
+                // What earlier fragments of the message brought counts towards its pace.
+                self.received = self.message - self.frame.as_ref().map_or(0, |f| f.len);
             }
             self.reserved = true;
             self.wanted = 0;
@@ -387,10 +388,25 @@ impl<S: AsyncRead + Unpin> AsyncRead for Intake<S> {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
+        // The deadline and the pace are checked only when nothing more can be read now, so a
+        // socket whose task ran late is not ended while the client's bytes wait to be read.
+        match this.read_some(cx, buf) {
+            Poll::Pending => {
+                this.poll_deadline(cx)?;
+                Poll::Pending
+            }
+            ready => ready,
+        }
+    }
+}
+
+impl<S: AsyncRead + Unpin> Intake<S> {
+    /// Hands on what can be handed on now (see [`AsyncRead::poll_read`]).
+    fn read_some(&mut self, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let this = self;
         let start = buf.filled().len();
         // What was handed on this call is returned before anything that may wait.
         let gave = |buf: &ReadBuf<'_>| buf.filled().len() > start;
-        this.poll_deadline(cx)?;
         while buf.remaining() > 0 {
             if this.sent < this.out_len {
                 let n = (this.out_len - this.sent).min(buf.remaining());
@@ -439,7 +455,6 @@ impl<S: AsyncRead + Unpin> AsyncRead for Intake<S> {
                         break;
                     }
                     ready!(this.poll_reserve(cx));
-                    this.poll_deadline(cx)?;
                 }
                 this.next_piece();
                 continue;
@@ -849,20 +864,51 @@ mod tests {
         assert_eq!(budget.held.get(), 0);
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_message_holding_the_budget_past_its_deadline_ends_the_socket() {
-        let budget = budget_within(MAX, Duration::from_millis(200));
+        let budget = budget_within(MAX, Duration::from_secs(60));
         let (mut intake, mut client) = intake(&budget);
+        // Ahead of its pace (99% of it at once), but never whole.
         let large = frame(true, 2, 100_000);
-        client.write_all(&large[..500]).await.unwrap();
+        client.write_all(&large[..99_000]).await.unwrap();
         let mut out = vec![0; 4096];
         let mut result = intake.read(&mut out).await;
         while let Ok(n) = result {
             assert!(n > 0, "no end of stream before the deadline");
             result = intake.read(&mut out).await;
         }
-        assert_eq!(result.unwrap_err().kind(), io::ErrorKind::TimedOut);
+        let err = result.unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+        assert!(
+            err.to_string().contains("did not arrive within 60 s"),
+            "{err}"
+        );
         drop(intake);
+        assert_eq!(budget.held.get(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_message_in_fragments_counts_what_its_earlier_fragments_brought_towards_its_pace() {
+        let budget = budget_within(MAX, Duration::from_secs(60));
+        let (mut socket, mut client) = server(&budget).await;
+        // 16 KiB, unbudgeted; then a last 1 KiB fragment makes the message 17 KiB, which
+        // holds the budget: 16 of its 17 KiB are there, so its pace allows about a minute for
+        // the last one.
+        client.write_all(&frame(false, 2, 16 * 1024)).await.unwrap();
+        let last = frame(true, 0, 1024);
+        client.write_all(&last[..8]).await.unwrap();
+        assert!(next_now(&mut socket).await.is_none());
+        assert_eq!(budget.held.get(), 17 * 1024);
+        let sender = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(30)).await;
+            client.write_all(&last[8..]).await.unwrap();
+            client
+        });
+        match socket.next().await {
+            Some(Ok(Message::Binary(data))) => assert_eq!(data.len(), 17 * 1024),
+            other => panic!("no message: {other:?}"),
+        }
+        drop(sender.await.unwrap());
         assert_eq!(budget.held.get(), 0);
     }
 

@@ -92,6 +92,8 @@ async fn answer(s: &mut TcpStream, wait: Duration) -> Option<(u16, Value)> {
 async fn a_large_body_being_received_waits_for_the_budget_every_connection_shares() {
     let mut settings = config();
     settings.total_body_bytes = 256 * 1024;
+    // Long enough that the stalled body keeps its place (its pace's grace is a sixth of it).
+    settings.body_timeout = Duration::from_secs(120);
     let server = TestServer::start(echo(), settings).await;
 
     // A client announces a 200 KB body and sends a little of it, then nothing more.
@@ -136,6 +138,7 @@ async fn one_client_address_holds_at_most_its_share_of_the_body_budget() {
     let mut settings = config();
     settings.total_body_bytes = 512 * 1024;
     settings.peer_body_bytes = 256 * 1024;
+    settings.body_timeout = Duration::from_secs(120);
     let server = TestServer::start(echo(), settings).await;
 
     // One address holds 200 KB of its 256 KB share with a body it never finishes.
@@ -179,7 +182,7 @@ async fn one_client_address_holds_at_most_its_share_of_the_body_budget() {
 async fn a_body_that_arrived_whole_is_answered_while_others_wait_for_the_budget() {
     let mut settings = config();
     settings.total_body_bytes = 256 * 1024;
-    settings.body_timeout = Duration::from_secs(12);
+    settings.body_timeout = Duration::from_secs(60);
     let server = TestServer::start(echo(), settings).await;
 
     // A 200 KB body being sent holds most of the budget.
@@ -211,8 +214,8 @@ async fn a_body_that_arrived_whole_is_answered_while_others_wait_for_the_budget(
 async fn a_large_body_that_stops_arriving_gives_the_budget_back_before_its_body_timeout() {
     let mut settings = config();
     settings.total_body_bytes = 256 * 1024;
-    // Its pace: after 2 s, its length over 12 s.
-    settings.body_timeout = Duration::from_secs(12);
+    // Its pace: after 4 s, its length over 24 s.
+    settings.body_timeout = Duration::from_secs(24);
     let server = TestServer::start(echo(), settings).await;
 
     // A client announces a 200 KB body, sends 1 KiB of it, then nothing more.
@@ -236,7 +239,7 @@ async fn a_large_body_that_stops_arriving_gives_the_budget_back_before_its_body_
     );
     assert_eq!(
         problem["minRate"],
-        json!((200.0_f64 * 1024.0 / 12.0).ceil() as u64),
+        json!((200.0_f64 * 1024.0 / 24.0).ceil() as u64),
         "{problem}"
     );
     assert!(
@@ -260,11 +263,11 @@ async fn a_large_body_that_stops_arriving_gives_the_budget_back_before_its_body_
 async fn a_large_body_that_keeps_its_pace_is_read_however_slowly_it_arrives() {
     let mut settings = config();
     settings.total_body_bytes = 256 * 1024;
-    // Its pace: after 1 s, its length over 6 s (25 KB a second for this one).
-    settings.body_timeout = Duration::from_secs(6);
+    // Its pace: after 2 s, its length over 12 s (12.5 KB a second for this one).
+    settings.body_timeout = Duration::from_secs(12);
     let server = TestServer::start(echo(), settings).await;
 
-    // 150 KB in pieces of 10 KB every 200 ms: 3 s in all, at twice the pace.
+    // 150 KB in pieces of 10 KB every 200 ms: 3 s in all, at four times the pace.
     let payload = "y".repeat(150 * 1024 - 20);
     let body = json!({ "p": payload }).to_string();
     let mut s = connect_from("127.0.0.2", server.addr).await;
@@ -287,6 +290,7 @@ async fn over_http2_a_body_the_budget_cannot_hold_at_once_is_refused_as_busy() {
 
     let mut settings = config();
     settings.total_body_bytes = 256 * 1024;
+    settings.body_timeout = Duration::from_secs(120);
     let server = TestServer::start(echo(), settings).await;
     let client: Client<_, axum::body::Body> = Client::builder(TokioExecutor::new())
         .http2_only(true)
@@ -319,6 +323,41 @@ async fn over_http2_a_body_the_budget_cannot_hold_at_once_is_refused_as_busy() {
     // Small bodies pass.
     let small = client.request(post("hi".into())).await.unwrap();
     assert_eq!(small.status(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_http2_a_console_form_the_budget_cannot_hold_is_refused_as_busy_not_as_bad() {
+    use hyper_util::client::legacy::Client;
+    use hyper_util::rt::TokioExecutor;
+
+    let mut settings = config();
+    settings.total_body_bytes = 256 * 1024;
+    settings.body_timeout = Duration::from_secs(120);
+    let server = TestServer::start(echo(), settings).await;
+    let client: Client<_, axum::body::Body> = Client::builder(TokioExecutor::new())
+        .http2_only(true)
+        .build_http();
+
+    // An HTTP/1 client holds most of the budget; a 100 KB try-it form over HTTP/2 cannot wait
+    // for it.
+    let _stalled = dribbler("127.0.0.2", server.addr, 200 * 1024).await;
+    server.gauge_until(HELD, |held| held == 200 * 1024).await;
+    let form = format!("csrf=x&args={}", "y".repeat(100 * 1024));
+    let post = axum::http::Request::post(format!("http://{}/console/skills/echo/try", server.addr))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .header("content-length", form.len())
+        .body(axum::body::Body::from(form))
+        .unwrap();
+    let refused = client.request(post).await.unwrap();
+    assert_eq!(refused.status(), 503);
+    assert_eq!(refused.headers()["retry-after"], "1");
+    assert!(
+        refused.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/html")
+    );
+    assert_eq!(server.gauge(HELD).await, 200 * 1024);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -275,9 +275,11 @@ async fn a_large_message_that_stops_arriving_gives_the_budget_back_before_the_id
         .await;
 
     // The stalled socket falls behind its pace and is let go, long before its idle timeout ...
-    tokio::time::timeout(Duration::from_secs(20), stalled.closed())
+    let (code, reason) = tokio::time::timeout(Duration::from_secs(20), stalled.closed())
         .await
         .expect("let go before its idle timeout");
+    assert_eq!(code, 1008, "{reason}");
+    assert!(reason.contains("stopped arriving"), "{reason}");
     // ... and the waiting message takes the budget it gave back, and is answered.
     let answer = waiting.answer("w").await;
     assert_eq!(answer.last().unwrap()["value"]["p"], json!(payload));

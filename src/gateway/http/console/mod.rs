@@ -6,12 +6,13 @@
 
 mod login;
 mod pages;
+mod posted;
 mod skills;
 mod status;
 
 use axum::Router;
 use axum::extract::rejection::QueryRejection;
-use axum::extract::{Form, Path, Query, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
@@ -29,6 +30,7 @@ use crate::gateway::http::state::{AppState, StreamEnd};
 use crate::gateway::reply::gather;
 use login::Login;
 use pages::{Filters, Viewer};
+use posted::Posted;
 
 /// The console's prefix: requests under it authenticate with the console's login, not a key.
 pub const PREFIX: &str = "/console";
@@ -306,7 +308,7 @@ async fn retry(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path(id): Path<String>,
-    Form(form): Form<CsrfForm>,
+    Posted(form): Posted<CsrfForm>,
 ) -> Response {
     let login = match acting(&state, &headers, &form.csrf).await {
         Ok(login) => login,
@@ -364,7 +366,7 @@ async fn replay(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path(id): Path<String>,
-    Form(form): Form<CsrfForm>,
+    Posted(form): Posted<CsrfForm>,
 ) -> Response {
     let login = match acting(&state, &headers, &form.csrf).await {
         Ok(login) => login,
@@ -424,7 +426,7 @@ async fn login_page(State(state): State<AppState>) -> Response {
 async fn log_in(
     State(state): State<AppState>,
     headers: HeaderMap,
-    Form(form): Form<LoginForm>,
+    Posted(form): Posted<LoginForm>,
 ) -> Response {
     if let Some(why) = crate::gateway::origin::refused(&headers, &[]) {
         return page(StatusCode::FORBIDDEN, pages::login(Some(&why)), None);
@@ -457,7 +459,7 @@ async fn log_in(
 async fn log_out(
     State(state): State<AppState>,
     headers: HeaderMap,
-    Form(form): Form<CsrfForm>,
+    Posted(form): Posted<CsrfForm>,
 ) -> Response {
     if let Err(response) = acting(&state, &headers, &form.csrf).await {
         return response;

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Form, Path, State};
+use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use maud::{Markup, PreEscaped, html};
@@ -12,6 +12,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use super::pages::{Viewer, layout};
+use super::posted::Posted;
 use super::{acting, looking, page, viewer_of};
 use crate::gateway::dispatch::Inbound;
 use crate::gateway::http::state::AppState;
@@ -187,7 +188,7 @@ pub async fn try_it(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path(name): Path<String>,
-    Form(form): Form<TryForm>,
+    Posted(form): Posted<TryForm>,
 ) -> Response {
     let login = match acting(&state, &headers, &form.csrf).await {
         Ok(login) => login,
