@@ -606,6 +606,17 @@ mod tests {
             .flatten()
     }
 
+    /// Reads `intake` until it fails (it must not end first), and the error it failed with.
+    async fn read_to_error(intake: &mut Intake<DuplexStream>) -> io::Error {
+        let mut out = vec![0; 4096];
+        loop {
+            match intake.read(&mut out).await {
+                Ok(n) => assert!(n > 0, "no end of stream before the deadline"),
+                Err(err) => return err,
+            }
+        }
+    }
+
     /// The next message's payload, which must come now.
     async fn message_now(socket: &mut Server) -> Vec<u8> {
         match next_now(socket).await {
@@ -871,13 +882,7 @@ mod tests {
         // Ahead of its pace (99% of it at once), but never whole.
         let large = frame(true, 2, 100_000);
         client.write_all(&large[..99_000]).await.unwrap();
-        let mut out = vec![0; 4096];
-        let mut result = intake.read(&mut out).await;
-        while let Ok(n) = result {
-            assert!(n > 0, "no end of stream before the deadline");
-            result = intake.read(&mut out).await;
-        }
-        let err = result.unwrap_err();
+        let err = read_to_error(&mut intake).await;
         assert_eq!(err.kind(), io::ErrorKind::TimedOut);
         assert!(
             err.to_string().contains("did not arrive within 60 s"),
@@ -921,13 +926,7 @@ mod tests {
         let large = frame(true, 2, 100_000);
         let started = tokio::time::Instant::now();
         client.write_all(&large[..500]).await.unwrap();
-        let mut out = vec![0; 4096];
-        let mut result = intake.read(&mut out).await;
-        while let Ok(n) = result {
-            assert!(n > 0, "no end of stream before the deadline");
-            result = intake.read(&mut out).await;
-        }
-        let err = result.unwrap_err();
+        let err = read_to_error(&mut intake).await;
         assert_eq!(err.kind(), io::ErrorKind::TimedOut);
         assert!(err.to_string().contains("stopped arriving"), "{err}");
         // The clock is the test's own (paused): behind its pace after the grace and what its

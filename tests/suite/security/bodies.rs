@@ -88,6 +88,13 @@ async fn answer(s: &mut TcpStream, wait: Duration) -> Option<(u16, Value)> {
     }
 }
 
+/// The answer on `s`, which must come (within 30 s) and give `payload` back.
+async fn echoed(s: &mut TcpStream, payload: &str) {
+    let (status, body) = answer(s, Duration::from_secs(30)).await.expect("an answer");
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["result"]["p"], json!(payload));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_large_body_being_received_waits_for_the_budget_every_connection_shares() {
     let mut settings = config();
@@ -124,11 +131,7 @@ async fn a_large_body_being_received_waits_for_the_budget_every_connection_share
 
     // The dribbler goes: the large body is read whole and answered.
     drop(stalled);
-    let (status, body) = answer(&mut large, Duration::from_secs(20))
-        .await
-        .expect("an answer");
-    assert_eq!(status, 200, "{body}");
-    assert_eq!(body["result"]["p"], json!(payload));
+    echoed(&mut large, &payload).await;
     server.gauge_until(HELD, |held| held == 0).await;
     assert_eq!(server.gauge(WAITING).await, 0);
 }
@@ -152,11 +155,7 @@ async fn one_client_address_holds_at_most_its_share_of_the_body_budget() {
 
     // Another address's 100 KB body is read and answered meanwhile.
     let mut other = invoke_from("127.0.0.3", server.addr, &payload).await;
-    let (status, body) = answer(&mut other, Duration::from_secs(20))
-        .await
-        .expect("an answer");
-    assert_eq!(status, 200, "{body}");
-    assert_eq!(body["result"]["p"], json!(payload));
+    echoed(&mut other, &payload).await;
     assert!(
         answer(&mut same, Duration::from_millis(300))
             .await
@@ -170,11 +169,7 @@ async fn one_client_address_holds_at_most_its_share_of_the_body_budget() {
 
     // The dribbler goes: the share has room, and the waiting body is answered.
     drop(stalled);
-    let (status, body) = answer(&mut same, Duration::from_secs(20))
-        .await
-        .expect("an answer");
-    assert_eq!(status, 200, "{body}");
-    assert_eq!(body["result"]["p"], json!(payload));
+    echoed(&mut same, &payload).await;
     server.gauge_until(HELD, |held| held == 0).await;
 }
 
@@ -202,11 +197,7 @@ async fn a_body_that_arrived_whole_is_answered_while_others_wait_for_the_budget(
     // The first body's last bytes arrive: it gives its budget back (the waiting one takes
     // part of it) and is answered, without asking for the budget again.
     first.write_all(&body.as_bytes()[1024..]).await.unwrap();
-    let (status, answer) = answer(&mut first, Duration::from_secs(20))
-        .await
-        .expect("an answer");
-    assert_eq!(status, 200, "{answer}");
-    assert_eq!(answer["result"]["p"], json!(payload));
+    echoed(&mut first, &payload).await;
     server.gauge_until(HELD, |held| held == 100 * 1024).await;
 }
 
@@ -251,11 +242,7 @@ async fn a_large_body_that_stops_arriving_gives_the_budget_back_before_its_body_
     );
 
     // The waiting body takes the budget it gave back, and is answered.
-    let (status, body) = answer(&mut large, Duration::from_secs(30))
-        .await
-        .expect("an answer");
-    assert_eq!(status, 200, "{body}");
-    assert_eq!(body["result"]["p"], json!(payload));
+    echoed(&mut large, &payload).await;
     server.gauge_until(HELD, |held| held == 0).await;
 }
 
@@ -276,11 +263,7 @@ async fn a_large_body_that_keeps_its_pace_is_read_however_slowly_it_arrives() {
         s.write_all(piece).await.unwrap();
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let (status, answer) = answer(&mut s, Duration::from_secs(20))
-        .await
-        .expect("an answer");
-    assert_eq!(status, 200, "{answer}");
-    assert_eq!(answer["result"]["p"], json!(payload));
+    echoed(&mut s, &payload).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
