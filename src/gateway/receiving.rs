@@ -24,12 +24,13 @@ use tokio_util::sync::PollSemaphore;
 pub const FREE: usize = 16 * 1024;
 
 /// The pace a body or message that holds the budget must keep: after a grace of a sixth of
-/// `over` from the moment it held the budget, its bytes must keep arriving at no less than its
-/// length over `over` (the body timeout, or the WebSocket idle timeout). A client that sends
-/// at that pace finishes within `over`, as the timeout asks anyway; one that announces a large
-/// body and then stalls gives the budget back after the grace, not after the whole timeout, so
-/// a few connections that send headers and nothing more cannot keep everyone else's large
-/// bodies waiting.
+/// `over` from the moment it held the budget, its bytes must keep arriving at no less than what
+/// it holds over `over` (the body timeout, or the WebSocket idle timeout): its length, or for a
+/// body of unknown length or a message in fragments the most it may be. A client that sends a
+/// body of known length at that pace finishes within `over`, as the timeout asks anyway; one
+/// that announces a large body and then stalls gives the budget back after the grace, not after
+/// the whole timeout, so a few connections that send headers and nothing more cannot keep
+/// everyone else's large bodies waiting.
 #[derive(Debug, Clone, Copy)]
 pub struct Pace {
     from: tokio::time::Instant,

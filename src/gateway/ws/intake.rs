@@ -5,9 +5,9 @@
 //!   dribbles one in. A message over [`FREE`] is read only once the budget holds it; sockets
 //!   past it wait and the kernel keeps their bytes (TCP backpressure). Small messages, which
 //!   any live client sends, never wait. A message that holds the budget must arrive within a
-//!   deadline and keep its pace meanwhile ([`receiving::Pace`]), so no client keeps it. One client address holds at most its share of the
-//!   budget (its sockets together), so one client cannot make every other client's large
-//!   messages wait.
+//!   deadline and keep its pace meanwhile ([`receiving::Pace`]), so no client keeps it. One
+//!   client address holds at most its share of the budget (its sockets together), so one
+//!   client cannot make every other client's large messages wait.
 //! - **Frames in pieces.** A client's frame over [`PIECE`] bytes is handed on as several
 //!   frames of at most that size (the same message, re-fragmented, with the same masking
 //!   key: pieces start at multiples of 4 bytes). The protocol's read buffer grows to the largest frame it sees and keeps that

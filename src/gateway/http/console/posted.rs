@@ -14,7 +14,7 @@ use crate::gateway::http::state::AppState;
 
 use super::{page, pages};
 
-/// The fields of a `application/x-www-form-urlencoded` post.
+/// The fields of an `application/x-www-form-urlencoded` post.
 pub struct Posted<T>(pub T);
 
 impl<T: DeserializeOwned> FromRequest<AppState> for Posted<T> {
