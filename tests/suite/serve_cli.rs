@@ -450,12 +450,9 @@ fn a_receive_share_smaller_than_one_body_or_message_is_refused_naming_its_settin
         "skillgate.yaml",
         "http:\n  bind: 127.0.0.1:0\n  body-limit: 2097152\n  peer-body-bytes: 1048576\nwebsocket:\n  peer-receive-bytes: 4096\n",
     );
-    let out = crate::support::common::skillgate_command(project.path())
-        .args(["--store", "memory", "serve"])
-        .output()
-        .unwrap();
+    let out = skillgate(project.path(), &["--store", "memory", "serve"]);
     assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = stderr(&out);
     for expected in [
         "http.peer-body-bytes: must be at least `body-limit` (2097152 bytes): one holds",
         "websocket.peer-receive-bytes: must be at least `max-message` (1048576 bytes): one holds",

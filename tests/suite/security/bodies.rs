@@ -88,6 +88,27 @@ async fn answer(s: &mut TcpStream, wait: Duration) -> Option<(u16, Value)> {
     }
 }
 
+/// An `echo` server whose request bodies being received share a budget of 256 KiB, with
+/// `body_timeout` (a body that holds part of the budget keeps its pace after a sixth of it).
+async fn budgeted(body_timeout: Duration) -> TestServer {
+    let mut settings = config();
+    settings.total_body_bytes = 256 * 1024;
+    settings.body_timeout = body_timeout;
+    TestServer::start(echo(), settings).await
+}
+
+type Http2Client = hyper_util::client::legacy::Client<
+    hyper_util::client::legacy::connect::HttpConnector,
+    axum::body::Body,
+>;
+
+/// A client that speaks only HTTP/2 (cleartext, with prior knowledge).
+fn http2_client() -> Http2Client {
+    hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .http2_only(true)
+        .build_http()
+}
+
 /// The answer on `s`, which must come (within 30 s) and give `payload` back.
 async fn echoed(s: &mut TcpStream, payload: &str) {
     let (status, body) = answer(s, Duration::from_secs(30)).await.expect("an answer");
@@ -97,11 +118,8 @@ async fn echoed(s: &mut TcpStream, payload: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_large_body_being_received_waits_for_the_budget_every_connection_shares() {
-    let mut settings = config();
-    settings.total_body_bytes = 256 * 1024;
     // Long enough that the stalled body keeps its place (its pace's grace is a sixth of it).
-    settings.body_timeout = Duration::from_secs(120);
-    let server = TestServer::start(echo(), settings).await;
+    let server = budgeted(Duration::from_secs(120)).await;
 
     // A client announces a 200 KB body and sends a little of it, then nothing more.
     let stalled = dribbler("127.0.0.2", server.addr, 200 * 1024).await;
@@ -175,10 +193,7 @@ async fn one_client_address_holds_at_most_its_share_of_the_body_budget() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_body_that_arrived_whole_is_answered_while_others_wait_for_the_budget() {
-    let mut settings = config();
-    settings.total_body_bytes = 256 * 1024;
-    settings.body_timeout = Duration::from_secs(60);
-    let server = TestServer::start(echo(), settings).await;
+    let server = budgeted(Duration::from_secs(60)).await;
 
     // A 200 KB body being sent holds most of the budget.
     let payload = "y".repeat(200 * 1024 - 20);
@@ -203,11 +218,8 @@ async fn a_body_that_arrived_whole_is_answered_while_others_wait_for_the_budget(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_large_body_that_stops_arriving_gives_the_budget_back_before_its_body_timeout() {
-    let mut settings = config();
-    settings.total_body_bytes = 256 * 1024;
     // Its pace: after 4 s, its length over 24 s.
-    settings.body_timeout = Duration::from_secs(24);
-    let server = TestServer::start(echo(), settings).await;
+    let server = budgeted(Duration::from_secs(24)).await;
 
     // A client announces a 200 KB body, sends 1 KiB of it, then nothing more.
     let mut stalled = dribbler("127.0.0.2", server.addr, 200 * 1024).await;
@@ -248,11 +260,8 @@ async fn a_large_body_that_stops_arriving_gives_the_budget_back_before_its_body_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_large_body_that_keeps_its_pace_is_read_however_slowly_it_arrives() {
-    let mut settings = config();
-    settings.total_body_bytes = 256 * 1024;
     // Its pace: after 2 s, its length over 12 s (12.5 KB a second for this one).
-    settings.body_timeout = Duration::from_secs(12);
-    let server = TestServer::start(echo(), settings).await;
+    let server = budgeted(Duration::from_secs(12)).await;
 
     // 150 KB in pieces of 10 KB every 200 ms: 3 s in all, at four times the pace.
     let payload = "y".repeat(150 * 1024 - 20);
@@ -268,16 +277,8 @@ async fn a_large_body_that_keeps_its_pace_is_read_however_slowly_it_arrives() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_http2_a_body_the_budget_cannot_hold_at_once_is_refused_as_busy() {
-    use hyper_util::client::legacy::Client;
-    use hyper_util::rt::TokioExecutor;
-
-    let mut settings = config();
-    settings.total_body_bytes = 256 * 1024;
-    settings.body_timeout = Duration::from_secs(120);
-    let server = TestServer::start(echo(), settings).await;
-    let client: Client<_, axum::body::Body> = Client::builder(TokioExecutor::new())
-        .http2_only(true)
-        .build_http();
+    let server = budgeted(Duration::from_secs(120)).await;
+    let client = http2_client();
     let post = |payload: String| {
         let body = json!({ "p": payload }).to_string();
         axum::http::Request::post(format!("http://{}/invoke/echo", server.addr))
@@ -310,16 +311,8 @@ async fn over_http2_a_body_the_budget_cannot_hold_at_once_is_refused_as_busy() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_http2_a_console_form_the_budget_cannot_hold_is_refused_as_busy_not_as_bad() {
-    use hyper_util::client::legacy::Client;
-    use hyper_util::rt::TokioExecutor;
-
-    let mut settings = config();
-    settings.total_body_bytes = 256 * 1024;
-    settings.body_timeout = Duration::from_secs(120);
-    let server = TestServer::start(echo(), settings).await;
-    let client: Client<_, axum::body::Body> = Client::builder(TokioExecutor::new())
-        .http2_only(true)
-        .build_http();
+    let server = budgeted(Duration::from_secs(120)).await;
+    let client = http2_client();
 
     // An HTTP/1 client holds most of the budget; a 100 KB try-it form over HTTP/2 cannot wait
     // for it.
