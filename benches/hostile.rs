@@ -315,7 +315,11 @@ async fn measure(conn: &mut Conn, http: SocketAddr, pid: u32, secs: u64) -> (Vec
         let started = Instant::now();
         match conn.round_trip().await {
             Ok(_) => samples.push(started.elapsed().as_micros() as u64),
-            Err(_) => {
+            Err(err) => {
+                if failed == 0 {
+                    // What refused it: a status line, or how the connection ended.
+                    eprintln!("a normal request failed: {err}");
+                }
                 failed += 1;
                 // A new connection may wait in the backlog while hostile ones hold every slot.
                 if let Ok(Ok(c)) = tokio::time::timeout(Duration::from_secs(1), normal(http)).await

@@ -68,7 +68,11 @@ impl Conn {
                     .ok_or_else(|| format!("no content-length: {head}"))?;
                 if self.buf.len() >= end + 4 + length {
                     if !head.starts_with("http/1.1 200") {
-                        return Err(head.lines().next().unwrap_or_default().to_string());
+                        let body = String::from_utf8_lossy(&self.buf[end + 4..end + 4 + length]);
+                        return Err(format!(
+                            "{}: {body}",
+                            head.lines().next().unwrap_or_default()
+                        ));
                     }
                     return Ok(self.buf[end + 4..end + 4 + length].to_vec());
                 }

@@ -105,6 +105,8 @@ impl Door for JsonlDoor {
 /// One connection: a request a line, answered in turn, until the client leaves or the host
 /// stops (a run in flight answers first).
 async fn serve(door: Arc<JsonlDoor>, host: Host, socket: TcpStream) {
+    // Runs count against this address's share of the runs at once.
+    let client = socket.peer_addr().ok().map(|addr| addr.ip());
     let (read, mut write) = socket.into_split();
     let mut lines = BufReader::new(read);
     let mut line = String::new();
@@ -132,7 +134,10 @@ async fn serve(door: Arc<JsonlDoor>, host: Host, socket: TcpStream) {
                 continue;
             }
         };
-        if handle(&door, &host, request, &mut write).await.is_err() {
+        if handle(&door, &host, (request, client), &mut write)
+            .await
+            .is_err()
+        {
             break;
         }
     }
@@ -142,7 +147,7 @@ async fn serve(door: Arc<JsonlDoor>, host: Host, socket: TcpStream) {
 async fn handle(
     door: &JsonlDoor,
     host: &Host,
-    request: Map<String, Value>,
+    (request, client): (Map<String, Value>, Option<std::net::IpAddr>),
     write: &mut (impl AsyncWriteExt + Unpin),
 ) -> std::io::Result<()> {
     let id = request.get("id").cloned().unwrap_or(Value::Null);
@@ -173,6 +178,7 @@ async fn handle(
         timeout: Some(host.timeout),
         duplex: false,
         session: None,
+        client,
     });
     while let Some(part) = dispatch.parts.recv().await {
         match part {

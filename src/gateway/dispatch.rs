@@ -15,6 +15,7 @@ use crate::error::{ErrorKind, Result, SkillError};
 use crate::events::Event;
 use crate::events::KernelBus;
 use crate::events::runs::RunRecord;
+use crate::gateway::admission::Admission;
 use crate::gateway::metrics::Metrics;
 use crate::gateway::reply::{RESPONSE_PATH, Reply, ReplyPart, ReplyParts};
 use crate::kernel::authority::Level;
@@ -49,6 +50,9 @@ pub struct Inbound {
     /// The conversation this message belongs to (`nonlocals.gateway.sessionId`): a chat thread,
     /// a mail thread; follow-ups in it share it.
     pub session: Option<String>,
+    /// The address of the client that asked, on doors a client connects to (HTTP, WebSocket,
+    /// MCP): its runs count against its share of the runs at once (`admission.rs`).
+    pub client: Option<std::net::IpAddr>,
 }
 
 impl Inbound {
@@ -74,6 +78,7 @@ impl Inbound {
             timeout: Some(timeout),
             duplex: false,
             session: None,
+            client: None,
         }
     }
 }
@@ -102,28 +107,14 @@ pub struct Gateway {
     /// Behind an `Arc`: cloning a token itself takes its tree's lock, and every run clones
     /// the gateway.
     halt: Arc<CancellationToken>,
-    /// Runs that may go at once, every door together: past it a new one is refused as busy
-    /// (503 with `Retry-After` over HTTP) instead of taking memory and CPU from the rest.
-    runs: Arc<tokio::sync::Semaphore>,
+    /// Runs that may go at once and bytes of their args, every door together, with the reserve
+    /// kept for clients running next to nothing (`admission.rs`).
+    admission: Arc<Admission>,
     max_runs: usize,
-    /// Bytes of args (their JSON size) of the runs going now, every door together: a run whose
-    /// args do not fit is refused as busy, so many large requests at once cannot take the
-    /// memory the rest need.
-    arg_bytes: Arc<tokio::sync::Semaphore>,
     max_arg_bytes: usize,
 }
 
-/// Runs at once unless configured otherwise.
-pub const DEFAULT_MAX_RUNS: usize = 1024;
-
-/// Bytes of args in flight unless configured otherwise: eight invocations of the largest body
-/// (1 MiB) at once, and any number of small ones. A run holds its args several times over (the
-/// frame, the parsed value, the sandbox's copy, the result), so this is what bounds the memory
-/// of a flood of large invocations (`benches/hostile.rs`, `ws-unread`).
-pub const DEFAULT_MAX_ARG_BYTES: usize = 8 * 1024 * 1024;
-
-/// The semaphore counts KiB (its permits are `u32`).
-const KIB: usize = 1024;
+pub use crate::gateway::admission::{DEFAULT_MAX_ARG_BYTES, DEFAULT_MAX_RUNS};
 
 impl Gateway {
     pub fn new(kernel: Kernel, metrics: Arc<Metrics>) -> Gateway {
@@ -132,32 +123,29 @@ impl Gateway {
             metrics,
             readiness: Default::default(),
             halt: Arc::new(CancellationToken::new()),
-            runs: Arc::new(tokio::sync::Semaphore::new(DEFAULT_MAX_RUNS)),
+            admission: Admission::new(DEFAULT_MAX_RUNS, DEFAULT_MAX_ARG_BYTES),
             max_runs: DEFAULT_MAX_RUNS,
-            arg_bytes: Arc::new(tokio::sync::Semaphore::new(DEFAULT_MAX_ARG_BYTES / KIB)),
             max_arg_bytes: DEFAULT_MAX_ARG_BYTES,
         }
     }
 
     /// This gateway taking at most `max` bytes of args in flight (`--max-args-in-flight`).
     pub fn with_max_arg_bytes(mut self, max: usize) -> Gateway {
-        let max = max.max(KIB);
-        self.arg_bytes = Arc::new(tokio::sync::Semaphore::new(max / KIB));
         self.max_arg_bytes = max;
+        self.admission = Admission::new(self.max_runs, max);
         self
     }
 
     /// This gateway taking at most `max` runs at once (`--max-runs`).
     pub fn with_max_runs(mut self, max: usize) -> Gateway {
-        let max = max.max(1);
-        self.runs = Arc::new(tokio::sync::Semaphore::new(max));
         self.max_runs = max;
+        self.admission = Admission::new(max, self.max_arg_bytes);
         self
     }
 
     /// Runs going now, every door together.
     pub fn runs_now(&self) -> usize {
-        self.max_runs - self.runs.available_permits()
+        self.admission.runs_now()
     }
 
     /// Aborts every run in progress and every run started from now on.
@@ -186,24 +174,10 @@ impl Gateway {
         let context_id = id::next_id();
         let root_id = id::format(context_id);
         let abort = self.halt.child_token();
-        // Args count in KiB, at least one, and never more than the whole bound (a run that big
-        // waits for an empty server rather than never running).
-        let kib = (crate::kernel::budget::json_size(&inbound.args) as usize)
-            .div_ceil(KIB)
-            .clamp(1, self.max_arg_bytes / KIB) as u32;
-        let admitted = match self.runs.clone().try_acquire_owned() {
-            Err(_) => Err(format!(
-                "the server is running {} invocations, as many as it takes at once; try again shortly (`--max-runs`)",
-                self.max_runs
-            )),
-            Ok(run) => match self.arg_bytes.clone().try_acquire_many_owned(kib) {
-                Ok(bytes) => Ok((run, bytes)),
-                Err(_) => Err(format!(
-                    "the server holds {} MiB of args of running invocations, as much as it takes at once; try again shortly (`--max-args-in-flight`)",
-                    self.max_arg_bytes / (1024 * 1024)
-                )),
-            },
-        };
+        let admitted = self.admission.admit(
+            inbound.client,
+            crate::kernel::budget::json_size(&inbound.args) as usize,
+        );
         let permit = match admitted {
             Ok(permit) => permit,
             Err(why) => {

@@ -36,6 +36,7 @@
 //! - [`queue`]: the durable queues of the queued doors: once-only enqueue, typed and versioned
 //!   jobs, and the one worker that claims and runs them.
 
+pub mod admission;
 pub mod body;
 pub mod dispatch;
 pub mod door;

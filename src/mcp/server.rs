@@ -163,6 +163,11 @@ impl ServerHandler for SkillServer {
             duplex: false,
             session: None,
             timeout: self.timeout,
+            client: context
+                .extensions
+                .get::<axum::http::request::Parts>()
+                .and_then(|parts| parts.extensions.get::<crate::gateway::peers::ClientAddr>())
+                .map(|c| c.0),
         };
         let mut dispatch = self.gateway.dispatch(inbound);
         loop {

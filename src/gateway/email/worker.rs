@@ -89,6 +89,8 @@ pub async fn run(host: Host, email: Arc<Email>, queued: Queued, delivery: Delive
                 duplex: false,
                 timeout: Some(timeout),
                 session: thread.as_ref().map(|t| format!("email:{t}")),
+                // Queued: bounded by the worker, not by a client's share.
+                client: None,
             };
             let mut dispatch = gateway.dispatch(inbound);
             let Gathered {

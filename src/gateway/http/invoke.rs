@@ -26,6 +26,7 @@ use crate::gateway::http::request_id::RequestId;
 use crate::gateway::http::resume;
 use crate::gateway::http::state::AppState;
 use crate::gateway::keys::Caller;
+use crate::gateway::peers::ClientAddr;
 use crate::gateway::problem::Problem;
 use crate::gateway::reply::chunk_bytes;
 use crate::gateway::{Dispatch, GatewayError, Inbound, ReplyPart};
@@ -37,6 +38,7 @@ pub async fn invoke(
     Path(skill): Path<String>,
     caller: Option<Extension<Caller>>,
     Extension(RequestId(request_id)): Extension<RequestId>,
+    client: Option<Extension<ClientAddr>>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, GatewayError> {
@@ -80,6 +82,7 @@ pub async fn invoke(
         duplex: false,
         session: None,
         timeout: Some(state.config.timeout),
+        client: client.map(|Extension(ClientAddr(ip))| ip),
     };
     let dispatch = state.gateway.dispatch(inbound);
     if stream {

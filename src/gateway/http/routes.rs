@@ -273,6 +273,10 @@ async fn handle(
         .get::<RequestId>()
         .map_or_else(String::new, |r| r.0.clone());
     let caller = req.extensions().get::<Caller>().cloned();
+    let client = req
+        .extensions()
+        .get::<crate::gateway::peers::ClientAddr>()
+        .map(|c| c.0);
     state
         .policy
         .reach_routed(&route.skill, Caller::scope(caller.as_ref()))?;
@@ -325,6 +329,7 @@ async fn handle(
         duplex: false,
         session: Some(web_session.conversation()),
         timeout: Some(state.config.timeout),
+        client,
     };
     let dispatch = state.gateway.dispatch(inbound);
     let behind_tls = headers

@@ -86,6 +86,8 @@ pub async fn run(host: Host, slack: Arc<Slack>, queued: Queued, delivery: Delive
                 duplex: false,
                 timeout: Some(timeout),
                 session: Some(format!("slack:{team}:{channel}:{root}")),
+                // Queued: bounded by the worker, not by a client's share.
+                client: None,
             };
             let dispatch = gateway.dispatch(inbound);
             reply::answer(

@@ -90,6 +90,8 @@ pub async fn run(host: Host, route: Arc<WebhookRoute>, queued: Queued, delivery:
         timeout: Some(timeout),
         duplex: false,
         session: None,
+        // Queued: bounded by the worker, not by a client's share.
+        client: None,
     };
     let mut dispatch = gateway.dispatch(inbound);
     let outcome = gather(&mut dispatch.parts).await.outcome;

@@ -31,6 +31,8 @@ use crate::kernel::ToolRef;
 /// Who is on the other end, for `nonlocals.request`.
 pub struct Peer {
     pub remote: SocketAddr,
+    /// The client the server counts (`remote`, or the address a trusted proxy passed on).
+    pub client: std::net::IpAddr,
     /// Request headers of the upgrade (without credentials).
     pub headers: Value,
     /// The credential of the upgrade request, if it carried one.
@@ -338,6 +340,7 @@ impl Connection {
             timeout: Some(self.on.host.timeout),
             duplex: true,
             session: Some(self.session.clone()),
+            client: Some(self.peer.client),
         };
         let mut dispatch = self.on.host.gateway.dispatch(inbound);
         let cancel = CancellationToken::new();

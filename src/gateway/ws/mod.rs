@@ -130,6 +130,7 @@ async fn upgrade(
     };
     let peer = connection::Peer {
         remote,
+        client,
         headers: headers_json(&headers),
         caller: caller.map(|Extension(c)| c),
     };

@@ -21,11 +21,13 @@
 //! - `smtp`: raw SMTP clients: DATA past the cap, too many sessions, too much DATA at once.
 //! - `streams`: parts a slow reader missed are told (`gap`); the sandbox queue is bounded.
 //! - `peers`: per-address caps on connections and sockets; trusted proxies.
+//! - `admission`: a client holding runs cannot take the last slots of the runs at once.
 //! - `fuzz_peers`: bounded property tests over MIME, SMTP sessions, Slack bodies, WebSocket frames.
 //! - `doors`: the caller rules over every door (the transport contract runs them) and MCP.
 //! - `fuzz`: bounded property tests over HTTP args, frontmatter and skill bodies (JS values are
 //!   fuzzed next to their conversion, in `src/sandbox/convert/fuzz.rs`).
 
+mod admission;
 mod args;
 mod authority_props;
 mod bodies;

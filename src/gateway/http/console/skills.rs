@@ -188,6 +188,7 @@ pub async fn try_it(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path(name): Path<String>,
+    client: Option<axum::Extension<crate::gateway::peers::ClientAddr>>,
     Posted(form): Posted<TryForm>,
 ) -> Response {
     let login = match acting(&state, &headers, &form.csrf).await {
@@ -231,7 +232,8 @@ pub async fn try_it(
         }
     };
     let authority = state.policy.authority(&tool, principal.clone());
-    let inbound = Inbound::call("console", &tool.name, authority, args, state.config.timeout);
+    let mut inbound = Inbound::call("console", &tool.name, authority, args, state.config.timeout);
+    inbound.client = client.map(|axum::Extension(c)| c.0);
     let mut dispatch = state.gateway.dispatch(inbound);
     let run_id = dispatch.root_id.clone();
     let gathered = gather(&mut dispatch.parts).await;

@@ -1,0 +1,150 @@
+//! One client cannot take every run slot: the runs at once (`--max-runs`) and the bytes of
+//! their args (`--max-args-in-flight`) keep their last eighth for clients running fewer than
+//! two invocations, so a client (here 127.0.0.2) holding long runs from many requests or
+//! sockets is refused before it fills them, and another client's request still runs. Over
+//! HTTP and WebSocket, the doors the hostile load test found it on.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::sync::Semaphore;
+
+use crate::support::common::{Project, native};
+use crate::support::server::{TestServer, config, problem};
+use crate::support::ws_client::WsClient;
+
+const GREEDY: IpAddr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
+
+/// `hold`: runs until `gate` gives it a permit.
+fn hold(gate: Arc<Semaphore>) -> skillgate::skills::tool::Tool {
+    native(
+        "name: hold\ndescription: Runs until the test lets it end.\n",
+        move |_ctx: skillgate::Context, _args| {
+            let gate = gate.clone();
+            async move {
+                gate.acquire().await.unwrap().forget();
+                Ok(Some(json!("held")))
+            }
+        },
+    )
+}
+
+/// A server taking 8 runs at once (its reserve: the last one), with `hold` on `gate`.
+async fn server(gate: &Arc<Semaphore>) -> TestServer {
+    let mut settings = config();
+    settings.max_runs = 8;
+    let gate = gate.clone();
+    TestServer::start_with(Project::new(), settings, move |b| b.native(hold(gate))).await
+}
+
+/// Waits until `n` runs are going.
+async fn runs_until(server: &TestServer, n: usize) {
+    let waited = tokio::time::timeout(Duration::from_secs(20), async {
+        while server.gateway.runs_now() != n {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert!(
+        waited.is_ok(),
+        "{} runs going, not {n}",
+        server.gateway.runs_now()
+    );
+}
+
+/// An HTTP client whose connections come from `from`.
+fn client_from(from: IpAddr) -> reqwest::Client {
+    reqwest::Client::builder()
+        .local_address(from)
+        .build()
+        .unwrap()
+}
+
+/// Invokes `hold` from `client`, in the background.
+fn invoke(
+    client: &reqwest::Client,
+    server: SocketAddr,
+) -> tokio::task::JoinHandle<reqwest::Response> {
+    let (client, url) = (client.clone(), format!("http://{server}/invoke/hold"));
+    tokio::spawn(async move { client.post(url).json(&json!({})).send().await.unwrap() })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_http_a_client_holding_runs_is_refused_the_last_slots_which_another_client_gets() {
+    let gate = Arc::new(Semaphore::new(0));
+    let server = server(&gate).await;
+    let greedy = client_from(GREEDY);
+    // The greedy client starts runs one by one until it is refused.
+    let mut held = Vec::new();
+    let refused = loop {
+        let call = invoke(&greedy, server.addr);
+        let started = tokio::time::timeout(Duration::from_secs(20), async {
+            loop {
+                if call.is_finished() || server.gateway.runs_now() > held.len() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await;
+        assert!(started.is_ok(), "the run started or was answered");
+        if call.is_finished() {
+            break call.await.unwrap();
+        }
+        held.push(call);
+        assert!(held.len() < 8, "refused before it holds every slot");
+    };
+    assert_eq!(held.len(), 7, "it runs all but the reserve");
+    assert_eq!(refused.headers()["retry-after"], "1");
+    let body: Value = problem(refused, 503).await;
+    let detail = body["detail"].as_str().unwrap();
+    assert!(detail.contains("nearly full"), "{body}");
+    assert!(detail.contains("already runs 7"), "{body}");
+
+    // Another client's request runs in the reserve.
+    let other = invoke(&server.client, server.addr);
+    runs_until(&server, 8).await;
+    gate.add_permits(8);
+    let answered = other.await.unwrap();
+    assert_eq!(answered.status(), 200);
+    assert_eq!(answered.json::<Value>().await.unwrap()["result"], "held");
+    for call in held {
+        assert_eq!(call.await.unwrap().status(), 200);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_websocket_a_client_holding_runs_is_refused_the_last_slots_which_another_client_gets()
+{
+    let gate = Arc::new(Semaphore::new(0));
+    let server = server(&gate).await;
+    // The greedy client sends eight invocations on one socket.
+    let (mut greedy, _) = WsClient::connect_from(GREEDY, server.addr).await;
+    for i in 0..8 {
+        greedy
+            .send(json!({ "type": "invoke", "id": format!("g{i}"), "skill": "hold", "args": {} }))
+            .await;
+    }
+    // Seven run; the eighth is refused as busy.
+    let refused = greedy
+        .until(|frame| frame["type"] == "error" && frame["id"] == "g7")
+        .await;
+    let error = refused.last().unwrap();
+    assert_eq!(error["problem"]["status"], 503, "{error}");
+    let detail = error["problem"]["detail"].as_str().unwrap();
+    assert!(detail.contains("nearly full"), "{error}");
+    assert!(detail.contains("already runs 7"), "{error}");
+    runs_until(&server, 7).await;
+
+    // Another client's invocation runs in the reserve.
+    let (mut other, _) = WsClient::connect(server.addr, None).await;
+    other
+        .send(json!({ "type": "invoke", "id": "o", "skill": "hold", "args": {} }))
+        .await;
+    runs_until(&server, 8).await;
+    gate.add_permits(8);
+    let answer = other.answer("o").await;
+    assert_eq!(answer.last().unwrap()["value"], "held", "{answer:?}");
+}
