@@ -2,12 +2,14 @@
 //! every door together, and the reserve it keeps for clients that are running next to nothing.
 //!
 //! Past either bound a new run is refused as busy at once (503 with `Retry-After` over HTTP),
-//! before it takes any memory. The last eighth of each bound is a reserve: a client (its
-//! address, as [`client_of`] counts them) that already runs [`LIGHT`] or more invocations is
-//! refused once its next run would reach into it, so clients that hold long runs from many
-//! connections (streams nobody reads, fan-outs, large args) cannot take every slot from a
-//! client that comes with one request. Runs no client address stands behind (queued
-//! deliveries, schedules, event handlers: bounded by their own workers) meet only the bounds.
+//! before it takes any memory. The last eighth of each bound (at least one run, 1 KiB) is a
+//! reserve: a client (its address, as [`client_of`] counts them) that already runs [`LIGHT`]
+//! or more invocations is refused once its next run would reach into it, so clients that hold
+//! long runs from many connections (streams nobody reads, fan-outs, large args) cannot take
+//! every slot from a client that comes with one request. Runs no client address stands behind (queued
+//! deliveries of webhooks, Slack and mail, bounded by their workers; retries, which only an
+//! admin starts) meet only the bounds. Schedules and event handlers do not come through a door
+//! and meet neither.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -82,35 +84,33 @@ impl Admission {
         arg_bytes: usize,
     ) -> Result<Admitted, String> {
         let kib = arg_bytes.div_ceil(KIB).clamp(1, self.max_arg_kib);
+        // Taken first: past a bound itself, the bound says so; and what is left after is
+        // exact, whoever else takes room meanwhile.
+        let (run, args) = self.take(kib)?;
         let Some(client) = client.map(client_of) else {
-            let (run, args) = self.take(kib)?;
             return Ok(Admitted {
                 _run: run,
                 _args: args,
                 client: None,
             });
         };
-        // Held while the client's count is read, the bounds taken and the count raised, so
-        // two runs of one client cannot both pass as light.
+        // Held while the client's count is read and raised, so two runs of one client cannot
+        // both pass as light.
         let mut clients = self.clients.lock();
         let running = clients.get(&client).copied().unwrap_or(0);
-        if running >= LIGHT {
-            let runs_left = self.runs.available_permits();
-            let kib_left = self.arg_kib.available_permits();
-            // Past the bounds themselves, the bound says so (below).
-            let into_reserve = (runs_left > 0 && runs_left <= self.max_runs / 8)
-                || (kib_left >= kib && kib_left - kib < self.max_arg_kib / 8);
-            if into_reserve {
-                return Err(format!(
-                    "the server is nearly full ({} of {} invocations, {} of {} MiB of args) and this client already runs {running}: the rest is kept for clients that run fewer than {LIGHT}; try again shortly",
-                    self.max_runs - runs_left,
-                    self.max_runs,
-                    mib(self.max_arg_kib - kib_left),
-                    mib(self.max_arg_kib),
-                ));
-            }
+        if running >= LIGHT
+            && (self.runs.available_permits() < self.max_runs.div_ceil(8)
+                || self.arg_kib.available_permits() < self.max_arg_kib.div_ceil(8))
+        {
+            drop((run, args));
+            return Err(format!(
+                "the server is nearly full ({} of {} invocations running, {} of {} of args) and this client already runs {running}: the rest is kept for clients that run fewer than {LIGHT}; try again shortly",
+                self.runs_now(),
+                self.max_runs,
+                size(self.max_arg_kib - self.arg_kib.available_permits()),
+                size(self.max_arg_kib),
+            ));
         }
-        let (run, args) = self.take(kib)?;
         *clients.entry(client).or_insert(0) += 1;
         Ok(Admitted {
             _run: run,
@@ -133,17 +133,23 @@ impl Admission {
             .try_acquire_many_owned(kib as u32)
             .map_err(|_| {
                 format!(
-                    "the server holds {} MiB of args of running invocations, as much as it takes at once; try again shortly (`--max-args-in-flight`)",
-                    mib(self.max_arg_kib)
+                    "the server holds {} of args of running invocations, as much as it takes at once; try again shortly (`--max-args-in-flight`)",
+                    size(self.max_arg_kib)
                 )
             })?;
         Ok((run, args))
     }
 }
 
-/// KiB as whole MiB, for messages.
-fn mib(kib: usize) -> usize {
-    kib / KIB
+/// `kib` KiB for messages: in MiB from 1 MiB up, else in KiB.
+fn size(kib: usize) -> String {
+    if kib < KIB {
+        format!("{kib} KiB")
+    } else if kib.is_multiple_of(KIB) {
+        format!("{} MiB", kib / KIB)
+    } else {
+        format!("{:.1} MiB", kib as f64 / KIB as f64)
+    }
 }
 
 impl Drop for Admitted {
@@ -200,6 +206,19 @@ mod tests {
         let refused = admission.admit(ip("192.0.2.1"), 100 * 1024).unwrap_err();
         assert!(refused.contains("nearly full"), "{refused}");
         assert!(admission.admit(ip("192.0.2.2"), 100 * 1024).is_ok());
+    }
+
+    #[test]
+    fn a_small_bound_keeps_a_reserve_of_one_and_a_full_bound_says_so_itself() {
+        let admission = Admission::new(4, 1024 * 1024);
+        let _hog: Vec<_> = (0..3)
+            .map(|_| admission.admit(ip("192.0.2.1"), 10).unwrap())
+            .collect();
+        let refused = admission.admit(ip("192.0.2.1"), 10).unwrap_err();
+        assert!(refused.contains("nearly full"), "{refused}");
+        let _other = admission.admit(ip("192.0.2.2"), 10).unwrap();
+        let full = admission.admit(ip("192.0.2.1"), 10).unwrap_err();
+        assert!(full.contains("--max-runs"), "{full}");
     }
 
     #[test]

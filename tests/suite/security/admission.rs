@@ -148,3 +148,48 @@ async fn over_websocket_a_client_holding_runs_is_refused_the_last_slots_which_an
     let answer = other.answer("o").await;
     assert_eq!(answer.last().unwrap()["value"], "held", "{answer:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_mcp_a_call_counts_against_its_clients_share_with_its_other_doors() {
+    use rmcp::model::CallToolRequestParams;
+
+    let gate = Arc::new(Semaphore::new(0));
+    let mut settings = crate::support::server::with_keys();
+    settings.max_runs = 8;
+    let hold_gate = gate.clone();
+    let server =
+        TestServer::start_with(Project::new(), settings, move |b| b.native(hold(hold_gate))).await;
+    // This address runs seven invocations over HTTP ...
+    let held: Vec<_> = (0..7)
+        .map(|_| {
+            let (client, url) = (server.client.clone(), server.url("/invoke/hold"));
+            tokio::spawn(async move {
+                client
+                    .post(url)
+                    .bearer_auth("sg_ci_key")
+                    .json(&json!({}))
+                    .send()
+                    .await
+                    .unwrap()
+            })
+        })
+        .collect();
+    runs_until(&server, 7).await;
+    // ... so its MCP call, which would take the last slot, is refused as the same client's.
+    let mcp = crate::mcp::served::connect(&server, "sg_ci_key")
+        .await
+        .unwrap();
+    let refused = mcp
+        .call_tool(CallToolRequestParams::new("hold"))
+        .await
+        .expect("answered");
+    assert_eq!(refused.is_error, Some(true));
+    let text = crate::mcp::served::text(&refused);
+    assert!(text.contains("nearly full"), "{text}");
+    assert!(text.contains("already runs 7"), "{text}");
+    gate.add_permits(8);
+    for call in held {
+        assert_eq!(call.await.unwrap().status(), 200);
+    }
+    mcp.cancel().await.unwrap();
+}
