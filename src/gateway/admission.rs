@@ -6,10 +6,10 @@
 //! reserve: a client (its address, as [`client_of`] counts them) that already runs [`LIGHT`]
 //! or more invocations is refused once its next run would reach into it, so clients that hold
 //! long runs from many connections (streams nobody reads, fan-outs, large args) cannot take
-//! every slot from a client that comes with one request. Runs no client address stands behind (queued
-//! deliveries of webhooks, Slack and mail, bounded by their workers; retries, which only an
-//! admin starts) meet only the bounds. Schedules and event handlers do not come through a door
-//! and meet neither.
+//! every slot from a client that comes with one request. Runs no client address stands behind
+//! (queued deliveries of webhooks, Slack and mail, bounded by their workers; retries, which
+//! only an admin starts) meet only the bounds. Schedules and event handlers do not come through
+//! a door and meet neither.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
