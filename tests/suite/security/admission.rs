@@ -2,7 +2,8 @@
 //! their args (`--max-args-in-flight`) keep their last eighth for clients running fewer than
 //! two invocations, so a client (here 127.0.0.2) holding long runs from many requests or
 //! sockets is refused before it fills them, and another client's request still runs. Over
-//! HTTP and WebSocket, the doors the hostile load test found it on.
+//! HTTP and WebSocket, the doors the hostile load test found it on; MCP and the project's web
+//! routes count against the same client's share.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
@@ -16,6 +17,7 @@ use crate::support::server::{TestServer, config, problem};
 use crate::support::ws_client::WsClient;
 
 const GREEDY: IpAddr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
+const ELSEWHERE: IpAddr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 3));
 
 /// `hold`: runs until `gate` gives it a permit.
 fn hold(gate: Arc<Semaphore>) -> skillgate::skills::tool::Tool {
@@ -192,4 +194,43 @@ async fn over_mcp_a_call_counts_against_its_clients_share_with_its_other_doors()
         assert_eq!(call.await.unwrap().status(), 200);
     }
     mcp.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_project_web_route_counts_against_its_clients_share_with_its_other_doors() {
+    let gate = Arc::new(Semaphore::new(0));
+    let project = Project::new();
+    project.write(
+        "main.skill.md",
+        "---\nname: site\ndescription: The project.\nmetadata:\n  role: main\n  web:\n    routes:\n      - { method: POST, path: /hold, ref: hold }\n---\n",
+    );
+    let mut settings = config();
+    settings.max_runs = 8;
+    let hold_gate = gate.clone();
+    let server =
+        TestServer::start_with(project, settings, move |b| b.native(hold(hold_gate))).await;
+    // This address runs seven invocations over `/invoke` ...
+    let held: Vec<_> = (0..7)
+        .map(|_| invoke(&server.client, server.addr))
+        .collect();
+    runs_until(&server, 7).await;
+    // ... so its request to the project's route, which would take the last slot, is refused as
+    // the same client's.
+    let refused = server.post_json("/hold", &json!({})).await;
+    assert_eq!(refused.headers()["retry-after"], "1");
+    let body: Value = problem(refused, 503).await;
+    let detail = body["detail"].as_str().unwrap();
+    assert!(detail.contains("already runs 7"), "{body}");
+    // Another address's request to the route runs in the reserve.
+    let other = client_from(ELSEWHERE)
+        .post(server.url("/hold"))
+        .json(&json!({}))
+        .send();
+    let other = tokio::spawn(other);
+    runs_until(&server, 8).await;
+    gate.add_permits(8);
+    assert_eq!(other.await.unwrap().unwrap().status(), 200);
+    for call in held {
+        assert_eq!(call.await.unwrap().status(), 200);
+    }
 }
