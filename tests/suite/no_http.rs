@@ -59,7 +59,11 @@ async fn without_http_email_and_slack_socket_mode_answer_and_probes_are_on_the_o
     // A Slack mention over Socket Mode, answered in its thread.
     fake.push_envelope("env-1", mention("Ev1", "C1", "1700000001.000100", "hi"));
     fake.answer_in("C1", "1700000001.000100").await;
-    assert!(fake.inner.acks.lock().contains(&"env-1".to_string()));
+    // The ack goes out once the event is queued; the worker may answer before it arrives.
+    fake.until("the envelope's ack", |inner| {
+        inner.acks.lock().contains(&"env-1".to_string())
+    })
+    .await;
     // The probes, on the operations listener: every door listed and ready.
     let every_door = server.gateway.readiness.until(|r| r.ready());
     tokio::time::timeout(Duration::from_secs(30), every_door)
