@@ -105,8 +105,7 @@ pub async fn serve(
     let grace = config.http.grace;
     let drain = config.http.drain;
     let gateway = Gateway::new(kernel.clone(), Arc::new(Metrics::new()))
-        .with_max_runs(config.http.max_runs)
-        .with_max_arg_bytes(config.http.max_args_in_flight);
+        .with_run_bounds(config.http.max_runs, config.http.max_args_in_flight);
     let readiness = gateway.readiness.clone();
     let doors = match Doors::open(gateway, config, resolved, project).await {
         Ok(doors) => doors,

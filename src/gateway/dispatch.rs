@@ -110,8 +110,6 @@ pub struct Gateway {
     /// Runs that may go at once and bytes of their args, every door together, with the reserve
     /// kept for clients running next to nothing (`admission.rs`).
     admission: Arc<Admission>,
-    max_runs: usize,
-    max_arg_bytes: usize,
 }
 
 pub use crate::gateway::admission::{DEFAULT_MAX_ARG_BYTES, DEFAULT_MAX_RUNS};
@@ -124,22 +122,13 @@ impl Gateway {
             readiness: Default::default(),
             halt: Arc::new(CancellationToken::new()),
             admission: Admission::new(DEFAULT_MAX_RUNS, DEFAULT_MAX_ARG_BYTES),
-            max_runs: DEFAULT_MAX_RUNS,
-            max_arg_bytes: DEFAULT_MAX_ARG_BYTES,
         }
     }
 
-    /// This gateway taking at most `max` bytes of args in flight (`--max-args-in-flight`).
-    pub fn with_max_arg_bytes(mut self, max: usize) -> Gateway {
-        self.max_arg_bytes = max;
-        self.admission = Admission::new(self.max_runs, max);
-        self
-    }
-
-    /// This gateway taking at most `max` runs at once (`--max-runs`).
-    pub fn with_max_runs(mut self, max: usize) -> Gateway {
-        self.max_runs = max;
-        self.admission = Admission::new(max, self.max_arg_bytes);
+    /// This gateway taking at most `max_runs` runs at once (`--max-runs`) and `max_arg_bytes`
+    /// bytes of their args (`--max-args-in-flight`).
+    pub fn with_run_bounds(mut self, max_runs: usize, max_arg_bytes: usize) -> Gateway {
+        self.admission = Admission::new(max_runs, max_arg_bytes);
         self
     }
 

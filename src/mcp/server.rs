@@ -49,13 +49,23 @@ fn scope(context: &RequestContext<RoleServer>) -> &Scope {
     Caller::scope(caller(context))
 }
 
+/// The HTTP request a call came in (`/mcp`); none on stdio.
+fn http_parts(context: &RequestContext<RoleServer>) -> Option<&axum::http::request::Parts> {
+    context.extensions.get::<axum::http::request::Parts>()
+}
+
 /// The HTTP caller, when the request came through the HTTP auth layer; none on stdio, which
 /// runs for the local user (a caller without admin, never the project: a model drives it).
 fn caller(context: &RequestContext<RoleServer>) -> Option<&Caller> {
-    context
-        .extensions
-        .get::<axum::http::request::Parts>()
-        .and_then(|parts| parts.extensions.get::<Caller>())
+    http_parts(context).and_then(|parts| parts.extensions.get::<Caller>())
+}
+
+/// The client address a call over `/mcp` counts against in run admission; none on stdio (the
+/// local user alone).
+fn client(context: &RequestContext<RoleServer>) -> Option<std::net::IpAddr> {
+    http_parts(context)
+        .and_then(|parts| parts.extensions.get::<crate::gateway::peers::ClientAddr>())
+        .map(|client| client.0)
 }
 
 /// A skill as an MCP tool: its name, description and params schema (an object schema, as MCP
@@ -163,11 +173,7 @@ impl ServerHandler for SkillServer {
             duplex: false,
             session: None,
             timeout: self.timeout,
-            client: context
-                .extensions
-                .get::<axum::http::request::Parts>()
-                .and_then(|parts| parts.extensions.get::<crate::gateway::peers::ClientAddr>())
-                .map(|c| c.0),
+            client: client(&context),
         };
         let mut dispatch = self.gateway.dispatch(inbound);
         loop {

@@ -2,8 +2,8 @@
 //! their args (`--max-args-in-flight`) keep their last eighth for clients running fewer than
 //! two invocations, so a client (here 127.0.0.2) holding long runs from many requests or
 //! sockets is refused before it fills them, and another client's request still runs. Over
-//! HTTP and WebSocket, the doors the hostile load test found it on; MCP and the project's web
-//! routes count against the same client's share.
+//! HTTP and WebSocket, the doors the hostile load test found it on; MCP, the project's web
+//! routes and the console's try-it form count against the same client's share.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
@@ -230,6 +230,54 @@ async fn a_project_web_route_counts_against_its_clients_share_with_its_other_doo
     runs_until(&server, 8).await;
     gate.add_permits(8);
     assert_eq!(other.await.unwrap().unwrap().status(), 200);
+    for call in held {
+        assert_eq!(call.await.unwrap().status(), 200);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_consoles_try_it_form_counts_against_its_clients_share_with_its_other_doors() {
+    use crate::console::support::{Visitor, csrf};
+
+    let gate = Arc::new(Semaphore::new(0));
+    let mut settings = crate::support::server::with_keys();
+    settings.max_runs = 8;
+    let hold_gate = gate.clone();
+    let server =
+        TestServer::start_with(Project::new(), settings, move |b| b.native(hold(hold_gate))).await;
+    let mut visitor = Visitor::new(&server);
+    visitor.log_in("sg_ci_key").await;
+    let token = csrf(&visitor.page("/console/skills/hold").await);
+    // This address runs seven invocations over `/invoke` ...
+    let held: Vec<_> = (0..7)
+        .map(|_| {
+            let (client, url) = (server.client.clone(), server.url("/invoke/hold"));
+            tokio::spawn(async move {
+                client
+                    .post(url)
+                    .bearer_auth("sg_ci_key")
+                    .json(&json!({}))
+                    .send()
+                    .await
+                    .unwrap()
+            })
+        })
+        .collect();
+    runs_until(&server, 7).await;
+    // ... so trying a skill from the console, which would take the last slot, is refused as
+    // the same client's.
+    let refused = visitor
+        .post(
+            "/console/skills/hold/try",
+            &[("csrf", &token), ("args", "{}")],
+            &[],
+        )
+        .await;
+    assert_eq!(refused.status(), 503);
+    let page = refused.text().await.unwrap();
+    assert!(page.contains("already runs 7"), "{page}");
+    assert_eq!(server.gateway.runs_now(), 7, "the refused try never ran");
+    gate.add_permits(8);
     for call in held {
         assert_eq!(call.await.unwrap().status(), 200);
     }

@@ -135,8 +135,7 @@ impl TestServer {
         }
         let kernel = build(project.builder()).build();
         let gateway = Gateway::new(kernel.clone(), Arc::new(Metrics::new()))
-            .with_max_runs(settings.http.max_runs)
-            .with_max_arg_bytes(settings.http.max_args_in_flight);
+            .with_run_bounds(settings.http.max_runs, settings.http.max_args_in_flight);
         let grace = settings.http.grace;
         let doors = Doors::bind(gateway.clone(), settings, project.path())
             .await
