@@ -41,6 +41,35 @@ async fn server(gate: &Arc<Semaphore>) -> TestServer {
     TestServer::start_with(Project::new(), settings, move |b| b.native(hold(gate))).await
 }
 
+/// [`server`] with keys on (`sg_ci_key` may run `hold`).
+async fn keyed_server(gate: &Arc<Semaphore>) -> TestServer {
+    let mut settings = crate::support::server::with_keys();
+    settings.max_runs = 8;
+    let gate = gate.clone();
+    TestServer::start_with(Project::new(), settings, move |b| b.native(hold(gate))).await
+}
+
+/// Seven `hold` runs over `/invoke` from the test's own address with `sg_ci_key`, in the
+/// background, once all seven are going.
+async fn seven_keyed_runs(server: &TestServer) -> Vec<tokio::task::JoinHandle<reqwest::Response>> {
+    let held = (0..7)
+        .map(|_| {
+            let (client, url) = (server.client.clone(), server.url("/invoke/hold"));
+            tokio::spawn(async move {
+                client
+                    .post(url)
+                    .bearer_auth("sg_ci_key")
+                    .json(&json!({}))
+                    .send()
+                    .await
+                    .unwrap()
+            })
+        })
+        .collect();
+    runs_until(server, 7).await;
+    held
+}
+
 /// Waits until `n` runs are going.
 async fn runs_until(server: &TestServer, n: usize) {
     let waited = tokio::time::timeout(Duration::from_secs(20), async {
@@ -156,27 +185,9 @@ async fn over_mcp_a_call_counts_against_its_clients_share_with_its_other_doors()
     use rmcp::model::CallToolRequestParams;
 
     let gate = Arc::new(Semaphore::new(0));
-    let mut settings = crate::support::server::with_keys();
-    settings.max_runs = 8;
-    let hold_gate = gate.clone();
-    let server =
-        TestServer::start_with(Project::new(), settings, move |b| b.native(hold(hold_gate))).await;
+    let server = keyed_server(&gate).await;
     // This address runs seven invocations over HTTP ...
-    let held: Vec<_> = (0..7)
-        .map(|_| {
-            let (client, url) = (server.client.clone(), server.url("/invoke/hold"));
-            tokio::spawn(async move {
-                client
-                    .post(url)
-                    .bearer_auth("sg_ci_key")
-                    .json(&json!({}))
-                    .send()
-                    .await
-                    .unwrap()
-            })
-        })
-        .collect();
-    runs_until(&server, 7).await;
+    let held = seven_keyed_runs(&server).await;
     // ... so its MCP call, which would take the last slot, is refused as the same client's.
     let mcp = crate::mcp::served::connect(&server, "sg_ci_key")
         .await
@@ -240,30 +251,12 @@ async fn the_consoles_try_it_form_counts_against_its_clients_share_with_its_othe
     use crate::console::support::{Visitor, csrf};
 
     let gate = Arc::new(Semaphore::new(0));
-    let mut settings = crate::support::server::with_keys();
-    settings.max_runs = 8;
-    let hold_gate = gate.clone();
-    let server =
-        TestServer::start_with(Project::new(), settings, move |b| b.native(hold(hold_gate))).await;
+    let server = keyed_server(&gate).await;
     let mut visitor = Visitor::new(&server);
     visitor.log_in("sg_ci_key").await;
     let token = csrf(&visitor.page("/console/skills/hold").await);
     // This address runs seven invocations over `/invoke` ...
-    let held: Vec<_> = (0..7)
-        .map(|_| {
-            let (client, url) = (server.client.clone(), server.url("/invoke/hold"));
-            tokio::spawn(async move {
-                client
-                    .post(url)
-                    .bearer_auth("sg_ci_key")
-                    .json(&json!({}))
-                    .send()
-                    .await
-                    .unwrap()
-            })
-        })
-        .collect();
-    runs_until(&server, 7).await;
+    let held = seven_keyed_runs(&server).await;
     // ... so trying a skill from the console, which would take the last slot, is refused as
     // the same client's.
     let refused = visitor
