@@ -10,10 +10,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use skillgate::gateway::http::HttpConfig;
 use tokio::sync::Semaphore;
 
 use crate::support::common::{Project, native};
-use crate::support::server::{TestServer, config, problem};
+use crate::support::server::{TestServer, config, problem, with_keys};
 use crate::support::ws_client::WsClient;
 
 const GREEDY: IpAddr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
@@ -33,20 +34,12 @@ fn hold(gate: Arc<Semaphore>) -> skillgate::skills::tool::Tool {
     )
 }
 
-/// A server taking 8 runs at once (its reserve: the last one), with `hold` on `gate`.
-async fn server(gate: &Arc<Semaphore>) -> TestServer {
-    let mut settings = config();
+/// A server of `project` on `settings` taking 8 runs at once (its reserve: the last one),
+/// with `hold` on `gate`.
+async fn server(project: Project, mut settings: HttpConfig, gate: &Arc<Semaphore>) -> TestServer {
     settings.max_runs = 8;
     let gate = gate.clone();
-    TestServer::start_with(Project::new(), settings, move |b| b.native(hold(gate))).await
-}
-
-/// [`server`] with keys on (`sg_ci_key` may run `hold`).
-async fn keyed_server(gate: &Arc<Semaphore>) -> TestServer {
-    let mut settings = crate::support::server::with_keys();
-    settings.max_runs = 8;
-    let gate = gate.clone();
-    TestServer::start_with(Project::new(), settings, move |b| b.native(hold(gate))).await
+    TestServer::start_with(project, settings, move |b| b.native(hold(gate))).await
 }
 
 /// Seven `hold` runs over `/invoke` from the test's own address with `sg_ci_key`, in the
@@ -105,7 +98,7 @@ fn invoke(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_http_a_client_holding_runs_is_refused_the_last_slots_which_another_client_gets() {
     let gate = Arc::new(Semaphore::new(0));
-    let server = server(&gate).await;
+    let server = server(Project::new(), config(), &gate).await;
     let greedy = client_from(GREEDY);
     // The greedy client starts runs one by one until it is refused.
     let mut held = Vec::new();
@@ -150,7 +143,7 @@ async fn over_http_a_client_holding_runs_is_refused_the_last_slots_which_another
 async fn over_websocket_a_client_holding_runs_is_refused_the_last_slots_which_another_client_gets()
 {
     let gate = Arc::new(Semaphore::new(0));
-    let server = server(&gate).await;
+    let server = server(Project::new(), config(), &gate).await;
     // The greedy client sends eight invocations on one socket.
     let (mut greedy, _) = WsClient::connect_from(GREEDY, server.addr).await;
     for i in 0..8 {
@@ -185,7 +178,7 @@ async fn over_mcp_a_call_counts_against_its_clients_share_with_its_other_doors()
     use rmcp::model::CallToolRequestParams;
 
     let gate = Arc::new(Semaphore::new(0));
-    let server = keyed_server(&gate).await;
+    let server = server(Project::new(), with_keys(), &gate).await;
     // This address runs seven invocations over HTTP ...
     let held = seven_keyed_runs(&server).await;
     // ... so its MCP call, which would take the last slot, is refused as the same client's.
@@ -215,11 +208,7 @@ async fn a_project_web_route_counts_against_its_clients_share_with_its_other_doo
         "main.skill.md",
         "---\nname: site\ndescription: The project.\nmetadata:\n  role: main\n  web:\n    routes:\n      - { method: POST, path: /hold, ref: hold }\n---\n",
     );
-    let mut settings = config();
-    settings.max_runs = 8;
-    let hold_gate = gate.clone();
-    let server =
-        TestServer::start_with(project, settings, move |b| b.native(hold(hold_gate))).await;
+    let server = server(project, config(), &gate).await;
     // This address runs seven invocations over `/invoke` ...
     let held: Vec<_> = (0..7)
         .map(|_| invoke(&server.client, server.addr))
@@ -251,7 +240,7 @@ async fn the_consoles_try_it_form_counts_against_its_clients_share_with_its_othe
     use crate::console::support::{Visitor, csrf};
 
     let gate = Arc::new(Semaphore::new(0));
-    let server = keyed_server(&gate).await;
+    let server = server(Project::new(), with_keys(), &gate).await;
     let mut visitor = Visitor::new(&server);
     visitor.log_in("sg_ci_key").await;
     let token = csrf(&visitor.page("/console/skills/hold").await);
