@@ -42,22 +42,14 @@ async fn server(project: Project, mut settings: HttpConfig, gate: &Arc<Semaphore
     TestServer::start_with(project, settings, move |b| b.native(hold(gate))).await
 }
 
-/// Seven `hold` runs over `/invoke` from the test's own address with `sg_ci_key`, in the
-/// background, once all seven are going.
-async fn seven_keyed_runs(server: &TestServer) -> Vec<tokio::task::JoinHandle<reqwest::Response>> {
+/// Seven `hold` runs over `/invoke` from the test's own address (with `key` as bearer, if
+/// any), in the background, once all seven are going.
+async fn seven_runs(
+    server: &TestServer,
+    key: Option<&'static str>,
+) -> Vec<tokio::task::JoinHandle<reqwest::Response>> {
     let held = (0..7)
-        .map(|_| {
-            let (client, url) = (server.client.clone(), server.url("/invoke/hold"));
-            tokio::spawn(async move {
-                client
-                    .post(url)
-                    .bearer_auth("sg_ci_key")
-                    .json(&json!({}))
-                    .send()
-                    .await
-                    .unwrap()
-            })
-        })
+        .map(|_| invoke(&server.client, server.addr, key))
         .collect();
     runs_until(server, 7).await;
     held
@@ -86,13 +78,19 @@ fn client_from(from: IpAddr) -> reqwest::Client {
         .unwrap()
 }
 
-/// Invokes `hold` from `client`, in the background.
+/// Invokes `hold` from `client` (with `key` as bearer, if any), in the background.
 fn invoke(
     client: &reqwest::Client,
     server: SocketAddr,
+    key: Option<&'static str>,
 ) -> tokio::task::JoinHandle<reqwest::Response> {
-    let (client, url) = (client.clone(), format!("http://{server}/invoke/hold"));
-    tokio::spawn(async move { client.post(url).json(&json!({})).send().await.unwrap() })
+    let mut request = client
+        .post(format!("http://{server}/invoke/hold"))
+        .json(&json!({}));
+    if let Some(key) = key {
+        request = request.bearer_auth(key);
+    }
+    tokio::spawn(async move { request.send().await.unwrap() })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -103,7 +101,7 @@ async fn over_http_a_client_holding_runs_is_refused_the_last_slots_which_another
     // The greedy client starts runs one by one until it is refused.
     let mut held = Vec::new();
     let refused = loop {
-        let call = invoke(&greedy, server.addr);
+        let call = invoke(&greedy, server.addr, None);
         let started = tokio::time::timeout(Duration::from_secs(20), async {
             loop {
                 if call.is_finished() || server.gateway.runs_now() > held.len() {
@@ -128,7 +126,7 @@ async fn over_http_a_client_holding_runs_is_refused_the_last_slots_which_another
     assert!(detail.contains("already runs 7"), "{body}");
 
     // Another client's request runs in the reserve.
-    let other = invoke(&server.client, server.addr);
+    let other = invoke(&server.client, server.addr, None);
     runs_until(&server, 8).await;
     gate.add_permits(8);
     let answered = other.await.unwrap();
@@ -180,7 +178,7 @@ async fn over_mcp_a_call_counts_against_its_clients_share_with_its_other_doors()
     let gate = Arc::new(Semaphore::new(0));
     let server = server(Project::new(), with_keys(), &gate).await;
     // This address runs seven invocations over HTTP ...
-    let held = seven_keyed_runs(&server).await;
+    let held = seven_runs(&server, Some("sg_ci_key")).await;
     // ... so its MCP call, which would take the last slot, is refused as the same client's.
     let mcp = crate::mcp::served::connect(&server, "sg_ci_key")
         .await
@@ -210,10 +208,7 @@ async fn a_project_web_route_counts_against_its_clients_share_with_its_other_doo
     );
     let server = server(project, config(), &gate).await;
     // This address runs seven invocations over `/invoke` ...
-    let held: Vec<_> = (0..7)
-        .map(|_| invoke(&server.client, server.addr))
-        .collect();
-    runs_until(&server, 7).await;
+    let held = seven_runs(&server, None).await;
     // ... so its request to the project's route, which would take the last slot, is refused as
     // the same client's.
     let refused = server.post_json("/hold", &json!({})).await;
@@ -245,7 +240,7 @@ async fn the_consoles_try_it_form_counts_against_its_clients_share_with_its_othe
     visitor.log_in("sg_ci_key").await;
     let token = csrf(&visitor.page("/console/skills/hold").await);
     // This address runs seven invocations over `/invoke` ...
-    let held = seven_keyed_runs(&server).await;
+    let held = seven_runs(&server, Some("sg_ci_key")).await;
     // ... so trying a skill from the console, which would take the last slot, is refused as
     // the same client's.
     let refused = visitor
