@@ -54,6 +54,7 @@ pub mod config;
 pub mod context;
 #[cfg(feature = "contract")]
 pub mod contract;
+pub mod cpus;
 pub mod digest;
 pub mod error;
 pub mod events;

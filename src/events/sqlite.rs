@@ -35,6 +35,10 @@ impl SqlDatabase for Sqlite {
     }
 }
 
+/// The name (then a number) of the thread that runs the store's connection (at most 15 bytes
+/// in all, as Linux keeps a thread's name).
+const WRITER_THREAD: &str = "skillgate-db-";
+
 /// Tries at opening and migrating a file another process may be migrating at the same moment.
 const MIGRATE_ATTEMPTS: u32 = 8;
 
@@ -72,7 +76,8 @@ impl SqlStore<Sqlite> {
             } else {
                 SqliteSynchronous::Normal
             })
-            .busy_timeout(Duration::from_secs(30));
+            .busy_timeout(Duration::from_secs(30))
+            .thread_name(|n| format!("{WRITER_THREAD}{n}"));
         // One connection: SQLite has one writer at a time anyway, and this process's statements
         // then queue in order instead of sleeping in SQLite's busy handler (whole milliseconds
         // at a time) while another of its connections holds the lock. Another process on the
@@ -82,6 +87,14 @@ impl SqlStore<Sqlite> {
         let pool = retried(|| {
             SqlitePoolOptions::new()
                 .max_connections(1)
+                // The connection's worker thread runs the store's writes: it runs where the
+                // scripts' threads run, off the core kept for the I/O threads.
+                .after_connect(|_, _| {
+                    Box::pin(async {
+                        crate::cpus::confine_threads_named(WRITER_THREAD);
+                        Ok(())
+                    })
+                })
                 .connect_with(options.clone())
         })
         .await?;
@@ -253,4 +266,23 @@ async fn insert_events(tx: &mut Transaction<'static, Sqlite>, events: &[Event]) 
         query.execute(&mut **tx).await?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn the_store_writer_runs_on_the_cpus_kept_for_background_work() {
+        let dir = tempfile::tempdir().unwrap();
+        let _store = SqliteStore::open(&dir.path().join("events.db"), Limits::default(), false)
+            .await
+            .unwrap();
+        let writers = crate::cpus::threads_named(WRITER_THREAD);
+        assert!(!writers.is_empty(), "no `{WRITER_THREAD}` thread");
+        for tid in writers {
+            assert_eq!(crate::cpus::cpus_of(Some(tid)), crate::cpus::expected());
+        }
+    }
 }

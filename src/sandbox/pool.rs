@@ -22,7 +22,8 @@
 //! On Linux the sandbox threads run at a lower scheduling priority than the threads that serve
 //! I/O (`SKILLGATE_SANDBOX_NICE`, default 10; 0 keeps them equal): when scripts keep every core
 //! busy, requests that run no script (health checks, markdown skills, streams) are still served
-//! first, and scripts take what is left.
+//! first, and scripts take what is left. They also run on every core but the first, which
+//! they leave to the I/O threads (`SKILLGATE_SANDBOX_CPUS`, see `crate::cpus`).
 //!
 //! Dropping the future of [`run`] (the HTTP client went away, a timeout fired) cancels the call's
 //! token: the call's meter then stops its script as it stops one for an abort, and the call ends
@@ -167,7 +168,10 @@ fn pool() -> &'static Runtime {
         tokio::runtime::Builder::new_multi_thread()
             .worker_threads(n)
             .max_blocking_threads(1)
-            .on_thread_start(move || lower_priority(nice))
+            .on_thread_start(move || {
+                lower_priority(nice);
+                crate::cpus::confine_this_thread();
+            })
             .thread_name_fn(|| {
                 static NEXT: AtomicUsize = AtomicUsize::new(1);
                 format!("skillgate-sandbox-{}", NEXT.fetch_add(1, Ordering::Relaxed))
@@ -243,6 +247,14 @@ mod tests {
         // Lowered by the default increment, unless the process already sat near the floor.
         assert_eq!(sandbox, (io + DEFAULT_NICE).min(19), "io thread nice {io}");
         assert_eq!(rustix::process::getpriority_process(None).unwrap(), io);
+    }
+
+    #[tokio::test]
+    async fn sandbox_threads_run_on_the_cpus_kept_for_background_work() {
+        let on = run(|_| async { Ok(crate::cpus::cpus_of(None)) })
+            .await
+            .unwrap();
+        assert_eq!(on, crate::cpus::expected());
     }
 
     #[tokio::test]

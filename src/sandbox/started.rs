@@ -31,7 +31,10 @@ pub(crate) fn handle() -> Handle {
             let nice = nice_increment();
             tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(n)
-                .on_thread_start(move || lower_priority(nice))
+                .on_thread_start(move || {
+                    lower_priority(nice);
+                    crate::cpus::confine_this_thread();
+                })
                 .thread_name_fn(|| {
                     static NEXT: AtomicUsize = AtomicUsize::new(1);
                     format!(
@@ -59,6 +62,15 @@ mod tests {
             .unwrap()
             .unwrap_or_default();
         assert!(name.starts_with("skillgate-script-work-"), "{name}");
+    }
+
+    #[tokio::test]
+    async fn work_a_script_starts_runs_on_the_cpus_kept_for_background_work() {
+        let on = handle()
+            .spawn(async { crate::cpus::cpus_of(None) })
+            .await
+            .unwrap();
+        assert_eq!(on, crate::cpus::expected());
     }
 
     #[cfg(target_os = "linux")]
