@@ -68,11 +68,16 @@ impl Batcher {
     /// are not ordered among themselves anyway, and one emitter's next emit only starts after
     /// its last one committed.
     pub fn spawn(insert: Insert, writers: usize) -> Batcher {
+        Batcher::spawn_on(&tokio::runtime::Handle::current(), insert, writers)
+    }
+
+    /// As [`Batcher::spawn`], with the writer tasks on `runtime`.
+    pub fn spawn_on(runtime: &tokio::runtime::Handle, insert: Insert, writers: usize) -> Batcher {
         let (queue, inbox) = mpsc::channel::<(Item, Reply)>(4096);
         let inbox = Arc::new(tokio::sync::Mutex::new(inbox));
         for _ in 0..writers.max(1) {
             let (inbox, insert) = (inbox.clone(), insert.clone());
-            tokio::spawn(async move {
+            runtime.spawn(async move {
                 loop {
                     let batch = {
                         let mut inbox = inbox.lock().await;

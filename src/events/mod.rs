@@ -24,6 +24,7 @@ pub mod sqlite;
 pub mod store;
 pub mod store_url;
 pub mod tail;
+pub mod writer;
 
 use std::collections::HashMap;
 use std::sync::Arc;

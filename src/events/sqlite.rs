@@ -99,7 +99,8 @@ impl SqlStore<Sqlite> {
         })
         .await?;
         let writer = pool.clone();
-        let batcher = Batcher::spawn(
+        let batcher = Batcher::spawn_on(
+            &crate::events::writer::handle(),
             Arc::new(move |items: Vec<Item>| {
                 let pool = writer.clone();
                 Box::pin(async move {
@@ -284,5 +285,16 @@ mod tests {
         for tid in writers {
             assert_eq!(crate::cpus::cpus_of(Some(tid)), crate::cpus::expected());
         }
+    }
+
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn the_store_batches_its_writes_on_a_thread_of_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(&dir.path().join("events.db"), Limits::default(), false)
+            .await
+            .unwrap();
+        store.emit(&Event::new("orders", "test")).await.unwrap();
+        assert_eq!(crate::cpus::threads_named("skillgate-store").len(), 1);
     }
 }
