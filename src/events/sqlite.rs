@@ -273,13 +273,19 @@ async fn insert_events(tx: &mut Transaction<'static, Sqlite>, events: &[Event]) 
 mod tests {
     use super::*;
 
+    /// A store on a new file (kept while the folder lives).
+    async fn opened() -> (tempfile::TempDir, SqliteStore) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(&dir.path().join("events.db"), Limits::default(), false)
+            .await
+            .unwrap();
+        (dir, store)
+    }
+
     #[cfg(target_os = "linux")]
     #[tokio::test]
     async fn the_store_writer_runs_on_the_cpus_kept_for_background_work() {
-        let dir = tempfile::tempdir().unwrap();
-        let _store = SqliteStore::open(&dir.path().join("events.db"), Limits::default(), false)
-            .await
-            .unwrap();
+        let _opened = opened().await;
         let writers = crate::cpus::threads_named(WRITER_THREAD);
         assert!(!writers.is_empty(), "no `{WRITER_THREAD}` thread");
         for tid in writers {
@@ -290,10 +296,7 @@ mod tests {
     #[cfg(target_os = "linux")]
     #[tokio::test]
     async fn the_store_batches_its_writes_on_a_thread_of_its_own() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = SqliteStore::open(&dir.path().join("events.db"), Limits::default(), false)
-            .await
-            .unwrap();
+        let (_dir, store) = opened().await;
         store.emit(&Event::new("orders", "test")).await.unwrap();
         assert_eq!(crate::cpus::threads_named("skillgate-store").len(), 1);
     }
