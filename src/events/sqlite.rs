@@ -36,8 +36,9 @@ impl SqlDatabase for Sqlite {
 }
 
 /// The name (then a number) of the thread that runs the store's connection (at most 15 bytes
-/// in all, as Linux keeps a thread's name).
-const WRITER_THREAD: &str = "skillgate-db-";
+/// in all, as Linux keeps a thread's name). The batches it writes are gathered on the writer
+/// thread (`writer::THREAD`).
+const CONNECTION_THREAD: &str = "skillgate-db-";
 
 /// Tries at opening and migrating a file another process may be migrating at the same moment.
 const MIGRATE_ATTEMPTS: u32 = 8;
@@ -77,7 +78,7 @@ impl SqlStore<Sqlite> {
                 SqliteSynchronous::Normal
             })
             .busy_timeout(Duration::from_secs(30))
-            .thread_name(|n| format!("{WRITER_THREAD}{n}"));
+            .thread_name(|n| format!("{CONNECTION_THREAD}{n}"));
         // One connection: SQLite has one writer at a time anyway, and this process's statements
         // then queue in order instead of sleeping in SQLite's busy handler (whole milliseconds
         // at a time) while another of its connections holds the lock. Another process on the
@@ -91,7 +92,7 @@ impl SqlStore<Sqlite> {
                 // scripts' threads run, off the core kept for the I/O threads.
                 .after_connect(|_, _| {
                     Box::pin(async {
-                        crate::cpus::confine_threads_named(WRITER_THREAD);
+                        crate::cpus::confine_threads_named(CONNECTION_THREAD);
                         Ok(())
                     })
                 })
@@ -284,11 +285,11 @@ mod tests {
 
     #[cfg(target_os = "linux")]
     #[tokio::test]
-    async fn the_store_writer_runs_on_the_cpus_kept_for_background_work() {
+    async fn the_store_connection_runs_on_the_cpus_kept_for_background_work() {
         let _opened = opened().await;
-        let writers = crate::cpus::threads_named(WRITER_THREAD);
-        assert!(!writers.is_empty(), "no `{WRITER_THREAD}` thread");
-        for tid in writers {
+        let connections = crate::cpus::threads_named(CONNECTION_THREAD);
+        assert!(!connections.is_empty(), "no `{CONNECTION_THREAD}` thread");
+        for tid in connections {
             assert_eq!(crate::cpus::cpus_of(Some(tid)), crate::cpus::expected());
         }
     }
@@ -298,6 +299,9 @@ mod tests {
     async fn the_store_batches_its_writes_on_a_thread_of_its_own() {
         let (_dir, store) = opened().await;
         store.emit(&Event::new("orders", "test")).await.unwrap();
-        assert_eq!(crate::cpus::threads_named("skillgate-store").len(), 1);
+        assert_eq!(
+            crate::cpus::threads_named(crate::events::writer::THREAD).len(),
+            1
+        );
     }
 }

@@ -13,6 +13,9 @@ use std::sync::OnceLock;
 
 use tokio::runtime::{Handle, Runtime};
 
+/// The writer thread's name.
+pub const THREAD: &str = "skillgate-store";
+
 static WRITER: OnceLock<Runtime> = OnceLock::new();
 
 /// The runtime the store's writer tasks run on (started at the first call, kept for the
@@ -22,7 +25,7 @@ pub fn handle() -> Handle {
         .get_or_init(|| {
             tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(1)
-                .thread_name("skillgate-store")
+                .thread_name(THREAD)
                 .on_thread_start(crate::cpus::confine_this_thread)
                 .enable_all()
                 .build()
@@ -47,7 +50,7 @@ mod tests {
             })
             .await
             .unwrap();
-        assert_eq!(name.as_deref(), Some("skillgate-store"));
+        assert_eq!(name.as_deref(), Some(THREAD));
         assert_eq!(cpus, crate::cpus::expected());
     }
 }
