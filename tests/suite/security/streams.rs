@@ -3,27 +3,24 @@
 //! once are bounded, and a call past either is refused as busy (503 with `Retry-After`) instead
 //! of waiting without end. A burst of other runs' events costs a stream none of its parts.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use skillgate::InvokeOptions;
+use tokio::sync::Notify;
 
 use crate::support::common::Project;
 use crate::support::server::{SseReader, TestServer, config, problem};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn parts_a_slow_stream_reader_missed_are_counted_in_a_gap_before_the_result() {
-    let project = Project::new();
-    project.skill(
-        "chatty.skill.js",
-        "/*---\nname: chatty\ndescription: Emits many events.\n---*/\n\
-         export default async function (ctx, args) {\n\
-           const pad = 'x'.repeat(4096);\n\
-           for (let n = 0; n < args.n; n++) await ctx.manager.invoke('event-emit', { topic: 'chatter', data: { n, pad } });\n\
-           return 'done';\n\
-         }\n",
-    );
-    let server = TestServer::start(project, config()).await;
+    // The client starts reading only once the skill has emitted every event, so the stream has
+    // had to hold or count all of them whatever the machine's load (no race with a sleep).
     let produced = 3000u64;
+    let done = Arc::new(Notify::new());
+    let server =
+        TestServer::start_with(Project::new(), config(), |b| b.native(chatty(done.clone()))).await;
     let response = server
         .client
         .post(server.url("/invoke/chatty"))
@@ -32,8 +29,9 @@ async fn parts_a_slow_stream_reader_missed_are_counted_in_a_gap_before_the_resul
         .send()
         .await
         .unwrap();
-    // The client reads nothing while the run goes on.
-    tokio::time::sleep(Duration::from_millis(3000)).await;
+    tokio::time::timeout(Duration::from_secs(60), done.notified())
+        .await
+        .expect("the skill emits its events");
     let mut stream = SseReader::new(response);
     let (mut events, mut missed, mut result) = (0u64, 0u64, None);
     while let Some(frame) = stream.next().await {
@@ -53,6 +51,26 @@ async fn parts_a_slow_stream_reader_missed_are_counted_in_a_gap_before_the_resul
         "{events} events and {missed} told missing of {produced}"
     );
     assert!(events < produced, "the reader was slow: some were left out");
+}
+
+/// `chatty`: emits `args.n` events of 4 KB on `chatter`, tells `done`, and answers `done`.
+fn chatty(done: Arc<Notify>) -> skillgate::skills::tool::Tool {
+    crate::support::common::native(
+        "name: chatty\ndescription: Emits many events.\n",
+        move |ctx: skillgate::Context, args: Arc<Value>| {
+            let done = done.clone();
+            async move {
+                let pad = "x".repeat(4096);
+                for n in 0..args["n"].as_u64().unwrap() {
+                    let event = json!({ "topic": "chatter", "data": { "n": n, "pad": pad } });
+                    ctx.invoke("event-emit", event, InvokeOptions::default())
+                        .await?;
+                }
+                done.notify_one();
+                Ok(Some(json!("done")))
+            }
+        },
+    )
 }
 
 /// `n` calls of `path` with `body` at once: how many answered 200, and the ones refused 503
