@@ -34,6 +34,7 @@ contract!(
     every_filter_narrows_the_listing,
     text_is_found_in_args_or_result_in_any_case_and_taken_literally,
     a_run_is_read_whole_by_id,
+    a_large_batch_is_kept_whole_field_by_field_in_its_order,
     pruning_drops_runs_past_the_age_and_all_but_the_newest_count,
 );
 
@@ -186,6 +187,45 @@ async fn a_run_is_read_whole_by_id(b: &Backend) {
     let got = store.run("same").await.unwrap().expect("recorded");
     assert_eq!(StoredRun { seq: 0, ..got }, first);
     assert_eq!(store.run("missing").await.unwrap(), None);
+}
+
+async fn a_large_batch_is_kept_whole_field_by_field_in_its_order(b: &Backend) {
+    let store = b.open(Limits::default()).await;
+    // Text a store could mangle on its way in: quotes, backslashes, escapes, JSON-looking
+    // strings, non-ASCII; numbers past 32 bits; absent fields beside present ones.
+    let batch: Vec<_> = (0..700i64)
+        .map(|n| {
+            let mut r = run(&format!("r{n}"), 1_700_000_000_000 + n);
+            r.duration_us = n * 1_000_003;
+            r.principal = format!("key:\"ops\" \\ {n} — é\n");
+            r.args = format!(r#"{{"n":{n},"text":"a \"quoted\" \\ b\u0001"}}"#);
+            if n % 3 == 0 {
+                r.result = None;
+                r.status = "failed".into();
+                r.problem = Some("internal".into());
+                r.detail = r#"{"error":"null"}"#.into();
+            }
+            if n % 5 == 0 {
+                r.parent = Some(format!("r{}", n / 5));
+                r.result = Some("null".into());
+            }
+            r
+        })
+        .collect();
+    store.put_runs(&batch).await.unwrap();
+    let mut got = store
+        .runs(&RunFilter {
+            limit: 1000,
+            ..all()
+        })
+        .await
+        .unwrap();
+    got.reverse();
+    let got: Vec<_> = got.into_iter().map(|r| StoredRun { seq: 0, ..r }).collect();
+    assert_eq!(got.len(), batch.len());
+    for (got, sent) in got.iter().zip(&batch) {
+        assert_eq!(got, sent);
+    }
 }
 
 async fn pruning_drops_runs_past_the_age_and_all_but_the_newest_count(b: &Backend) {
