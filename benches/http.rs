@@ -14,12 +14,17 @@
 //!
 //! Run: `cargo bench --bench http` (release). `SKILLGATE_BENCH_SECS` and
 //! `SKILLGATE_BENCH_CONNS` change the duration (default 5 s) and the connections (default 32);
-//! `SKILLGATE_BENCH_PROFILE=1` loads only the gateway at saturation, for a profiler.
+//! `SKILLGATE_BENCH_PROFILE=1` loads only the gateway at saturation, for a profiler; with
+//! `SKILLGATE_BENCH_RUNS=alternate` as well, it turns the runs record on and off every second
+//! and prints what a request cost the server's threads in each state (`benches/runs-cost`).
 
 mod common;
+#[path = "http/record_cost.rs"]
+mod record_cost;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use axum::Router;
@@ -113,6 +118,9 @@ async fn open(addr: SocketAddr) -> Conn {
     Conn::open(addr, &NOOP).await.expect("connect")
 }
 
+/// Requests answered so far by [`saturate`].
+static ANSWERED: AtomicU64 = AtomicU64::new(0);
+
 /// Back-to-back requests on `conns` connections for `secs`: requests per second.
 async fn saturate(addr: SocketAddr, conns: usize, secs: u64) -> f64 {
     let deadline = Instant::now() + Duration::from_secs(secs);
@@ -123,6 +131,7 @@ async fn saturate(addr: SocketAddr, conns: usize, secs: u64) -> f64 {
                 let mut n = 0u64;
                 while Instant::now() < deadline {
                     conn.round_trip().await.expect("200");
+                    ANSWERED.fetch_add(1, Ordering::Relaxed);
                     n += 1;
                 }
                 n
@@ -202,6 +211,14 @@ fn main() {
         // Warm up.
         saturate(gateway, conns, 1).await;
         saturate(bare, conns, 1).await;
+        if std::env::var("SKILLGATE_BENCH_PROFILE").is_ok()
+            && std::env::var("SKILLGATE_BENCH_RUNS").as_deref() == Ok("alternate")
+        {
+            let load = tokio::spawn(saturate(gateway, conns, secs));
+            record_cost::alternate(bus.runs(), &ANSWERED, secs).await;
+            load.await.unwrap();
+            return;
+        }
         if std::env::var("SKILLGATE_BENCH_PROFILE").is_ok() {
             // Only the gateway at saturation, for a profiler.
             println!("{:.0} req/s", saturate(gateway, conns, secs).await);

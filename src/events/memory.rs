@@ -9,7 +9,7 @@ use tokio::sync::broadcast;
 
 use crate::context::id::now_ms;
 use crate::events::records::{
-    Claim, KeyClaim, Records, RunFilter, SessionEntry, StoredRun, StoredSchedule,
+    Claim, KeyClaim, NewRun, Records, RunFilter, SessionEntry, StoredRun, StoredSchedule,
     StoredSubscription,
 };
 use crate::events::store::{Delivery, EventStore, Limits, StoreResult, distinct_topics};
@@ -579,12 +579,12 @@ impl Records for MemoryStore {
             .collect())
     }
 
-    async fn put_runs(&self, runs: &[StoredRun]) -> StoreResult<()> {
+    async fn put_runs(&self, runs: &[NewRun<'_>]) -> StoreResult<()> {
         let mut inner = self.inner.lock();
         for run in runs {
             inner.run_seq += 1;
             let seq = inner.run_seq;
-            inner.runs.push_back(StoredRun { seq, ..run.clone() });
+            inner.runs.push_back(run.to_stored(seq));
         }
         Ok(())
     }

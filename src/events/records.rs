@@ -89,6 +89,65 @@ pub struct StoredRun {
     pub detail: String,
 }
 
+/// A run to be recorded ([`Records::put_runs`]): a [`StoredRun`]'s fields, borrowed from
+/// wherever the run waits to be written (the store gives it its `seq`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NewRun<'a> {
+    pub id: &'a str,
+    pub door: &'a str,
+    pub principal: &'a str,
+    pub skill: &'a str,
+    pub started_ms: i64,
+    pub duration_us: i64,
+    pub status: &'a str,
+    pub problem: Option<&'a str>,
+    pub parent: Option<&'a str>,
+    pub args: &'a str,
+    pub result: Option<&'a str>,
+    pub detail: &'a str,
+}
+
+impl NewRun<'_> {
+    /// This run as the store keeps it, at `seq`.
+    pub fn to_stored(&self, seq: i64) -> StoredRun {
+        StoredRun {
+            seq,
+            id: self.id.to_string(),
+            door: self.door.to_string(),
+            principal: self.principal.to_string(),
+            skill: self.skill.to_string(),
+            started_ms: self.started_ms,
+            duration_us: self.duration_us,
+            status: self.status.to_string(),
+            problem: self.problem.map(str::to_string),
+            parent: self.parent.map(str::to_string),
+            args: self.args.to_string(),
+            result: self.result.map(str::to_string),
+            detail: self.detail.to_string(),
+        }
+    }
+}
+
+impl StoredRun {
+    /// This run, to be written again (its `seq` left to the store).
+    pub fn as_new(&self) -> NewRun<'_> {
+        NewRun {
+            id: &self.id,
+            door: &self.door,
+            principal: &self.principal,
+            skill: &self.skill,
+            started_ms: self.started_ms,
+            duration_us: self.duration_us,
+            status: &self.status,
+            problem: self.problem.as_deref(),
+            parent: self.parent.as_deref(),
+            args: &self.args,
+            result: self.result.as_deref(),
+            detail: &self.detail,
+        }
+    }
+}
+
 /// Which runs [`Records::runs`] lists, newest first: every field that is set must match.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RunFilter {
@@ -200,7 +259,7 @@ pub trait Records: Send + Sync {
     async fn subscriptions(&self) -> StoreResult<Vec<StoredSubscription>>;
 
     /// Records `runs` (a batch, in one write).
-    async fn put_runs(&self, runs: &[StoredRun]) -> StoreResult<()>;
+    async fn put_runs(&self, runs: &[NewRun<'_>]) -> StoreResult<()>;
 
     /// The runs `filter` lets through, newest first.
     async fn runs(&self, filter: &RunFilter) -> StoreResult<Vec<StoredRun>>;

@@ -14,7 +14,8 @@ use sqlx::{
 
 use crate::context::id::now_ms;
 use crate::events::records::{
-    KeyClaim, Records, RunFilter, SessionEntry, StoredRun, StoredSchedule, StoredSubscription,
+    KeyClaim, NewRun, Records, RunFilter, SessionEntry, StoredRun, StoredSchedule,
+    StoredSubscription,
 };
 use crate::events::store::{StoreError, StoreResult};
 
@@ -330,7 +331,7 @@ where
         .await?)
     }
 
-    async fn put_runs(&self, runs: &[StoredRun]) -> StoreResult<()> {
+    async fn put_runs(&self, runs: &[NewRun<'_>]) -> StoreResult<()> {
         // A statement of many rows: one step of the database for a batch, not one a run.
         let mut tx = self.records().pool.begin().await?;
         for chunk in runs.chunks(RUNS_A_STATEMENT) {
@@ -341,18 +342,18 @@ where
             let mut insert = sqlx::query(&sql);
             for run in chunk {
                 insert = insert
-                    .bind(run.id.as_str())
-                    .bind(run.door.as_str())
-                    .bind(run.principal.as_str())
-                    .bind(run.skill.as_str())
+                    .bind(run.id)
+                    .bind(run.door)
+                    .bind(run.principal)
+                    .bind(run.skill)
                     .bind(run.started_ms)
                     .bind(run.duration_us)
-                    .bind(run.status.as_str())
-                    .bind(run.problem.as_deref())
-                    .bind(run.parent.as_deref())
-                    .bind(run.args.as_str())
-                    .bind(run.result.as_deref())
-                    .bind(run.detail.as_str());
+                    .bind(run.status)
+                    .bind(run.problem)
+                    .bind(run.parent)
+                    .bind(run.args)
+                    .bind(run.result)
+                    .bind(run.detail);
             }
             insert.execute(&mut *tx).await?;
         }

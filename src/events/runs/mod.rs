@@ -3,6 +3,7 @@
 //! request path by a [`Recorder`], pruned by age and count, and read back by the runs API and
 //! `skillgate runs`.
 
+mod pending;
 mod record;
 mod recorder;
 mod redact;

@@ -8,10 +8,10 @@ use serde_json::{Value, json};
 
 use crate::context::id::now_ms;
 use crate::error::SkillError;
-use crate::events::records::StoredRun;
+use crate::events::records::{NewRun, StoredRun};
+use crate::events::runs::pending::Pending;
 use crate::events::runs::redact::redact_in_place;
 use crate::failure::Failure;
-use crate::kernel::budget::json_size;
 use crate::kernel::timings::EntryTimes;
 use crate::skills::tool::Tool;
 
@@ -101,9 +101,6 @@ pub struct RunRecord {
     started_ms: i64,
     started: Instant,
     ended: Option<Ended>,
-    /// Args and result already redacted and cut ([`RunRecord::shrink`]), so a large payload
-    /// is not held whole while the run waits to be written.
-    payload: Option<Payload>,
 }
 
 /// A run's args and result as the store keeps them.
@@ -152,7 +149,6 @@ impl RunRecord {
             started_ms: now_ms() as i64,
             started: Instant::now(),
             ended: None,
-            payload: None,
         }
     }
 
@@ -195,27 +191,8 @@ impl RunRecord {
         self.ended.as_ref().map(|e| e.status)
     }
 
-    /// About the bytes this run holds in its args and result, once those larger than
-    /// `max_bytes` of JSON are redacted and cut as the store will keep them: what a run waiting
-    /// to be written costs, never much more than twice `max_bytes`.
-    pub fn shrink(&mut self, max_bytes: usize) -> u64 {
-        let result = self.ended.as_ref().and_then(|e| e.result.as_ref());
-        let size = json_size(&self.args) + result.map_or(0, |r| json_size(r));
-        if size <= max_bytes as u64 || self.payload.is_some() {
-            return size;
-        }
-        let payload = self.take_payload(max_bytes);
-        let held = payload.args.len() + payload.result.as_ref().map_or(0, String::len);
-        self.payload = Some(payload);
-        held as u64
-    }
-
-    /// The args and result as the store keeps them (made now unless [`RunRecord::shrink`]
-    /// made them).
+    /// The args and result as the store keeps them.
     fn take_payload(&mut self, max_bytes: usize) -> Payload {
-        if let Some(payload) = self.payload.take() {
-            return payload;
-        }
         // Redacted in place: copied only while the run's invocation or its reply still holds
         // them (a run cut as it ends), else taken as they are.
         let mut args = Arc::unwrap_or_clone(std::mem::take(&mut self.args));
@@ -249,7 +226,15 @@ impl RunRecord {
 
     /// The row the store keeps: args and result redacted, each cut to `max_bytes` of JSON
     /// text (the detail says which were, so a retry knows it cannot repeat the run).
-    pub fn stored(mut self, max_bytes: usize) -> StoredRun {
+    pub fn stored(self, max_bytes: usize) -> StoredRun {
+        let mut pending = Pending::default();
+        self.write_to(&mut pending, 0, max_bytes);
+        Pending::take(std::slice::from_ref(&pending))[0].to_stored(0)
+    }
+
+    /// Adds the row the store keeps of this run ([`RunRecord::stored`]) to `pending`, taken
+    /// `ticket`-th. What the run held is let go here, on the thread that ends it.
+    pub(super) fn write_to(mut self, pending: &mut Pending, ticket: u64, max_bytes: usize) {
         let Payload {
             args,
             args_redacted,
@@ -257,34 +242,75 @@ impl RunRecord {
             result,
             result_cut,
         } = self.take_payload(max_bytes);
-        let ended = self.ended.unwrap_or(Ended {
+        let ended = self.ended.take().unwrap_or(Ended {
             duration: self.started.elapsed(),
             status: Status::Aborted,
             problem: Some(Failure::Aborted.slug()),
             result: None,
             error: None,
         });
-        // Only what is so: most runs have nothing redacted, cut or failed (`{}`).
+        let detail = self.detail(&ended, args_redacted, args_cut, result_cut);
+        pending.push(
+            ticket,
+            NewRun {
+                id: &self.id,
+                door: &self.door,
+                principal: &self.principal,
+                skill: &self.skill,
+                started_ms: self.started_ms,
+                duration_us: i64::try_from(ended.duration.as_micros()).unwrap_or(i64::MAX),
+                status: ended.status.as_str(),
+                problem: ended.problem,
+                parent: self.parent.as_deref(),
+                args: &args,
+                result: result.as_deref(),
+                detail: detail.as_deref().unwrap_or("{}"),
+            },
+        );
+    }
+
+    /// The run's detail as JSON text; `None` for the most runs, which have nothing redacted,
+    /// cut or failed, and no entries kept (`{}`).
+    fn detail(
+        &self,
+        ended: &Ended,
+        args_redacted: bool,
+        args_cut: bool,
+        result_cut: bool,
+    ) -> Option<String> {
+        let cut = args_cut || result_cut;
+        let notable = ended.status != Status::Ok || ended.duration >= SLOW;
+        let keeps_entries = self.entries.is_some() && (notable || self.keep_entries);
+        let plain = !args_redacted
+            && !cut
+            && ended.error.is_none()
+            && self.event.is_none()
+            && !self.project_level
+            && self.trace.is_none()
+            && !keeps_entries
+            && self.entries.as_ref().is_none_or(|e| !e.has_turns());
+        if plain {
+            return None;
+        }
         let mut detail = json!({});
         if args_redacted {
             detail["redacted"] = Value::Bool(true);
         }
-        if args_cut || result_cut {
+        if cut {
             detail["cut"] = json!({ "args": args_cut, "result": result_cut });
         }
-        if let Some(error) = ended.error {
-            detail["error"] = Value::String(error);
+        if let Some(error) = &ended.error {
+            detail["error"] = Value::String(error.clone());
         }
-        if let Some(event) = self.event {
-            detail["event"] = Value::String(event);
+        if let Some(event) = &self.event {
+            detail["event"] = Value::String(event.clone());
         }
         if self.project_level {
             detail["level"] = Value::String("project".into());
         }
-        if let Some(trace) = self.trace {
-            detail["trace"] = Value::String(trace);
+        if let Some(trace) = &self.trace {
+            detail["trace"] = Value::String(trace.clone());
         }
-        let notable = ended.status != Status::Ok || ended.duration >= SLOW;
         if let Some(gathered) = &self.entries {
             // What the run cost in tokens is always kept; its onion and logs for the runs
             // worth reading.
@@ -292,7 +318,7 @@ impl RunRecord {
                 detail["turns"] = turns;
                 detail["tokens"] = tokens;
             }
-            if notable || self.keep_entries {
+            if keeps_entries {
                 detail["entries"] = gathered.to_json();
                 if let Some((logs, left_out)) = gathered.logs_json() {
                     detail["logs"] = logs;
@@ -302,21 +328,7 @@ impl RunRecord {
                 }
             }
         }
-        StoredRun {
-            seq: 0,
-            id: self.id,
-            door: self.door,
-            principal: self.principal,
-            skill: self.skill,
-            started_ms: self.started_ms,
-            duration_us: i64::try_from(ended.duration.as_micros()).unwrap_or(i64::MAX),
-            status: ended.status.as_str().to_string(),
-            problem: ended.problem.map(str::to_string),
-            parent: self.parent,
-            args,
-            result,
-            detail: detail.to_string(),
-        }
+        Some(detail.to_string())
     }
 }
 

@@ -1,30 +1,34 @@
-//! The [`Recorder`]: takes finished runs from the doors without waiting (a queue bounded in runs
-//! and in the bytes of their args and results; when it is full or the store is down the run is
-//! dropped and counted, and the request goes on),
-//! redacts and writes them to the store in batches on a task of its own, and prunes the record
-//! by age and count.
+//! The [`Recorder`]: takes finished runs from the doors without waiting, each redacted and
+//! turned into its row on the thread that ended it, into a buffer of that thread's (bounded
+//! together in runs and bytes; when they are full or the store is down the run is dropped and
+//! counted, and the request goes on), writes them to the store in batches on a task of its
+//! own, and prunes the record by age and count.
 
 use std::cell::Cell;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 use serde_json::{Value, json};
 use std::sync::OnceLock;
-use tokio::sync::{Notify, broadcast, mpsc};
+use tokio::sync::{Notify, broadcast};
 
 use crate::context::id::{iso, now_ms};
+use crate::events::runs::pending::Pending;
 use crate::events::runs::record::RunRecord;
 use crate::events::runs::view::summary;
 use crate::events::store::EventStore;
 
 /// Runs waiting to be written; past it they are dropped (and counted).
-const QUEUE: usize = 8192;
-/// Bytes of args and results the runs waiting to be written hold at most (each payload past
-/// the record's cut is cut before it waits); past it a run is dropped (and counted), so a flood
-/// of large invocations cannot hold memory through the record once they have ended.
+const QUEUE: u64 = 8192;
+/// Bytes the rows of the runs waiting to be written hold at most (each payload past the
+/// record's cut is cut before it waits); past it a run is dropped (and counted), so a flood of
+/// large invocations cannot hold memory through the record once they have ended.
 const QUEUE_BYTES: u64 = 8 * 1024 * 1024;
+/// Buffers runs wait in; a thread appends to one of its own unless more threads record than
+/// there are buffers.
+const SHARDS: usize = 16;
 /// Runs written in one transaction at most.
 const BATCH: usize = 1024;
 /// How long the writer gathers runs after the first of a batch: a few larger transactions cost
@@ -77,8 +81,18 @@ struct Shared {
     /// Args and results longer than this are cut, before they wait or as they are written
     /// ([`RecordConfig::max_bytes`]).
     max_bytes: AtomicUsize,
-    /// What the runs waiting to be written hold, in bytes of args and results.
+    /// The runs waiting to be written, in a buffer per thread.
+    shards: Box<[Shard]>,
+    /// What the runs waiting to be written hold: runs, and bytes of their rows.
+    queued: AtomicU64,
     queued_bytes: AtomicU64,
+    /// Whether the writer was woken for runs it has not yet taken.
+    woken: AtomicBool,
+    /// Wakes the writer: runs are waiting, or the recorder is gone ([`Shared::closed`]).
+    wake: Notify,
+    /// Ends the writer's linger: a batch is waiting.
+    full: Notify,
+    closed: AtomicBool,
     sent: AtomicU64,
     written: AtomicU64,
     dropped: AtomicU64,
@@ -90,11 +104,17 @@ struct Shared {
     feed: broadcast::Sender<Arc<Value>>,
 }
 
+/// One buffer of runs waiting to be written, on a cache line of its own.
+#[repr(align(128))]
+#[derive(Default)]
+struct Shard(Mutex<Pending>);
+
 /// Records finished runs into a store; off until [`Recorder::configure`] turns it on.
 pub struct Recorder {
     store: Arc<dyn EventStore>,
     shared: Arc<Shared>,
-    queue: OnceLock<mpsc::Sender<(RunRecord, u64)>>,
+    /// Set once the writer's task is started (on the runtime of the first run).
+    writer: OnceLock<()>,
 }
 
 impl Recorder {
@@ -106,7 +126,13 @@ impl Recorder {
                 on: AtomicBool::new(false),
                 sample: AtomicU64::new(0),
                 max_bytes: AtomicUsize::new(RecordConfig::default().max_bytes),
+                shards: (0..SHARDS).map(|_| Shard::default()).collect(),
+                queued: AtomicU64::new(0),
                 queued_bytes: AtomicU64::new(0),
+                woken: AtomicBool::new(false),
+                wake: Notify::new(),
+                full: Notify::new(),
+                closed: AtomicBool::new(false),
                 sent: AtomicU64::new(0),
                 written: AtomicU64::new(0),
                 dropped: AtomicU64::new(0),
@@ -114,7 +140,7 @@ impl Recorder {
                 settled: Notify::new(),
                 feed: broadcast::channel(FEED).0,
             }),
-            queue: OnceLock::new(),
+            writer: OnceLock::new(),
         }
     }
 
@@ -170,8 +196,8 @@ impl Recorder {
         })));
     }
 
-    /// Takes `run` to be written, without waiting: dropped (and counted) when the queue is
-    /// full, and ignored when recording is off.
+    /// Takes `run` to be written, without waiting: dropped (and counted) when the runs
+    /// waiting are too many, and ignored when recording is off.
     pub fn record(&self, mut run: RunRecord) {
         if !self.on() {
             return;
@@ -179,29 +205,47 @@ impl Recorder {
         if sampled(f64::from_bits(self.shared.sample.load(Ordering::Relaxed))) {
             run.keep_entries();
         }
-        let Some(queue) = self.queue() else {
+        if !self.writer_started() {
             return;
-        };
-        self.shared.sent.fetch_add(1, Ordering::Relaxed);
-        let held = run.shrink(self.shared.max_bytes.load(Ordering::Relaxed));
-        let queued = self.shared.queued_bytes.fetch_add(held, Ordering::Relaxed) + held;
-        if queued > QUEUE_BYTES || queue.try_send((run, held)).is_err() {
-            self.shared.queued_bytes.fetch_sub(held, Ordering::Relaxed);
+        }
+        let shared = &self.shared;
+        let ticket = shared.sent.fetch_add(1, Ordering::Relaxed);
+        let max_bytes = shared.max_bytes.load(Ordering::Relaxed);
+        let mut pending = shared.shards[shard()].0.lock();
+        let mark = pending.mark();
+        run.write_to(&mut pending, ticket, max_bytes);
+        let bytes = pending.bytes_since(mark);
+        let queued = shared.queued.fetch_add(1, Ordering::Relaxed) + 1;
+        let queued_bytes = shared.queued_bytes.fetch_add(bytes, Ordering::Relaxed) + bytes;
+        if queued > QUEUE || queued_bytes > QUEUE_BYTES {
+            pending.undo(mark);
+            drop(pending);
+            shared.queued.fetch_sub(1, Ordering::Relaxed);
+            shared.queued_bytes.fetch_sub(bytes, Ordering::Relaxed);
             self.dropped(1);
+            return;
+        }
+        drop(pending);
+        if !shared.woken.load(Ordering::Relaxed) && !shared.woken.swap(true, Ordering::AcqRel) {
+            shared.wake.notify_one();
+        }
+        if queued.is_multiple_of(BATCH as u64) {
+            shared.full.notify_one();
         }
     }
 
-    /// The writer's queue, its task started on first use (on the runtime of the first run).
-    fn queue(&self) -> Option<&mpsc::Sender<(RunRecord, u64)>> {
-        if let Some(queue) = self.queue.get() {
-            return Some(queue);
+    /// Whether the writer's task runs (started now, on the current runtime, if it was not).
+    fn writer_started(&self) -> bool {
+        if self.writer.get().is_some() {
+            return true;
         }
-        let runtime = tokio::runtime::Handle::try_current().ok()?;
-        Some(self.queue.get_or_init(|| {
-            let (tx, rx) = mpsc::channel(QUEUE);
-            runtime.spawn(write(self.store.clone(), rx, self.shared.clone()));
-            tx
-        }))
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return false;
+        };
+        self.writer.get_or_init(|| {
+            runtime.spawn(write(self.store.clone(), self.shared.clone()));
+        });
+        true
     }
 
     fn dropped(&self, n: u64) {
@@ -237,7 +281,30 @@ impl Recorder {
     }
 }
 
+impl Drop for Recorder {
+    fn drop(&mut self) {
+        // The writer writes what is waiting and ends.
+        self.shared.closed.store(true, Ordering::Release);
+        self.shared.wake.notify_one();
+    }
+}
+
+/// The buffer this thread appends its runs to.
+fn shard() -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    SHARD.with(|shard| {
+        if let Some(index) = shard.get() {
+            return index;
+        }
+        let index = NEXT.fetch_add(1, Ordering::Relaxed) % SHARDS;
+        shard.set(Some(index));
+        index
+    })
+}
+
 thread_local! {
+    /// This thread's buffer of runs, once it recorded one.
+    static SHARD: Cell<Option<usize>> = const { Cell::new(None) };
     /// Runs this thread has taken, for the sample of entries' timings: counted per thread, so
     /// no count is shared by every core on every run.
     static TAKEN: Cell<u64> = const { Cell::new(0) };
@@ -273,89 +340,73 @@ impl Drop for Feed {
     }
 }
 
-/// The writer: batches of runs to the store as they come, and the record pruned every
-/// [`PRUNE_EVERY`], until the recorder is dropped.
-async fn write(
-    store: Arc<dyn EventStore>,
-    mut queue: mpsc::Receiver<(RunRecord, u64)>,
-    shared: Arc<Shared>,
-) {
-    let mut batch = Vec::with_capacity(BATCH);
+/// The writer: the runs waiting, taken from every buffer a [`LINGER`] after the first of them
+/// came (or as soon as a batch is waiting) and written in batches, and the record pruned every
+/// [`PRUNE_EVERY`], until the recorder is dropped. It sleeps through the linger rather than
+/// waking for each run that arrives: on a busy server that is a wake-up a request saved.
+async fn write(store: Arc<dyn EventStore>, shared: Arc<Shared>) {
+    // Swapped with the buffers the doors fill, so each keeps its memory from round to round.
+    let mut taken: Vec<Pending> = (0..SHARDS).map(|_| Pending::default()).collect();
     let mut prune = tokio::time::interval(PRUNE_EVERY);
     let mut warned: Option<Instant> = None;
     loop {
         tokio::select! {
-            taken = queue.recv_many(&mut batch, BATCH) => {
-                if taken == 0 {
-                    return;
-                }
-                let closed = gather(&mut queue, &mut batch).await;
-                let max_bytes = shared.max_bytes.load(Ordering::Relaxed);
-                let mut held = 0;
-                let rows: Vec<_> = batch
-                    .drain(..)
-                    .map(|(run, bytes)| {
-                        held += bytes;
-                        run.stored(max_bytes)
-                    })
-                    .collect();
-                let n = rows.len() as u64;
-                let put = store.put_runs(&rows).await;
-                // Counted until written: the batch being written holds its payloads too.
-                shared.queued_bytes.fetch_sub(held, Ordering::Relaxed);
-                match put {
-                    Ok(()) => {
-                        shared.written.fetch_add(n, Ordering::Relaxed);
-                        if shared.listeners.load(Ordering::Relaxed) > 0 {
-                            for row in &rows {
-                                let mut ended = summary(row);
-                                ended["phase"] = Value::String("end".into());
-                                let _ = shared.feed.send(Arc::new(ended));
-                            }
-                        }
-                    }
-                    Err(err) => {
-                        shared.dropped.fetch_add(n, Ordering::Relaxed);
-                        if warned.is_none_or(|at| at.elapsed() >= WARN_EVERY) {
-                            warned = Some(Instant::now());
-                            tracing::warn!(error = %err, runs = n, "runs could not be recorded and were dropped");
-                        }
-                    }
-                }
-                shared.settled.notify_waiters();
-                if closed {
-                    return;
-                }
-            }
+            () = shared.wake.notified() => {}
             _ = prune.tick() => {
                 let Some(config) = *shared.config.read() else { continue };
                 let before = now_ms() as i64 - config.retention.as_millis() as i64;
                 if let Err(err) = store.prune_runs(before, config.keep).await {
                     tracing::warn!(error = %err, "the runs record could not be pruned");
                 }
+                continue;
             }
         }
-    }
-}
-
-/// Lets runs gather for [`LINGER`] unless a whole batch is already there, then adds what came
-/// to `batch` (up to [`BATCH`] runs); whether the queue closed meanwhile. The writer sleeps
-/// through the linger rather than waking for each run that arrives: on a busy server that is a
-/// wake-up a request saved. A full batch is written at once, so the record keeps up with any
-/// rate the store can write.
-async fn gather(
-    queue: &mut mpsc::Receiver<(RunRecord, u64)>,
-    batch: &mut Vec<(RunRecord, u64)>,
-) -> bool {
-    if batch.len() < BATCH {
-        tokio::time::sleep(LINGER).await;
-    }
-    while batch.len() < BATCH {
-        match queue.try_recv() {
-            Ok(run) => batch.push(run),
-            Err(mpsc::error::TryRecvError::Empty) => return false,
-            Err(mpsc::error::TryRecvError::Disconnected) => return true,
+        let closed = shared.closed.load(Ordering::Acquire);
+        if !closed && shared.queued.load(Ordering::Relaxed) < BATCH as u64 {
+            tokio::select! {
+                () = tokio::time::sleep(LINGER) => {}
+                () = shared.full.notified() => {}
+            }
+        }
+        // A run that comes after this wakes the writer again.
+        shared.woken.store(false, Ordering::Release);
+        for (shard, taken) in shared.shards.iter().zip(&mut taken) {
+            std::mem::swap(&mut *shard.0.lock(), taken);
+        }
+        let (runs, bytes) = taken
+            .iter()
+            .fold((0, 0), |(n, b), p| (n + p.len() as u64, b + p.bytes()));
+        let rows = Pending::take(&taken);
+        for batch in rows.chunks(BATCH) {
+            let n = batch.len() as u64;
+            match store.put_runs(batch).await {
+                Ok(()) => {
+                    shared.written.fetch_add(n, Ordering::Relaxed);
+                    if shared.listeners.load(Ordering::Relaxed) > 0 {
+                        for row in batch {
+                            let mut ended = summary(&row.to_stored(0));
+                            ended["phase"] = Value::String("end".into());
+                            let _ = shared.feed.send(Arc::new(ended));
+                        }
+                    }
+                }
+                Err(err) => {
+                    shared.dropped.fetch_add(n, Ordering::Relaxed);
+                    if warned.is_none_or(|at| at.elapsed() >= WARN_EVERY) {
+                        warned = Some(Instant::now());
+                        tracing::warn!(error = %err, runs = n, "runs could not be recorded and were dropped");
+                    }
+                }
+            }
+            shared.settled.notify_waiters();
+        }
+        drop(rows);
+        // Counted until written: the batch being written holds its rows too.
+        shared.queued.fetch_sub(runs, Ordering::Relaxed);
+        shared.queued_bytes.fetch_sub(bytes, Ordering::Relaxed);
+        taken.iter_mut().for_each(Pending::clear);
+        if closed {
+            return;
         }
     }
-    false
 }

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use skillgate::events::memory::MemoryStore;
+use skillgate::events::records::{Records, RunFilter};
 use skillgate::events::runs::{RecordConfig, Recorder, RunRecord};
 use skillgate::events::{EventStore, Limits};
 
@@ -58,4 +59,47 @@ async fn runs_waiting_to_be_written_hold_at_most_eight_mib_of_args_past_which_th
         written <= fits && written >= fits * 9 / 10,
         "{written} runs waited: about 8 MiB of 16 KiB payloads is {fits}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_are_written_in_the_order_they_were_taken_whichever_thread_took_them() {
+    let store = Arc::new(MemoryStore::new(Limits::default()));
+    let recorder = Arc::new(Recorder::new(store.clone()));
+    recorder.configure(Some(RecordConfig::default()));
+    let run = |id: &str| RunRecord::begin(id, "http", "local", "noop", json!({})).end(Ok(None));
+    // Each thread keeps its runs in a buffer of its own until the writer takes them all. Thread
+    // B takes a buffer before thread A does, then records again after A: its second run is the
+    // newest, though its buffer comes before A's.
+    let (to_b, todo) = std::sync::mpsc::channel::<&'static str>();
+    let (done, recorded) = std::sync::mpsc::channel();
+    let b = {
+        let recorder = recorder.clone();
+        std::thread::spawn(move || {
+            for id in todo {
+                recorder.record(run(id));
+                done.send(()).unwrap();
+            }
+        })
+    };
+    recorder.record(run("first"));
+    to_b.send("b-1").unwrap();
+    recorded.recv().unwrap();
+    let a = recorder.clone();
+    std::thread::spawn(move || a.record(run("a-1")))
+        .join()
+        .unwrap();
+    to_b.send("b-2").unwrap();
+    recorded.recv().unwrap();
+    drop(to_b);
+    b.join().unwrap();
+    recorder.settled().await;
+    let listed = store
+        .runs(&RunFilter {
+            limit: 10,
+            ..RunFilter::default()
+        })
+        .await
+        .unwrap();
+    let ids: Vec<&str> = listed.iter().map(|r| r.id.as_str()).collect();
+    assert_eq!(ids, ["b-2", "a-1", "b-1", "first"], "newest first");
 }

@@ -2,7 +2,7 @@
 //! newest-first pages with a cursor, text search, pruning by age and count.
 
 use skillgate::events::Limits;
-use skillgate::events::records::{RunFilter, StoredRun};
+use skillgate::events::records::{NewRun, RunFilter, StoredRun};
 
 use crate::support::stores::Backend;
 
@@ -56,6 +56,11 @@ fn run(id: &str, started_ms: i64) -> StoredRun {
     }
 }
 
+/// `runs` as they are written.
+fn new(runs: &[StoredRun]) -> Vec<NewRun<'_>> {
+    runs.iter().map(StoredRun::as_new).collect()
+}
+
 fn ids(runs: &[StoredRun]) -> Vec<&str> {
     runs.iter().map(|r| r.id.as_str()).collect()
 }
@@ -70,7 +75,7 @@ fn all() -> RunFilter {
 async fn runs_are_listed_newest_first_and_paged_by_cursor(b: &Backend) {
     let store = b.open(Limits::default()).await;
     let batch: Vec<_> = (1..=5).map(|n| run(&format!("r{n}"), 1000 + n)).collect();
-    store.put_runs(&batch).await.unwrap();
+    store.put_runs(&new(&batch)).await.unwrap();
     let first = store.runs(&RunFilter { limit: 2, ..all() }).await.unwrap();
     assert_eq!(ids(&first), ["r5", "r4"]);
     let next = RunFilter {
@@ -98,7 +103,7 @@ async fn every_filter_narrows_the_listing(b: &Backend) {
     let mut other = run("other", 4000);
     other.skill = "other".into();
     store
-        .put_runs(&[run("plain", 1000), failed, slack, other])
+        .put_runs(&new(&[run("plain", 1000), failed, slack, other]))
         .await
         .unwrap();
     let found = |filter: RunFilter| {
@@ -160,7 +165,7 @@ async fn text_is_found_in_args_or_result_in_any_case_and_taken_literally(b: &Bac
     let mut answer = run("answer", 2000);
     answer.result = Some(r#""Paris, France""#.into());
     store
-        .put_runs(&[run("plain", 500), percent, answer])
+        .put_runs(&new(&[run("plain", 500), percent, answer]))
         .await
         .unwrap();
     let text = |t: &str| RunFilter {
@@ -181,7 +186,11 @@ async fn a_run_is_read_whole_by_id(b: &Backend) {
     first.status = "failed".into();
     first.problem = Some("internal".into());
     store
-        .put_runs(&[run("before", 500), first.clone(), run("after", 2000)])
+        .put_runs(&new(&[
+            run("before", 500),
+            first.clone(),
+            run("after", 2000),
+        ]))
         .await
         .unwrap();
     let got = store.run("same").await.unwrap().expect("recorded");
@@ -212,7 +221,7 @@ async fn a_large_batch_is_kept_whole_field_by_field_in_its_order(b: &Backend) {
             r
         })
         .collect();
-    store.put_runs(&batch).await.unwrap();
+    store.put_runs(&new(&batch)).await.unwrap();
     let mut got = store
         .runs(&RunFilter {
             limit: 1000,
@@ -231,7 +240,7 @@ async fn a_large_batch_is_kept_whole_field_by_field_in_its_order(b: &Backend) {
 async fn pruning_drops_runs_past_the_age_and_all_but_the_newest_count(b: &Backend) {
     let store = b.open(Limits::default()).await;
     let batch: Vec<_> = (1..=6).map(|n| run(&format!("r{n}"), n * 1000)).collect();
-    store.put_runs(&batch).await.unwrap();
+    store.put_runs(&new(&batch)).await.unwrap();
     // Older than 2000 ms: r1.
     assert_eq!(store.prune_runs(2000, 100).await.unwrap(), 1);
     // Keep the newest 3: r2 and r3 go.

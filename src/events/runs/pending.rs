@@ -1,0 +1,142 @@
+//! Runs waiting to be written ([`Pending`]): each already turned into the row the store keeps,
+//! its text appended to one buffer, so a run leaves nothing of its own behind (no allocation
+//! another thread must free) once it is recorded.
+
+use crate::events::records::NewRun;
+
+/// A range of [`Pending::text`].
+type Span = (u32, u32);
+
+/// One run's row: its text fields as ranges of the buffer.
+#[derive(Debug, Clone, Copy)]
+struct Row {
+    /// The order it was taken in, across every buffer ([`Pending::take`]).
+    ticket: u64,
+    id: Span,
+    door: Span,
+    principal: Span,
+    skill: Span,
+    started_ms: i64,
+    duration_us: i64,
+    status: Span,
+    problem: Option<Span>,
+    parent: Option<Span>,
+    args: Span,
+    result: Option<Span>,
+    detail: Span,
+}
+
+/// Rows of runs, their text in one buffer.
+#[derive(Debug, Default)]
+pub(super) struct Pending {
+    text: String,
+    rows: Vec<Row>,
+}
+
+/// Where a buffer stood before a run was added ([`Pending::undo`]).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Mark {
+    text: usize,
+    rows: usize,
+}
+
+/// A buffer that grew past this while a burst waited gives its memory back once written.
+const KEEP_CAPACITY: usize = 256 * 1024;
+
+impl Pending {
+    /// Adds `run`, taken `ticket`-th.
+    pub fn push(&mut self, ticket: u64, run: NewRun<'_>) {
+        let row = Row {
+            ticket,
+            id: self.keep(run.id),
+            door: self.keep(run.door),
+            principal: self.keep(run.principal),
+            skill: self.keep(run.skill),
+            started_ms: run.started_ms,
+            duration_us: run.duration_us,
+            status: self.keep(run.status),
+            problem: run.problem.map(|p| self.keep(p)),
+            parent: run.parent.map(|p| self.keep(p)),
+            args: self.keep(run.args),
+            result: run.result.map(|r| self.keep(r)),
+            detail: self.keep(run.detail),
+        };
+        self.rows.push(row);
+    }
+
+    fn keep(&mut self, text: &str) -> Span {
+        let start = self.text.len() as u32;
+        self.text.push_str(text);
+        (start, self.text.len() as u32)
+    }
+
+    fn span(&self, (start, end): Span) -> &str {
+        &self.text[start as usize..end as usize]
+    }
+
+    /// Where this buffer stands now.
+    pub fn mark(&self) -> Mark {
+        Mark {
+            text: self.text.len(),
+            rows: self.rows.len(),
+        }
+    }
+
+    /// Bytes of text added since `mark`.
+    pub fn bytes_since(&self, mark: Mark) -> u64 {
+        (self.text.len() - mark.text) as u64
+    }
+
+    /// Forgets what was added since `mark`.
+    pub fn undo(&mut self, mark: Mark) {
+        self.text.truncate(mark.text);
+        self.rows.truncate(mark.rows);
+    }
+
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    /// Bytes of text held.
+    pub fn bytes(&self) -> u64 {
+        self.text.len() as u64
+    }
+
+    /// Empties the buffer, keeping its memory unless a burst made it large.
+    pub fn clear(&mut self) {
+        self.text.clear();
+        self.rows.clear();
+        if self.text.capacity() > KEEP_CAPACITY {
+            self.text.shrink_to(KEEP_CAPACITY / 4);
+            self.rows
+                .shrink_to(KEEP_CAPACITY / 4 / std::mem::size_of::<Row>());
+        }
+    }
+
+    /// The rows of `buffers`, in the order they were taken.
+    pub fn take(buffers: &[Pending]) -> Vec<NewRun<'_>> {
+        let mut rows: Vec<(u64, &Pending, &Row)> = buffers
+            .iter()
+            .flat_map(|b| b.rows.iter().map(move |row| (row.ticket, b, row)))
+            .collect();
+        rows.sort_unstable_by_key(|(ticket, _, _)| *ticket);
+        rows.into_iter().map(|(_, b, row)| b.run(row)).collect()
+    }
+
+    fn run(&self, row: &Row) -> NewRun<'_> {
+        NewRun {
+            id: self.span(row.id),
+            door: self.span(row.door),
+            principal: self.span(row.principal),
+            skill: self.span(row.skill),
+            started_ms: row.started_ms,
+            duration_us: row.duration_us,
+            status: self.span(row.status),
+            problem: row.problem.map(|p| self.span(p)),
+            parent: row.parent.map(|p| self.span(p)),
+            args: self.span(row.args),
+            result: row.result.map(|r| self.span(r)),
+            detail: self.span(row.detail),
+        }
+    }
+}
