@@ -269,8 +269,8 @@ impl RunRecord {
         );
     }
 
-    /// The run's detail as JSON text; `None` for the most runs, which have nothing redacted,
-    /// cut or failed, and no entries kept (`{}`).
+    /// The run's detail as JSON text, with only what is so; `None` for the most runs, which
+    /// have nothing redacted, cut or failed, and no entries kept (`{}`).
     fn detail(
         &self,
         ended: &Ended,
@@ -279,19 +279,8 @@ impl RunRecord {
         result_cut: bool,
     ) -> Option<String> {
         let cut = args_cut || result_cut;
-        let notable = ended.status != Status::Ok || ended.duration >= SLOW;
-        let keeps_entries = self.entries.is_some() && (notable || self.keep_entries);
-        let plain = !args_redacted
-            && !cut
-            && ended.error.is_none()
-            && self.event.is_none()
-            && !self.project_level
-            && self.trace.is_none()
-            && !keeps_entries
-            && self.entries.as_ref().is_none_or(|e| !e.has_turns());
-        if plain {
-            return None;
-        }
+        let keeps_entries =
+            ended.status != Status::Ok || ended.duration >= SLOW || self.keep_entries;
         let mut detail = json!({});
         if args_redacted {
             detail["redacted"] = Value::Bool(true);
@@ -328,7 +317,10 @@ impl RunRecord {
                 }
             }
         }
-        Some(detail.to_string())
+        detail
+            .as_object()
+            .is_some_and(|d| !d.is_empty())
+            .then(|| detail.to_string())
     }
 }
 
