@@ -242,14 +242,14 @@ impl RunRecord {
             result,
             result_cut,
         } = self.take_payload(max_bytes);
-        let ended = self.ended.take().unwrap_or(Ended {
+        let mut ended = self.ended.take().unwrap_or(Ended {
             duration: self.started.elapsed(),
             status: Status::Aborted,
             problem: Some(Failure::Aborted.slug()),
             result: None,
             error: None,
         });
-        let detail = self.detail(&ended, args_redacted, args_cut, result_cut);
+        let detail = self.detail(&mut ended, args_redacted, args_cut, result_cut);
         pending.push(
             ticket,
             NewRun {
@@ -269,11 +269,12 @@ impl RunRecord {
         );
     }
 
-    /// The run's detail as JSON text, with only what is so; `None` for the most runs, which
-    /// have nothing redacted, cut or failed, and no entries kept (`{}`).
+    /// The run's detail as JSON text, with only what is so (its error, event and trace are
+    /// taken into it); `None` for the most runs, which have nothing redacted, cut or failed, and
+    /// no entries kept (`{}`).
     fn detail(
-        &self,
-        ended: &Ended,
+        &mut self,
+        ended: &mut Ended,
         args_redacted: bool,
         args_cut: bool,
         result_cut: bool,
@@ -288,17 +289,17 @@ impl RunRecord {
         if cut {
             detail["cut"] = json!({ "args": args_cut, "result": result_cut });
         }
-        if let Some(error) = &ended.error {
-            detail["error"] = Value::String(error.clone());
+        if let Some(error) = ended.error.take() {
+            detail["error"] = Value::String(error);
         }
-        if let Some(event) = &self.event {
-            detail["event"] = Value::String(event.clone());
+        if let Some(event) = self.event.take() {
+            detail["event"] = Value::String(event);
         }
         if self.project_level {
             detail["level"] = Value::String("project".into());
         }
-        if let Some(trace) = &self.trace {
-            detail["trace"] = Value::String(trace.clone());
+        if let Some(trace) = self.trace.take() {
+            detail["trace"] = Value::String(trace);
         }
         if let Some(gathered) = &self.entries {
             // What the run cost in tokens is always kept; its onion and logs for the runs

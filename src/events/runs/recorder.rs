@@ -384,7 +384,7 @@ async fn write(store: Arc<dyn EventStore>, shared: Arc<Shared>) {
                     shared.written.fetch_add(n, Ordering::Relaxed);
                     if shared.listeners.load(Ordering::Relaxed) > 0 {
                         for row in batch {
-                            let mut ended = summary(&row.to_stored(0));
+                            let mut ended = summary(row);
                             ended["phase"] = Value::String("end".into());
                             let _ = shared.feed.send(Arc::new(ended));
                         }

@@ -5,7 +5,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::context::id::iso;
-use crate::events::records::{RunFilter, StoredRun};
+use crate::events::records::{NewRun, RunFilter, StoredRun};
 use crate::events::runs::record::Status;
 
 /// Runs a page holds unless asked otherwise, and at most.
@@ -99,13 +99,13 @@ pub fn page(runs: &[StoredRun], limit: usize) -> Value {
         .then(|| runs.last().map(|r| r.seq.to_string()))
         .flatten();
     json!({
-        "runs": runs.iter().map(summary).collect::<Vec<_>>(),
+        "runs": runs.iter().map(|run| summary(&run.as_new())).collect::<Vec<_>>(),
         "next": next,
     })
 }
 
-/// A run as a listing shows it.
-pub fn summary(run: &StoredRun) -> Value {
+/// A run as a listing shows it (and the feed, as soon as it is written).
+pub fn summary(run: &NewRun<'_>) -> Value {
     json!({
         "id": run.id,
         "door": run.door,
@@ -114,14 +114,14 @@ pub fn summary(run: &StoredRun) -> Value {
         "started": iso(run.started_ms),
         "durationMs": run.duration_us as f64 / 1000.0,
         "status": run.status,
-        "problem": run.problem.as_ref().map(|slug| format!("/docs#problem-{slug}")),
+        "problem": run.problem.map(|slug| format!("/docs#problem-{slug}")),
         "parent": run.parent,
     })
 }
 
 /// A run with everything recorded of it: args, result, error and the rest of the detail.
 pub fn full(run: &StoredRun) -> Value {
-    let mut shown = summary(run);
+    let mut shown = summary(&run.as_new());
     shown["redacted"] = Value::Bool(false);
     shown["cut"] = json!({ "args": false, "result": false });
     let parse = |text: &str| serde_json::from_str(text).unwrap_or(Value::String(text.into()));
