@@ -1,6 +1,6 @@
-//! Which CPUs the background threads run on (the sandbox threads, the threads of scripts' work,
-//! and the embedded SQLite store's writer), so that the threads serving the doors' I/O keep a
-//! core the background work never takes.
+//! Which CPUs the background threads run on (the sandbox threads, which also run the kernel work
+//! scripts start, and the embedded SQLite store's writer), so that the threads serving the doors'
+//! I/O keep a core the background work never takes.
 //!
 //! Why: a lower scheduling priority (`SKILLGATE_SANDBOX_NICE`) is not enough on its own. Linux
 //! does not always preempt a running lower-priority thread when an I/O thread wakes, so an I/O

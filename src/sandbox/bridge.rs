@@ -6,11 +6,12 @@
 //! Once the call ends the bridge is closed: a `ctx` kept in a session's `memory` and used in a
 //! later call throws instead of acting on a finished context.
 //!
-//! The script runs on a sandbox thread; the kernel work it starts does not. The futures of
-//! `invoke` and `next` are spawned onto the threads of scripts' work (see `started`) and awaited
-//! through their task (aborted if the script's sandbox drops the promise's future, so
-//! cancellation still reaches them), and the synchronous operations run inside that runtime's
-//! context, so whatever they spawn lands there too.
+//! The script runs on a sandbox thread; the kernel work it starts is not part of the script's
+//! task. The futures of `invoke` and `next` are spawned as tasks of the sandbox threads' runtime
+//! (see `pool`) and awaited through their task (aborted if the script's sandbox drops the
+//! promise's future, so cancellation still reaches them, and never counted as the script's
+//! running time), and the synchronous operations run inside that runtime's context, so whatever
+//! they spawn lands there too.
 //!
 //! A script has at most [`IN_FLIGHT`] invocations running at once; the ones it asks for past
 //! that wait, in order, for one to end (detached ones are spawned at once). Each is resolved
@@ -447,7 +448,7 @@ where
     }
 }
 
-/// A kernel future running as a task of scripts' work; dropping this aborts the task.
+/// A kernel future running as a task of its own; dropping this aborts the task.
 struct OnWork<T>(JoinHandle<Result<T>>);
 
 impl<T> Future for OnWork<T> {
@@ -551,8 +552,8 @@ fn prepare_invoke<'js>(
     // Untrusted code invokes as itself whichever handle it holds (the served context's would
     // be project code, under another policy).
     let ctx = bridge.context(if bridge.untrusted { 0 } else { h })?;
-    // A detached invocation is spawned right away: on scripts' work too. The others start
-    // once the script has a slot, as tasks of scripts' work.
+    // A detached invocation is spawned right away, on the sandbox threads' runtime too. The
+    // others start once the script has a slot, as tasks of that runtime.
     let _work = bridge.work.enter();
     ctx.invoke_counted(ToolRef::Name(Arc::from(reference)), args, options)
 }

@@ -15,8 +15,8 @@
 //! promises are pending it sleeps until a bridge future, the wall-clock deadline, an abort or the
 //! caller going away wakes it, so code parked on a promise that never settles ends too.
 //!
-//! A call runs on a sandbox thread (see `pool`); the kernel futures its bridge calls start run on
-//! the threads of scripts' work (`Call::work`, see `started`).
+//! A call runs on a sandbox thread (see `pool`); the kernel futures its bridge calls start are
+//! tasks of the same runtime (`Call::work`).
 
 use std::future::poll_fn;
 use std::pin::pin;
@@ -78,7 +78,7 @@ pub(crate) struct Call {
     pub(crate) served: Context,
     pub(crate) script: Arc<Script>,
     pub(crate) limits: Limits,
-    /// Where the kernel work the script starts runs (the threads of scripts' work).
+    /// Where the kernel work the script starts runs (the sandbox threads' runtime).
     pub(crate) work: Handle,
     /// Cancelled when the caller stops waiting for the call.
     pub(crate) gone: CancellationToken,

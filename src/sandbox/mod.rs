@@ -10,8 +10,8 @@
 //! - `limits`: `metadata.sandbox` (memory, stack, time, wall), defaults, the meter.
 //! - `session`: a sandbox kept across calls, with its `memory` global.
 //! - `convert`: JSON and errors across the boundary, with its depth limit and cycle rule.
-//! - `pool`: the sandbox threads every call runs on, off the runtime that serves I/O.
-//! - `started`: the threads the kernel work a script starts runs on, at the same lower priority.
+//! - `pool`: the sandbox threads every call, and the kernel work scripts start, run on, off the
+//!   runtime that serves I/O.
 //!
 //! Nothing outside this folder names `rquickjs`; another engine would replace this folder only.
 
@@ -25,7 +25,6 @@ mod pool;
 mod refs;
 pub mod script;
 mod session;
-mod started;
 
 use std::sync::Arc;
 
@@ -58,7 +57,7 @@ pub(crate) async fn run_script(served: &Context, script: &Arc<Script>) -> Result
         served: served.clone(),
         script: script.clone(),
         limits,
-        work: started::handle(),
+        work: pool::handle(),
         // Replaced by the token `pool::run` cancels if this future is dropped.
         gone: Default::default(),
     };

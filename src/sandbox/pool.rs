@@ -1,18 +1,26 @@
-//! The sandbox threads: where every sandbox call runs, off the runtime that serves I/O, so a
-//! CPU-bound script (a busy loop until its time limit) stalls neither health checks nor other
-//! requests, and the timers that stop it (the HTTP timeout, an abort) keep firing.
+//! The sandbox threads: where every sandbox call runs, and the kernel work scripts start
+//! (`invoke`, `next`, and what those spawn), off the runtime that serves I/O, so a CPU-bound
+//! script (a busy loop until its time limit) stalls neither health checks nor other requests,
+//! the timers that stop it (the HTTP timeout, an abort) keep firing, and a script fanning out
+//! thousands of invocations queues them behind its own work, not ahead of other clients'
+//! requests.
 //!
-//! The threads are the workers of a tokio runtime of their own (`skillgate-sandbox-N`, time
-//! driver only), rather than a pool that lends a thread per call: a call holds a thread only
-//! while its JavaScript runs, not while it awaits. That matters because sandbox calls nest (a
-//! script invoking a `.skill.js` tool, script middleware calling `next()` into a scripted tool):
-//! with a thread held per call, as many parked callers as threads would wait forever on callees
-//! queued behind them. When every thread is busy, new calls wait in the runtime's queue and run
-//! as threads come free (idle workers steal queued work).
+//! The threads are the workers of a tokio runtime of their own (`skillgate-sandbox-N`), rather
+//! than a pool that lends a thread per call: a call holds a thread only while its JavaScript
+//! runs, not while it awaits. That matters because sandbox calls nest (a script invoking a
+//! `.skill.js` tool, script middleware calling `next()` into a scripted tool): with a thread held
+//! per call, as many parked callers as threads would wait forever on callees queued behind them.
+//! When every thread is busy, new calls wait in the runtime's queue and run as threads come free
+//! (idle workers steal queued work).
+//!
+//! A script's kernel work is a task of this same runtime (see `bridge`), not of another one: it
+//! is started on the thread the script runs on and, when the script awaits it, runs there next,
+//! so an `await ctx.manager.invoke(...)` costs no hand-over to another thread and back (on a
+//! 2-core machine those two wake-ups were a sixth of a `.skill.js` call). Its time is not the
+//! script's: the meter counts only while the script's own task is polled (`limits::Metered`).
 //!
 //! Size: `SKILLGATE_SANDBOX_THREADS`, read once when the first call runs; else one per core,
-//! at least 2. Kernel work a script starts (`invoke`, `next`) runs on threads of its own (see
-//! `started`), so only QuickJS and the synchronous bridge calls run here.
+//! at least 2.
 //!
 //! Calls waiting or running at once are bounded (`SKILLGATE_SANDBOX_QUEUE`, default 128 a
 //! sandbox thread, at least 256: a call alive holds its own QuickJS runtime, a few hundred KiB):
@@ -33,7 +41,7 @@ use std::future::Future;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use tokio::runtime::Runtime;
+use tokio::runtime::{Handle, Runtime};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -167,7 +175,6 @@ fn pool() -> &'static Runtime {
         let nice = nice_increment();
         tokio::runtime::Builder::new_multi_thread()
             .worker_threads(n)
-            .max_blocking_threads(1)
             .on_thread_start(move || {
                 lower_priority(nice);
                 crate::cpus::confine_this_thread();
@@ -177,10 +184,16 @@ fn pool() -> &'static Runtime {
                 format!("skillgate-sandbox-{}", NEXT.fetch_add(1, Ordering::Relaxed))
             })
             .thread_stack_size(THREAD_STACK)
-            .enable_time()
+            // The kernel work scripts start does I/O (stores, HTTP tools) and sets timers.
+            .enable_all()
             .build()
             .unwrap_or_else(|e| panic!("cannot start the {n} sandbox threads: {e}"))
     })
+}
+
+/// The runtime of the sandbox threads, where the kernel work a script starts runs too.
+pub(crate) fn handle() -> Handle {
+    pool().handle().clone()
 }
 
 /// Runs `call` on the sandbox threads and waits for it. `call` gets a token that is cancelled
@@ -255,6 +268,31 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(on, crate::cpus::expected());
+    }
+
+    #[tokio::test]
+    async fn work_a_script_starts_runs_on_the_sandbox_threads() {
+        let name = handle()
+            .spawn(async { std::thread::current().name().map(String::from) })
+            .await
+            .unwrap()
+            .unwrap_or_default();
+        assert!(name.starts_with("skillgate-sandbox-"), "{name}");
+    }
+
+    #[tokio::test]
+    async fn work_a_script_starts_may_do_io_and_blocking_work() {
+        // Stores and HTTP tools need the I/O driver; `tokio::fs` needs blocking threads.
+        let read = handle()
+            .spawn(async {
+                let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+                listener.local_addr()?;
+                tokio::fs::read_to_string(file!()).await
+            })
+            .await
+            .unwrap()
+            .unwrap_or_default();
+        assert!(read.contains("work_a_script_starts_may_do_io_and_blocking_work"));
     }
 
     #[tokio::test]
