@@ -100,6 +100,23 @@ async fn an_infinite_loop_hits_the_time_limit() {
     assert_healthy(&k).await;
 }
 
+/// The time limit is the script's own running time: the kernel work it awaits (here a tool that
+/// holds the very thread the script runs on for longer than the limit) is not counted.
+#[tokio::test]
+async fn time_spent_in_the_work_a_script_awaits_is_not_counted_against_its_time_limit() {
+    let k = kernel(&Project::new(), None, Seen::default());
+    let out = untrusted(
+        &k,
+        "await ctx.manager.invoke('busy', { ms: 400 }); await ctx.manager.invoke('busy', { ms: 400 }); return 'done';",
+        json!({"time": 200, "wall": 60000}),
+    )
+    .await;
+    assert_eq!(
+        out.expect("the script's own time is short"),
+        Some(json!("done"))
+    );
+}
+
 #[tokio::test]
 async fn an_endless_microtask_chain_hits_the_time_limit() {
     let k = kernel(&Project::new(), None, Seen::default());

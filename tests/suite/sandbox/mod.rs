@@ -37,6 +37,7 @@ const HANG_GUARD: Duration = Duration::from_secs(60);
 /// - `noop` returns true;
 /// - `echo` returns its args;
 /// - `hang` never returns;
+/// - `busy` holds the thread it runs on for `args.ms` milliseconds, then returns true;
 /// - `probe` records its context (to check what its caller passed down) and returns true;
 /// - `run-code` runs `args.code` as untrusted code (`args.metadata` for the anonymous skill),
 ///   in `session` when one is given.
@@ -48,6 +49,11 @@ fn kernel(p: &Project, session: Option<Session>, seen: Seen) -> Kernel {
         .native(native("name: hang\n", |_ctx, _args| async {
             std::future::pending::<()>().await;
             Ok(None)
+        }))
+        .native(native("name: busy\n", |_ctx, args| async move {
+            let ms = args["ms"].as_u64().unwrap_or_default();
+            std::thread::sleep(Duration::from_millis(ms));
+            Ok(Some(Value::Bool(true)))
         }))
         .native(native("name: echo\n", |_ctx, args| async move {
             Ok(Some((*args).clone()))
