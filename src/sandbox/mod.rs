@@ -9,6 +9,7 @@
 //! - `refs`: the untrusted-ref rule (bare tool names only).
 //! - `limits`: `metadata.sandbox` (memory, stack, time, wall), defaults, the meter.
 //! - `session`: a sandbox kept across calls, with its `memory` global.
+//! - `stock`: fresh sandboxes made ahead of the calls that take them, freed after the answer.
 //! - `convert`: JSON and errors across the boundary, with its depth limit and cycle rule.
 //! - `pool`: the sandbox threads every call, and the kernel work scripts start, run on, off the
 //!   runtime that serves I/O.
@@ -25,6 +26,7 @@ mod pool;
 mod refs;
 pub mod script;
 mod session;
+mod stock;
 
 use std::sync::Arc;
 
@@ -44,7 +46,7 @@ pub use pool::{QUEUE_VAR, THREADS_VAR, set_queue_limit, threads};
 pub use script::{Code, Script, load};
 pub use session::Session;
 
-use engine::{Call, Engine};
+use engine::Call;
 
 /// Runs a scripted tool's body against the served context (the `execute` step).
 pub(crate) async fn run_script(served: &Context, script: &Arc<Script>) -> Result<Option<Value>> {
@@ -77,7 +79,12 @@ async fn run_call(call: Call) -> Result<Option<Value>> {
     }
     match call.script.session.clone() {
         Some(session) => session.run(call).await,
-        None => Engine::new(None).await?.run(call).await.result,
+        None => {
+            let engine = stock::fresh().await?;
+            let ran = engine.run(call).await;
+            stock::discard(engine);
+            ran.result
+        }
     }
 }
 

@@ -277,6 +277,24 @@ async fn each_skill_js_call_runs_in_a_fresh_sandbox() {
     );
 }
 
+/// Sandboxes are made ahead of the calls that take them and freed after: none is handed out
+/// twice, so however many calls run in a row, each starts from nothing.
+#[tokio::test]
+async fn a_sandbox_made_ahead_has_run_nothing_and_serves_one_call_only() {
+    let p = js_project(&[(
+        "count.skill.js",
+        "export default async () => { globalThis.n = (globalThis.n ?? 0) + 1; return globalThis.n; }",
+    )]);
+    let k = kernel(&p, None, Seen::default());
+    for _ in 0..20 {
+        assert_eq!(run(&k, "count", json!({})).await.unwrap(), Some(json!(1)));
+    }
+    let many = futures::future::join_all((0..20).map(|_| run(&k, "count", json!({})))).await;
+    for out in many {
+        assert_eq!(out.unwrap(), Some(json!(1)));
+    }
+}
+
 #[tokio::test]
 async fn console_log_is_a_log_event_of_the_run() {
     let p = js_project(&[(
