@@ -7,11 +7,11 @@
 //! later call throws instead of acting on a finished context.
 //!
 //! The script runs on a sandbox thread; the kernel work it starts is not part of the script's
-//! task. The futures of `invoke` and `next` are spawned as tasks of the sandbox threads' runtime
-//! (see `pool`) and awaited through their task (aborted if the script's sandbox drops the
-//! promise's future, so cancellation still reaches them, and never counted as the script's
-//! running time), and the synchronous operations run inside that runtime's context, so whatever
-//! they spawn lands there too.
+//! task. The futures of `invoke` and `next` are spawned from the script's task, so as tasks of
+//! the sandbox threads' runtime (see `pool`), and awaited through their task (aborted if the
+//! script's sandbox drops the promise's future, so cancellation still reaches them, and never
+//! counted as the script's running time); whatever the synchronous operations spawn lands on
+//! that runtime too.
 //!
 //! A script has at most [`IN_FLIGHT`] invocations running at once; the ones it asks for past
 //! that wait, in order, for one to end (detached ones are spawned at once). Each is resolved
@@ -37,7 +37,6 @@ use rquickjs::context::EvalOptions;
 use rquickjs::function::{Async, Opt, Rest};
 use rquickjs::{CatchResultExt, CaughtError, Ctx, Function, IntoJs, Object, Value as JsValue};
 use serde_json::{Value, json};
-use tokio::runtime::Handle;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
 
@@ -62,19 +61,16 @@ pub(crate) struct Bridge {
     handles: Mutex<Vec<Context>>,
     untrusted: bool,
     closed: AtomicBool,
-    /// The runtime that runs the kernel work the script starts.
-    work: Handle,
     /// Slots for the script's invocations running now ([`IN_FLIGHT`]).
     slots: Arc<Semaphore>,
 }
 
 impl Bridge {
-    pub(crate) fn new(served: Context, untrusted: bool, work: Handle) -> Bridge {
+    pub(crate) fn new(served: Context, untrusted: bool) -> Bridge {
         Bridge {
             handles: Mutex::new(vec![served]),
             untrusted,
             closed: AtomicBool::new(false),
-            work,
             slots: Arc::new(Semaphore::new(IN_FLIGHT)),
         }
     }
@@ -223,7 +219,6 @@ pub(crate) fn console<'js>(cx: &Ctx<'js>, bridge: &Arc<Bridge>) -> rquickjs::Res
                     "level": level,
                     "text": text.join(" "),
                 });
-                let _work = bridge.work.enter();
                 if let Ok(served) = bridge.context(0)
                     && let Some(observer) = super::observer::of(&served)
                 {
@@ -263,7 +258,6 @@ fn sync_fn<'js>(
               -> rquickjs::Result<JsValue<'js>> {
             let a = a.0.map(|v| convert(&cx, v)).transpose()?.flatten();
             let b = b.0.map(|v| convert(&cx, v)).transpose()?.flatten();
-            let _work = bridge.work.enter();
             match bridge.context(h).and_then(|c| op(&bridge, &c, a, b)) {
                 Ok(v) => to_js_opt(&cx, v.as_ref()),
                 Err(e) => Err(throw(&cx, &e)),
@@ -433,13 +427,14 @@ impl<'js> IntoJs<'js> for Settled {
 }
 
 /// Runs a prepared kernel future (or the error that stopped its preparation) as a promise: the
-/// future runs on `work`, and is aborted if the promise's future is dropped.
-fn settle<F>(work: &Handle, prepared: Result<F>) -> impl Future<Output = Settled> + use<F>
+/// future runs as a task of its own on the script's runtime, and is aborted if the promise's
+/// future is dropped.
+fn settle<F>(prepared: Result<F>) -> impl Future<Output = Settled> + use<F>
 where
     F: Future<Output = Result<Option<Arc<Value>>>> + Send + 'static,
 {
     // The kernel work continues the trace of the sandbox call.
-    let task = prepared.map(|fut| OnWork(work.spawn(tracing::Instrument::in_current_span(fut))));
+    let task = prepared.map(|fut| OnWork(tokio::spawn(tracing::Instrument::in_current_span(fut))));
     async move {
         Settled(match task {
             Ok(task) => task.await.map(|out| out.map(|v| (*v).clone())),
@@ -481,16 +476,15 @@ fn invoke_fn<'js>(cx: &Ctx<'js>, bridge: &Arc<Bridge>) -> rquickjs::Result<Funct
                   args: Opt<JsValue<'js>>,
                   options: Opt<JsValue<'js>>| {
                 let prepared = prepare_invoke(&bridge, &cx, h, reference, args, options);
-                let work = &bridge.work;
                 match prepared {
                     // Started now while the script has a slot free, as every invocation was
                     // before there were slots.
                     Ok(Some(invoke)) => match bridge.slots.clone().try_acquire_owned() {
-                        Ok(slot) => Either::Left(settle(work, Ok(holding(slot, invoke)))),
+                        Ok(slot) => Either::Left(settle(Ok(holding(slot, invoke)))),
                         Err(_) => Either::Right(queued(bridge.clone(), invoke)),
                     },
-                    Ok(None) => Either::Left(settle(work, Ok(future::ready(Ok(None)).boxed()))),
-                    Err(e) => Either::Left(settle(work, Err(e))),
+                    Ok(None) => Either::Left(settle(Ok(future::ready(Ok(None)).boxed()))),
+                    Err(e) => Either::Left(settle(Err(e))),
                 }
             },
         ),
@@ -516,7 +510,7 @@ async fn queued(bridge: Arc<Bridge>, invoke: Guarded) -> Settled {
         // The semaphore is never closed.
         Err(_) => Err(SkillError::internal("the script's slots are closed")),
     };
-    settle(&bridge.work, prepared).await
+    settle(prepared).await
 }
 
 fn prepare_invoke<'js>(
@@ -554,7 +548,6 @@ fn prepare_invoke<'js>(
     let ctx = bridge.context(if bridge.untrusted { 0 } else { h })?;
     // A detached invocation is spawned right away, on the sandbox threads' runtime too. The
     // others start once the script has a slot, as tasks of that runtime.
-    let _work = bridge.work.enter();
     ctx.invoke_counted(ToolRef::Name(Arc::from(reference)), args, options)
 }
 
@@ -590,7 +583,7 @@ fn next_fn<'js>(cx: &Ctx<'js>, bridge: &Arc<Bridge>) -> rquickjs::Result<Functio
         cx.clone(),
         Async(move |h: u32| {
             let prepared = bridge.context(h).map(|c| async move { c.next().await });
-            settle(&bridge.work, prepared)
+            settle(prepared)
         }),
     )
 }

@@ -16,7 +16,7 @@
 //! caller going away wakes it, so code parked on a promise that never settles ends too.
 //!
 //! A call runs on a sandbox thread (see `pool`); the kernel futures its bridge calls start are
-//! tasks of the same runtime (`Call::work`).
+//! tasks of the same runtime.
 
 use std::future::poll_fn;
 use std::pin::pin;
@@ -31,7 +31,6 @@ use rquickjs::{
     Value as JsValue,
 };
 use serde_json::{Map, Value};
-use tokio::runtime::Handle;
 use tokio_util::sync::CancellationToken;
 
 use crate::context::Context;
@@ -78,8 +77,6 @@ pub(crate) struct Call {
     pub(crate) served: Context,
     pub(crate) script: Arc<Script>,
     pub(crate) limits: Limits,
-    /// Where the kernel work the script starts runs (the sandbox threads' runtime).
-    pub(crate) work: Handle,
     /// Cancelled when the caller stops waiting for the call.
     pub(crate) gone: CancellationToken,
 }
@@ -142,14 +139,13 @@ impl Engine {
             served,
             script,
             limits,
-            work,
             gone,
         } = call;
         self.rt.set_memory_limit(limits.memory).await;
         self.rt.set_max_stack_size(limits.stack).await;
         let meter = Arc::new(Meter::new(limits, served.clone(), gone));
         *self.meter.lock() = Some(meter.clone());
-        let bridge = Arc::new(Bridge::new(served.clone(), script.untrusted, work));
+        let bridge = Arc::new(Bridge::new(served.clone(), script.untrusted));
         let job = Job {
             bridge: bridge.clone(),
             script,

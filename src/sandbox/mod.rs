@@ -59,7 +59,6 @@ pub(crate) async fn run_script(served: &Context, script: &Arc<Script>) -> Result
         served: served.clone(),
         script: script.clone(),
         limits,
-        work: pool::handle(),
         // Replaced by the token `pool::run` cancels if this future is dropped.
         gone: Default::default(),
     };

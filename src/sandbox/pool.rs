@@ -41,7 +41,7 @@ use std::future::Future;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use tokio::runtime::{Handle, Runtime};
+use tokio::runtime::Runtime;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -191,11 +191,6 @@ fn pool() -> &'static Runtime {
     })
 }
 
-/// The runtime of the sandbox threads, where the kernel work a script starts runs too.
-pub(crate) fn handle() -> Handle {
-    pool().handle().clone()
-}
-
 /// Runs `call` on the sandbox threads and waits for it. `call` gets a token that is cancelled
 /// if this future is dropped first; it must stop soon after (the engine's meter watches it).
 pub(crate) async fn run<T, F>(call: impl FnOnce(CancellationToken) -> F) -> Result<T>
@@ -270,28 +265,34 @@ mod tests {
         assert_eq!(on, crate::cpus::expected());
     }
 
+    /// What a call spawns (as the bridge spawns a script's kernel work) is a task of the
+    /// sandbox threads' runtime.
     #[tokio::test]
     async fn work_a_script_starts_runs_on_the_sandbox_threads() {
-        let name = handle()
-            .spawn(async { std::thread::current().name().map(String::from) })
-            .await
-            .unwrap()
-            .unwrap_or_default();
+        let name = run(|_| async {
+            let spawned = tokio::spawn(async { std::thread::current().name().map(String::from) });
+            Ok(spawned.await.unwrap())
+        })
+        .await
+        .unwrap()
+        .unwrap_or_default();
         assert!(name.starts_with("skillgate-sandbox-"), "{name}");
     }
 
     #[tokio::test]
     async fn work_a_script_starts_may_do_io_and_blocking_work() {
         // Stores and HTTP tools need the I/O driver; `tokio::fs` needs blocking threads.
-        let read = handle()
-            .spawn(async {
+        let read = run(|_| async {
+            let spawned = tokio::spawn(async {
                 let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
                 listener.local_addr()?;
                 tokio::fs::read_to_string(file!()).await
-            })
-            .await
-            .unwrap()
-            .unwrap_or_default();
+            });
+            Ok(spawned.await.unwrap())
+        })
+        .await
+        .unwrap()
+        .unwrap_or_default();
         assert!(read.contains("work_a_script_starts_may_do_io_and_blocking_work"));
     }
 
