@@ -108,6 +108,26 @@ pub struct NewRun<'a> {
 }
 
 impl NewRun<'_> {
+    /// Bytes of the row's text.
+    pub fn text_bytes(&self) -> usize {
+        [
+            self.id,
+            self.door,
+            self.principal,
+            self.skill,
+            self.status,
+            self.args,
+            self.detail,
+        ]
+        .iter()
+        .map(|t| t.len())
+        .sum::<usize>()
+            + [self.problem, self.parent, self.result]
+                .iter()
+                .map(|t| t.map_or(0, str::len))
+                .sum::<usize>()
+    }
+
     /// This run as the store keeps it, at `seq`.
     pub fn to_stored(&self, seq: i64) -> StoredRun {
         StoredRun {

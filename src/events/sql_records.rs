@@ -2,14 +2,14 @@
 //! once for SQLite and Postgres: both read `$N` placeholders, `ON CONFLICT … DO UPDATE` and
 //! `RETURNING`, so only what a statement reports back differs (the [`Dialect`]).
 
-use std::borrow::Cow;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use sqlx::{
-    ColumnIndex, Database, Decode, Encode, Executor, FromRow, IntoArguments, Pool, Row, Type,
+    Arguments, ColumnIndex, Database, Decode, Encode, Executor, FromRow, IntoArguments, Pool, Row,
+    Type, error::BoxDynError,
 };
 
 use crate::context::id::now_ms;
@@ -32,9 +32,8 @@ pub trait Dialect: Database {
     /// there uses plain `?`.
     fn placeholder(n: usize) -> String;
 
-    /// The `INSERT` of [`RUNS_A_STATEMENT`] runs, made once: most batches of a busy server
-    /// are written in statements of that many.
-    fn full_runs_insert() -> &'static str;
+    /// The `INSERT` of [`RUNS_STATEMENTS`]`[size]` runs, each made once.
+    fn runs_insert_of(size: usize) -> &'static str;
 }
 
 impl Dialect for sqlx::Sqlite {
@@ -46,9 +45,10 @@ impl Dialect for sqlx::Sqlite {
         "?".into()
     }
 
-    fn full_runs_insert() -> &'static str {
-        static SQL: OnceLock<String> = OnceLock::new();
-        SQL.get_or_init(|| runs_insert::<Self>(RUNS_A_STATEMENT))
+    fn runs_insert_of(size: usize) -> &'static str {
+        static SQL: [OnceLock<String>; RUNS_STATEMENTS.len()] =
+            [const { OnceLock::new() }; RUNS_STATEMENTS.len()];
+        SQL[size].get_or_init(|| runs_insert::<Self>(RUNS_STATEMENTS[size]))
     }
 }
 
@@ -61,9 +61,10 @@ impl Dialect for sqlx::Postgres {
         format!("${n}")
     }
 
-    fn full_runs_insert() -> &'static str {
-        static SQL: OnceLock<String> = OnceLock::new();
-        SQL.get_or_init(|| runs_insert::<Self>(RUNS_A_STATEMENT))
+    fn runs_insert_of(size: usize) -> &'static str {
+        static SQL: [OnceLock<String>; RUNS_STATEMENTS.len()] =
+            [const { OnceLock::new() }; RUNS_STATEMENTS.len()];
+        SQL[size].get_or_init(|| runs_insert::<Self>(RUNS_STATEMENTS[size]))
     }
 }
 
@@ -334,28 +335,20 @@ where
     async fn put_runs(&self, runs: &[NewRun<'_>]) -> StoreResult<()> {
         // A statement of many rows: one step of the database for a batch, not one a run.
         let mut tx = self.records().pool.begin().await?;
-        for chunk in runs.chunks(RUNS_A_STATEMENT) {
-            let sql = match chunk.len() {
-                RUNS_A_STATEMENT => Cow::Borrowed(S::Db::full_runs_insert()),
-                rows => Cow::Owned(runs_insert::<S::Db>(rows)),
-            };
-            let mut insert = sqlx::query(&sql);
+        for (size, chunk) in runs_statements(runs) {
+            // Room for every value at once: a statement's values grown by doubling take fresh
+            // memory (and its page faults) several times a batch.
+            let mut values = <S::Db as Database>::Arguments::default();
+            values.reserve(
+                chunk.len() * RUN_COLUMNS,
+                chunk.iter().map(NewRun::text_bytes).sum(),
+            );
             for run in chunk {
-                insert = insert
-                    .bind(run.id)
-                    .bind(run.door)
-                    .bind(run.principal)
-                    .bind(run.skill)
-                    .bind(run.started_ms)
-                    .bind(run.duration_us)
-                    .bind(run.status)
-                    .bind(run.problem)
-                    .bind(run.parent)
-                    .bind(run.args)
-                    .bind(run.result)
-                    .bind(run.detail);
+                add_run(&mut values, run).map_err(sqlx::Error::Encode)?;
             }
-            insert.execute(&mut *tx).await?;
+            sqlx::query_with(S::Db::runs_insert_of(size), values)
+                .execute(&mut *tx)
+                .await?;
         }
         tx.commit().await?;
         Ok(())
@@ -437,13 +430,51 @@ where
     }
 }
 
-/// Runs written by one `INSERT` at most (12 values each: far below both databases' limit on
-/// a statement's parameters).
-const RUNS_A_STATEMENT: usize = 64;
+/// How many runs one `INSERT` writes: a batch is written in the largest of these that fit,
+/// largest first. A whole batch of a busy server is one statement (each statement is a round
+/// trip to the database, which costs a run more than its row in statements of 64), and the
+/// statements are a handful, each prepared once and cached, whatever size the batches are.
+/// 12 values a run: 12,288 at most, below both databases' limit on a statement's parameters.
+const RUNS_STATEMENTS: [usize; 6] = [1024, 256, 64, 16, 4, 1];
+
+/// `runs` split into statements of [`RUNS_STATEMENTS`]: each chunk with its size's index.
+fn runs_statements<T>(mut runs: &[T]) -> impl Iterator<Item = (usize, &[T])> {
+    std::iter::from_fn(move || {
+        let size = RUNS_STATEMENTS.iter().position(|&n| n <= runs.len())?;
+        let (chunk, rest) = runs.split_at(RUNS_STATEMENTS[size]);
+        runs = rest;
+        Some((size, chunk))
+    })
+}
+
+/// The values of one run's row, in [`runs_insert`]'s order.
+fn add_run<'q, D>(values: &mut D::Arguments<'q>, run: &NewRun<'q>) -> Result<(), BoxDynError>
+where
+    D: Database,
+    &'q str: Encode<'q, D> + Type<D>,
+    i64: Encode<'q, D> + Type<D>,
+    Option<&'q str>: Encode<'q, D> + Type<D>,
+{
+    values.add(run.id)?;
+    values.add(run.door)?;
+    values.add(run.principal)?;
+    values.add(run.skill)?;
+    values.add(run.started_ms)?;
+    values.add(run.duration_us)?;
+    values.add(run.status)?;
+    values.add(run.problem)?;
+    values.add(run.parent)?;
+    values.add(run.args)?;
+    values.add(run.result)?;
+    values.add(run.detail)
+}
+
+/// The values a run's row has ([`add_run`]).
+const RUN_COLUMNS: usize = 12;
 
 /// The `INSERT` of `rows` runs into `sg_runs`.
 fn runs_insert<D: Dialect>(rows: usize) -> String {
-    const COLUMNS: usize = 12;
+    const COLUMNS: usize = RUN_COLUMNS;
     let mut sql = String::from(
         "INSERT INTO sg_runs (id, door, principal, skill, started_ms, duration_us, status, \
          problem, parent, args, result, detail) VALUES ",
@@ -465,4 +496,47 @@ fn runs_insert<D: Dialect>(rows: usize) -> String {
 /// refuses ("LIMIT must not be negative").
 pub(crate) fn sql_limit(n: usize) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_batch_of_runs_is_written_in_the_largest_cached_statements_that_fit_each_run_once() {
+        for total in [0, 1, 3, 63, 64, 1000, 1024, 1025, 2500] {
+            let runs: Vec<usize> = (0..total).collect();
+            let chunks: Vec<(usize, &[usize])> = runs_statements(&runs).collect();
+            let sizes: Vec<usize> = chunks
+                .iter()
+                .map(|(size, _)| RUNS_STATEMENTS[*size])
+                .collect();
+            assert!(
+                chunks
+                    .iter()
+                    .all(|(size, chunk)| chunk.len() == RUNS_STATEMENTS[*size]),
+                "each statement is one of the cached sizes, {total} runs: {sizes:?}"
+            );
+            assert!(
+                sizes.is_sorted_by(|a, b| a >= b),
+                "largest first: {sizes:?}"
+            );
+            let written: Vec<usize> = chunks.iter().flat_map(|(_, c)| c.iter().copied()).collect();
+            assert_eq!(written, runs, "every run once, in order");
+            // Greedy: no statement of a size could have been one of the next size up.
+            for (at, (size, _)) in chunks.iter().enumerate() {
+                let left: usize = chunks[at..].iter().map(|(_, c)| c.len()).sum();
+                assert!(
+                    *size == 0 || left < RUNS_STATEMENTS[size - 1],
+                    "{total}: {sizes:?}"
+                );
+            }
+        }
+        let full: Vec<usize> = (0..1024).collect();
+        assert_eq!(
+            runs_statements(&full).count(),
+            1,
+            "a full batch is one statement"
+        );
+    }
 }

@@ -201,8 +201,9 @@ async fn a_run_is_read_whole_by_id(b: &Backend) {
 async fn a_large_batch_is_kept_whole_field_by_field_in_its_order(b: &Backend) {
     let store = b.open(Limits::default()).await;
     // Text a store could mangle on its way in: quotes, backslashes, escapes, JSON-looking
-    // strings, non-ASCII; numbers past 32 bits; absent fields beside present ones.
-    let batch: Vec<_> = (0..700i64)
+    // strings, non-ASCII; numbers past 32 bits; absent fields beside present ones. 1,300 runs:
+    // a statement of every size but one a batch is written in (1,024 + 256 + 16 + 4).
+    let batch: Vec<_> = (0..1300i64)
         .map(|n| {
             let mut r = run(&format!("r{n}"), 1_700_000_000_000 + n);
             r.duration_us = n * 1_000_003;
@@ -224,7 +225,7 @@ async fn a_large_batch_is_kept_whole_field_by_field_in_its_order(b: &Backend) {
     store.put_runs(&new(&batch)).await.unwrap();
     let mut got = store
         .runs(&RunFilter {
-            limit: 1000,
+            limit: 2000,
             ..all()
         })
         .await
