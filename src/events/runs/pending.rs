@@ -5,7 +5,7 @@
 use crate::events::records::NewRun;
 
 /// A range of [`Pending::text`].
-type Span = (u32, u32);
+pub(super) type Span = (u32, u32);
 
 /// One run's row: its text fields as ranges of the buffer.
 #[derive(Debug, Clone, Copy)]
@@ -44,8 +44,17 @@ pub(super) struct Mark {
 const KEEP_CAPACITY: usize = 256 * 1024;
 
 impl Pending {
-    /// Adds `run`, taken `ticket`-th.
-    pub fn push(&mut self, ticket: u64, run: NewRun<'_>) {
+    /// Appends what `write` writes to the buffer: a field written in place rather than
+    /// copied in ([`Pending::push`]).
+    pub fn write(&mut self, write: impl FnOnce(&mut String)) -> Span {
+        let start = self.text.len() as u32;
+        write(&mut self.text);
+        (start, self.text.len() as u32)
+    }
+
+    /// Adds `run`, taken `ticket`-th, with its args and result already written
+    /// ([`Pending::write`]); `run.args` and `run.result` are not read.
+    pub fn push(&mut self, ticket: u64, run: NewRun<'_>, args: Span, result: Option<Span>) {
         let row = Row {
             ticket,
             id: self.keep(run.id),
@@ -57,8 +66,8 @@ impl Pending {
             status: self.keep(run.status),
             problem: run.problem.map(|p| self.keep(p)),
             parent: run.parent.map(|p| self.keep(p)),
-            args: self.keep(run.args),
-            result: run.result.map(|r| self.keep(r)),
+            args,
+            result,
             detail: self.keep(run.detail),
         };
         self.rows.push(row);

@@ -10,7 +10,7 @@ use crate::context::id::now_ms;
 use crate::error::SkillError;
 use crate::events::records::{NewRun, StoredRun};
 use crate::events::runs::pending::Pending;
-use crate::events::runs::redact::redact_in_place;
+use crate::events::runs::redact::{has_secrets, redact_in_place};
 use crate::failure::Failure;
 use crate::kernel::timings::EntryTimes;
 use crate::skills::tool::Tool;
@@ -103,16 +103,6 @@ pub struct RunRecord {
     ended: Option<Ended>,
 }
 
-/// A run's args and result as the store keeps them.
-#[derive(Debug, Clone)]
-struct Payload {
-    args: String,
-    args_redacted: bool,
-    args_cut: bool,
-    result: Option<String>,
-    result_cut: bool,
-}
-
 #[derive(Debug, Clone)]
 struct Ended {
     duration: Duration,
@@ -191,39 +181,6 @@ impl RunRecord {
         self.ended.as_ref().map(|e| e.status)
     }
 
-    /// The args and result as the store keeps them.
-    fn take_payload(&mut self, max_bytes: usize) -> Payload {
-        // Redacted in place: copied only while the run's invocation or its reply still holds
-        // them (a run cut as it ends), else taken as they are.
-        let mut args = Arc::unwrap_or_clone(std::mem::take(&mut self.args));
-        let result = self
-            .ended
-            .as_mut()
-            .and_then(|e| e.result.take())
-            .map(Arc::unwrap_or_clone);
-        let schema = self
-            .params
-            .as_ref()
-            .or_else(|| self.tool.as_ref().and_then(|t| t.params()));
-        let args_redacted = redact_in_place(&mut args, schema);
-        let (args, args_cut) = capped(&args, max_bytes);
-        let (result, result_cut) = match result {
-            Some(mut result) => {
-                redact_in_place(&mut result, None);
-                let (text, cut) = capped(&result, max_bytes);
-                (Some(text), cut)
-            }
-            None => (None, false),
-        };
-        Payload {
-            args,
-            args_redacted,
-            args_cut,
-            result,
-            result_cut,
-        }
-    }
-
     /// The row the store keeps: args and result redacted, each cut to `max_bytes` of JSON
     /// text (the detail says which were, so a retry knows it cannot repeat the run).
     pub fn stored(self, max_bytes: usize) -> StoredRun {
@@ -233,15 +190,10 @@ impl RunRecord {
     }
 
     /// Adds the row the store keeps of this run ([`RunRecord::stored`]) to `pending`, taken
-    /// `ticket`-th. What the run held is let go here, on the thread that ends it.
+    /// `ticket`-th. The args and result are written into `pending` as JSON straight from the
+    /// values the run shares with its invocation and reply (copied only when something in
+    /// them is redacted); what the run held is let go here, on the thread that ends it.
     pub(super) fn write_to(mut self, pending: &mut Pending, ticket: u64, max_bytes: usize) {
-        let Payload {
-            args,
-            args_redacted,
-            args_cut,
-            result,
-            result_cut,
-        } = self.take_payload(max_bytes);
         let mut ended = self.ended.take().unwrap_or(Ended {
             duration: self.started.elapsed(),
             status: Status::Aborted,
@@ -249,7 +201,23 @@ impl RunRecord {
             result: None,
             error: None,
         });
-        let detail = self.detail(&mut ended, args_redacted, args_cut, result_cut);
+        let schema = self
+            .params
+            .as_ref()
+            .or_else(|| self.tool.as_ref().and_then(|t| t.params()));
+        let mut args_kept = Kept::default();
+        let args =
+            pending.write(|text| args_kept = append_kept(text, &self.args, schema, max_bytes));
+        let mut result_kept = Kept::default();
+        let result = ended.result.take().map(|value| {
+            pending.write(|text| result_kept = append_kept(text, &value, None, max_bytes))
+        });
+        let detail = self.detail(
+            &mut ended,
+            args_kept.redacted,
+            args_kept.cut,
+            result_kept.cut,
+        );
         pending.push(
             ticket,
             NewRun {
@@ -262,10 +230,12 @@ impl RunRecord {
                 status: ended.status.as_str(),
                 problem: ended.problem,
                 parent: self.parent.as_deref(),
-                args: &args,
-                result: result.as_deref(),
+                args: "",
+                result: None,
                 detail: detail.as_deref().unwrap_or("{}"),
             },
+            args,
+            result,
         );
     }
 
@@ -325,19 +295,45 @@ impl RunRecord {
     }
 }
 
-/// `value` as JSON text of at most `max` bytes: whole, or a JSON string of its first bytes
-/// (`{"$cut": <bytes>, "head": "..."}`) and true.
-fn capped(value: &Value, max: usize) -> (String, bool) {
-    let text = value.to_string();
-    if text.len() <= max {
-        return (text, false);
+/// What became of a value as the record keeps it.
+#[derive(Debug, Default, Clone, Copy)]
+struct Kept {
+    redacted: bool,
+    cut: bool,
+}
+
+/// Appends `value` to `text` as the record keeps it: what `schema` marks secret and every
+/// credential-named key redacted, as JSON text of at most `max` bytes, whole or as a JSON
+/// string of its first bytes (`{"$cut": <bytes>, "head": "..."}`).
+fn append_kept(text: &mut String, value: &Value, schema: Option<&Value>, max: usize) -> Kept {
+    use std::fmt::Write;
+    let start = text.len();
+    let redacted = has_secrets(value, schema);
+    if redacted {
+        let mut copy = value.clone();
+        redact_in_place(&mut copy, schema);
+        let _ = write!(text, "{copy}");
+    } else {
+        let _ = write!(text, "{value}");
     }
-    let mut end = max;
+    let len = text.len() - start;
+    if len <= max {
+        return Kept {
+            redacted,
+            cut: false,
+        };
+    }
+    let mut end = start + max;
     while !text.is_char_boundary(end) {
         end -= 1;
     }
-    let cut = json!({ "$cut": text.len(), "head": &text[..end] });
-    (cut.to_string(), true)
+    let cut = json!({ "$cut": len, "head": &text[start..end] }).to_string();
+    text.truncate(start);
+    text.push_str(&cut);
+    Kept {
+        redacted,
+        cut: true,
+    }
 }
 
 #[cfg(test)]

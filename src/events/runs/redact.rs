@@ -39,6 +39,33 @@ pub fn redact_in_place(value: &mut Value, schema: Option<&Value>) -> bool {
     walk(value, schema)
 }
 
+/// Whether [`redact_in_place`] would redact anything of `value`, found without a copy: most
+/// runs have nothing to redact, and their args and result are then recorded as they are.
+pub fn has_secrets(value: &Value, schema: Option<&Value>) -> bool {
+    if schema.is_some_and(secret) {
+        return true;
+    }
+    match value {
+        Value::Object(fields) => {
+            let properties = schema.and_then(|s| s.get("properties"));
+            fields.iter().any(|(key, field)| {
+                (secret_key(key) && !field.is_null())
+                    || has_secrets(field, properties.and_then(|p| p.get(key)))
+            })
+        }
+        Value::Array(items) => {
+            let each = schema.and_then(|s| s.get("items"));
+            items.iter().any(|item| has_secrets(item, each))
+        }
+        _ => false,
+    }
+}
+
+/// Whether `key` names a credential ([`SECRET_KEYS`]).
+fn secret_key(key: &str) -> bool {
+    SECRET_KEYS.iter().any(|k| k.eq_ignore_ascii_case(key))
+}
+
 fn walk(value: &mut Value, schema: Option<&Value>) -> bool {
     if schema.is_some_and(secret) {
         *value = Value::String(REDACTED.into());
@@ -60,7 +87,7 @@ fn object(fields: &mut Map<String, Value>, schema: Option<&Value>) -> bool {
     let properties = schema.and_then(|s| s.get("properties"));
     let mut any = false;
     for (key, field) in fields.iter_mut() {
-        if SECRET_KEYS.iter().any(|k| k.eq_ignore_ascii_case(key)) && !field.is_null() {
+        if secret_key(key) && !field.is_null() {
             *field = Value::String(REDACTED.into());
             any = true;
             continue;
@@ -94,6 +121,11 @@ mod tests {
         });
         let (kept, redacted) = redact(&args, Some(&schema));
         assert!(redacted);
+        assert!(has_secrets(&args, Some(&schema)));
+        // Only fields the args carry are redacted: without the secret ones, nothing is.
+        let plain = json!({ "user": "ada", "vault": { "label": "home" } });
+        assert!(!has_secrets(&plain, Some(&schema)));
+        assert!(!redact(&plain, Some(&schema)).1);
         assert_eq!(
             kept,
             json!({
@@ -109,6 +141,13 @@ mod tests {
         let args = json!({ "headers": { "Authorization": "Bearer sk-1", "Accept": "*/*", "x-api-key": "k" } });
         let (kept, redacted) = redact(&args, None);
         assert!(redacted);
+        assert!(has_secrets(&args, None));
+        let nested = json!([{ "headers": { "Cookie": "a=1" } }]);
+        assert!(has_secrets(&nested, None));
+        assert!(redact(&nested, None).1);
+        let absent = json!({ "authorization": null });
+        assert!(!has_secrets(&absent, None));
+        assert!(!redact(&absent, None).1);
         assert_eq!(
             kept,
             json!({ "headers": { "Authorization": REDACTED, "Accept": "*/*", "x-api-key": REDACTED } })
@@ -118,6 +157,7 @@ mod tests {
     #[test]
     fn args_with_nothing_secret_are_kept_whole() {
         let args = json!({ "name": "ada", "n": [1, 2] });
+        assert!(!has_secrets(&args, None));
         assert_eq!(redact(&args, None), (args, false));
     }
 }

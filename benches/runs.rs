@@ -1,0 +1,141 @@
+//! What the runs record costs a run, part by part. Each part is measured on its own, so a
+//! change to one shows above the noise of a whole loaded server (`benches/runs-cost` gives that
+//! whole figure).
+//!
+//! - `runs/dispatch_noop/off` and `/on`: a no-op run dispatched through the gateway as a door
+//!   does, and awaited, on one thread, with the record off and on. The record's writer task
+//!   runs on that thread too; the SQLite connection's own thread does not. So on − off is what
+//!   the record adds on the doors' threads.
+//! - `runs/write_sqlite`: batches of 1,024 no-op runs written to the SQLite store `serve` uses
+//!   by default. Its time a run is what the database's side adds (the writer's binding and
+//!   SQLite's insert).
+//!
+//! Run: `cargo bench --bench runs`.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use serde_json::json;
+use skillgate::events::records::{NewRun, Records};
+use skillgate::events::runs::RecordConfig;
+use skillgate::gateway::metrics::Metrics;
+use skillgate::gateway::reply::ReplyPart;
+use skillgate::gateway::{Gateway, Inbound};
+use skillgate::kernel::authority::{Authority, Principal};
+use skillgate::middleware::native;
+
+/// The same allocator as the `skillgate` binary, so the figures are what users get.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+async fn sqlite(dir: &std::path::Path) -> skillgate::events::sqlite::SqliteStore {
+    skillgate::events::sqlite::SqliteStore::open(
+        &dir.join("events.db"),
+        skillgate::events::Limits::default(),
+        false,
+    )
+    .await
+    .expect("open the SQLite store")
+}
+
+fn dispatch_noop(c: &mut Criterion) {
+    let rt = runtime();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let gateway = rt.block_on(async {
+        let store = sqlite(dir.path()).await;
+        let bus = skillgate::events::Bus::new(Arc::new(store), Default::default());
+        let kernel = skillgate::events::WithBus::bus(
+            skillgate::builtins::builder(dir.path()),
+            Arc::new(bus),
+        )
+        .native(native(
+            "name: noop\ndescription: Does nothing.\n",
+            |_ctx, _args| async move { Ok(Some(json!({ "ok": true }))) },
+        ))
+        .build();
+        Gateway::new(kernel, Arc::new(Metrics::new()))
+    });
+    let bus = skillgate::events::KernelBus::bus(&gateway.kernel).clone();
+    let runs = bus.runs();
+    let mut group = c.benchmark_group("runs/dispatch_noop");
+    for on in [false, true] {
+        runs.configure(on.then(RecordConfig::default));
+        group.bench_function(if on { "on" } else { "off" }, |b| {
+            b.iter_custom(|iters| {
+                rt.block_on(async {
+                    let start = Instant::now();
+                    for _ in 0..iters {
+                        let inbound = Inbound::call(
+                            "http",
+                            "noop",
+                            Authority::caller(Principal::local()),
+                            json!({}),
+                            Duration::from_secs(10),
+                        );
+                        let mut dispatch = gateway.dispatch(inbound);
+                        loop {
+                            match dispatch.parts.recv().await {
+                                Some(ReplyPart::Done(outcome)) => {
+                                    outcome.expect("noop answers");
+                                    break;
+                                }
+                                Some(_) => {}
+                                None => panic!("the run ended without an answer"),
+                            }
+                        }
+                    }
+                    let spent = start.elapsed();
+                    // The writer catches up outside the time taken (a current-thread runtime
+                    // runs it only while a call drives it).
+                    runs.settled().await;
+                    spent
+                })
+            })
+        });
+    }
+    group.finish();
+    assert_eq!(runs.dropped_total(), 0, "every run was written");
+}
+
+fn write_sqlite(c: &mut Criterion) {
+    const BATCH: usize = 1024;
+    let rt = runtime();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = rt.block_on(sqlite(dir.path()));
+    let ids: Vec<String> = (0..BATCH).map(|n| format!("{:016x}", n * 7919)).collect();
+    let batch: Vec<NewRun<'_>> = ids
+        .iter()
+        .enumerate()
+        .map(|(n, id)| NewRun {
+            id,
+            door: "http",
+            principal: "local",
+            skill: "noop",
+            started_ms: 1_800_000_000_000 + n as i64,
+            duration_us: 7,
+            status: "ok",
+            problem: None,
+            parent: None,
+            args: "{}",
+            result: Some(r#"{"ok":true}"#),
+            detail: "{}",
+        })
+        .collect();
+    let mut group = c.benchmark_group("runs");
+    group.throughput(Throughput::Elements(BATCH as u64));
+    group.bench_function("write_sqlite", |b| {
+        b.iter(|| rt.block_on(store.put_runs(&batch)).expect("written"))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, dispatch_noop, write_sqlite);
+criterion_main!(benches);
