@@ -202,7 +202,7 @@ async fn a_large_batch_is_kept_whole_field_by_field_in_its_order(b: &Backend) {
     let store = b.open(Limits::default()).await;
     // Text a store could mangle on its way in: quotes, backslashes, escapes, JSON-looking
     // strings, non-ASCII; numbers past 32 bits; absent fields beside present ones. 1,300 runs:
-    // a statement of every size but one a batch is written in (1,024 + 256 + 16 + 4).
+    // more than a full batch, in statements of every size but one (20 x 64 + 16 + 4).
     let batch: Vec<_> = (0..1300i64)
         .map(|n| {
             let mut r = run(&format!("r{n}"), 1_700_000_000_000 + n);
