@@ -26,6 +26,22 @@ struct Row {
     detail: Span,
 }
 
+/// A run's row but for its args and result, which are written into the buffer in place
+/// ([`Pending::write`]) and given to [`Pending::push`] as spans.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Head<'a> {
+    pub id: &'a str,
+    pub door: &'a str,
+    pub principal: &'a str,
+    pub skill: &'a str,
+    pub started_ms: i64,
+    pub duration_us: i64,
+    pub status: &'a str,
+    pub problem: Option<&'a str>,
+    pub parent: Option<&'a str>,
+    pub detail: &'a str,
+}
+
 /// Rows of runs, their text in one buffer.
 #[derive(Debug, Default)]
 pub(super) struct Pending {
@@ -52,9 +68,9 @@ impl Pending {
         (start, self.text.len() as u32)
     }
 
-    /// Adds `run`, taken `ticket`-th, with its args and result already written
-    /// ([`Pending::write`]); `run.args` and `run.result` are not read.
-    pub fn push(&mut self, ticket: u64, run: NewRun<'_>, args: Span, result: Option<Span>) {
+    /// Adds the run `run` heads, taken `ticket`-th, with its args and result already written
+    /// ([`Pending::write`]).
+    pub fn push(&mut self, ticket: u64, run: Head<'_>, args: Span, result: Option<Span>) {
         let row = Row {
             ticket,
             id: self.keep(run.id),

@@ -8,8 +8,8 @@ use serde_json::{Value, json};
 
 use crate::context::id::now_ms;
 use crate::error::SkillError;
-use crate::events::records::{NewRun, StoredRun};
-use crate::events::runs::pending::Pending;
+use crate::events::records::StoredRun;
+use crate::events::runs::pending::{Head, Pending};
 use crate::events::runs::redact::{has_secrets, redact_in_place};
 use crate::failure::Failure;
 use crate::kernel::timings::EntryTimes;
@@ -220,7 +220,7 @@ impl RunRecord {
         );
         pending.push(
             ticket,
-            NewRun {
+            Head {
                 id: &self.id,
                 door: &self.door,
                 principal: &self.principal,
@@ -230,8 +230,6 @@ impl RunRecord {
                 status: ended.status.as_str(),
                 problem: ended.problem,
                 parent: self.parent.as_deref(),
-                args: "",
-                result: None,
                 detail: detail.as_deref().unwrap_or("{}"),
             },
             args,
@@ -404,11 +402,14 @@ mod tests {
             .and_then(|e| e.result.as_ref())
             .unwrap();
         assert!(Arc::ptr_eq(kept, &result), "result shared, not copied");
-        // Written once the invocation and the reply let go: taken as they are, redacted and
-        // cut from the one copy.
-        drop((args, result));
+        // Written while the invocation and the reply still hold them: serialized and cut
+        // straight from the shared values, which stay as they were.
         let stored = ended.stored(1024);
         let cut: Value = serde_json::from_str(&stored.args).unwrap();
         assert_eq!(cut["$cut"], json!(100_000 + r#"{"text":""}"#.len()));
+        let cut: Value = serde_json::from_str(stored.result.as_deref().unwrap()).unwrap();
+        assert_eq!(cut["$cut"], json!(100_000 + r#"{"echo":""}"#.len()));
+        assert_eq!(args["text"].as_str().map(str::len), Some(100_000));
+        assert_eq!(result["echo"].as_str().map(str::len), Some(100_000));
     }
 }
