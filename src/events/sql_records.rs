@@ -476,18 +476,17 @@ const RUN_COLUMNS: usize = 12;
 
 /// The `INSERT` of `rows` runs into `sg_runs`.
 fn runs_insert<D: Dialect>(rows: usize) -> String {
-    const COLUMNS: usize = RUN_COLUMNS;
     let mut sql = String::from(
         "INSERT INTO sg_runs (id, door, principal, skill, started_ms, duration_us, status, \
          problem, parent, args, result, detail) VALUES ",
     );
     for row in 0..rows {
         sql.push_str(if row == 0 { "(" } else { ", (" });
-        for column in 0..COLUMNS {
+        for column in 0..RUN_COLUMNS {
             if column > 0 {
                 sql.push_str(", ");
             }
-            sql.push_str(&D::placeholder(row * COLUMNS + column + 1));
+            sql.push_str(&D::placeholder(row * RUN_COLUMNS + column + 1));
         }
         sql.push(')');
     }

@@ -60,12 +60,12 @@ pub(super) struct Mark {
 const KEEP_CAPACITY: usize = 256 * 1024;
 
 impl Pending {
-    /// Appends what `write` writes to the buffer: a field written in place rather than
-    /// copied in ([`Pending::push`]).
-    pub fn write(&mut self, write: impl FnOnce(&mut String)) -> Span {
+    /// Appends what `write` writes to the buffer, a field written in place rather than
+    /// copied in ([`Pending::push`]): its span, and what `write` returned.
+    pub fn write<R>(&mut self, write: impl FnOnce(&mut String) -> R) -> (Span, R) {
         let start = self.text.len() as u32;
-        write(&mut self.text);
-        (start, self.text.len() as u32)
+        let written = write(&mut self.text);
+        ((start, self.text.len() as u32), written)
     }
 
     /// Adds the run `run` heads, taken `ticket`-th, with its args and result already written

@@ -205,19 +205,14 @@ impl RunRecord {
             .params
             .as_ref()
             .or_else(|| self.tool.as_ref().and_then(|t| t.params()));
-        let mut args_kept = Kept::default();
-        let args =
-            pending.write(|text| args_kept = append_kept(text, &self.args, schema, max_bytes));
-        let mut result_kept = Kept::default();
-        let result = ended.result.take().map(|value| {
-            pending.write(|text| result_kept = append_kept(text, &value, None, max_bytes))
-        });
-        let detail = self.detail(
-            &mut ended,
-            args_kept.redacted,
-            args_kept.cut,
-            result_kept.cut,
-        );
+        let (args, args_kept) =
+            pending.write(|text| append_kept(text, &self.args, schema, max_bytes));
+        let result = ended
+            .result
+            .take()
+            .map(|value| pending.write(|text| append_kept(text, &value, None, max_bytes)));
+        let result_cut = result.is_some_and(|(_, kept)| kept.cut);
+        let detail = self.detail(&mut ended, args_kept.redacted, args_kept.cut, result_cut);
         pending.push(
             ticket,
             Head {
@@ -233,7 +228,7 @@ impl RunRecord {
                 detail: detail.as_deref().unwrap_or("{}"),
             },
             args,
-            result,
+            result.map(|(span, _)| span),
         );
     }
 
@@ -294,7 +289,7 @@ impl RunRecord {
 }
 
 /// What became of a value as the record keeps it.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Clone, Copy)]
 struct Kept {
     redacted: bool,
     cut: bool,
