@@ -78,9 +78,12 @@ pub struct SmtpSettings {
     /// SMTP sessions at once; a client past it is told 421 and let go, so idle clients cannot
     /// take the file descriptors HTTP needs [default: 256].
     pub max_connections: Option<usize>,
-    /// Bytes of DATA being received across all sessions at once; a client whose message would
-    /// pass it is told 452 and let go (it tries again later) [default: 64 MiB].
+    /// Bytes of DATA being received across all sessions at once; a message that would pass it
+    /// waits for room (its client's bytes stay unread) [default: 64 MiB].
     pub max_data_in_flight: Option<usize>,
+    /// How long a message waits for room under `max-data-in-flight` before its client is told
+    /// 452 and let go (it tries again later) [default: 30 s].
+    pub max_data_wait: Option<Seconds>,
     /// Bytes of DATA read per second across all sessions; past it reading waits (TCP pushes
     /// back on the senders), so floods of DATA cannot take the cores the other doors need
     /// [default: 16 MiB; 0: unpaced].
@@ -230,6 +233,8 @@ pub struct EmailConfig {
     pub max_connections: usize,
     /// Bytes of DATA being received across all sessions at once.
     pub max_data_in_flight: usize,
+    /// How long a message waits for room under `max_data_in_flight`.
+    pub max_data_wait: Duration,
     /// Bytes of DATA read per second across all sessions (0: unpaced).
     pub max_data_rate: usize,
     pub require_verified_sender: bool,
@@ -336,6 +341,7 @@ impl EmailConfig {
             max_size: settings.max_size.unwrap_or(10 * 1024 * 1024),
             max_connections: smtp.max_connections.unwrap_or(256).max(1),
             max_data_in_flight: smtp.max_data_in_flight.unwrap_or(64 * 1024 * 1024).max(1),
+            max_data_wait: smtp.max_data_wait.map_or(Duration::from_secs(30), |s| s.0),
             max_data_rate: smtp.max_data_rate.unwrap_or(16 * 1024 * 1024),
             require_verified_sender: settings.require_verified_sender.unwrap_or(false),
             trusted_relay: settings.trusted_relay.filter(|r| !r.trim().is_empty()),

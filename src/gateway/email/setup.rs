@@ -98,6 +98,7 @@ pub fn keep_restart_settings(running: &EmailConfig, next: &mut EmailConfig) -> V
                 "email.smtp.max-data-in-flight",
                 c.max_data_in_flight.to_string(),
             ),
+            ("email.smtp.max-data-wait", format!("{:?}", c.max_data_wait)),
             ("email.smtp.max-data-rate", c.max_data_rate.to_string()),
             ("email.imap", format!("{:?}", c.imap)),
             ("email.relay", format!("{:?}", c.relay)),

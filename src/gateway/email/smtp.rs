@@ -5,12 +5,12 @@
 //! cannot be read.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use smtp_proto::Request;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -44,7 +44,11 @@ pub async fn serve(
     tracker: TaskTracker,
 ) {
     let sessions = Arc::new(tokio::sync::Semaphore::new(config.max_connections));
-    let in_flight = InFlight::new(config.max_data_in_flight, config.max_data_rate);
+    let in_flight = InFlight::new(
+        config.max_data_in_flight,
+        config.max_data_wait,
+        config.max_data_rate,
+    );
     loop {
         let accepted = tokio::select! {
             () = stop.cancelled() => return,
@@ -287,7 +291,8 @@ async fn converse<S: AsyncRead + AsyncWrite + Unpin>(
                             say(reader, refusal.as_bytes()).await?;
                             return Ok(Ended::Closed);
                         }
-                        // Many messages arrive at once: this one is told to come back later.
+                        // Many messages arrive at once, and room did not come in time: this
+                        // one is told to come back later.
                         Data::Busy => {
                             say(reader, b"452 4.3.1 too much mail arriving at once; try again later; closing\r\n").await?;
                             return Ok(Ended::Closed);
@@ -352,22 +357,33 @@ fn answer(taken: Result<Taken, IntakeError>) -> String {
 }
 
 /// Bytes of DATA being received by every session together, bounded by
-/// `email.smtp.max-data-in-flight`, and the pace they are read at, bounded by
+/// `email.smtp.max-data-in-flight` (a message that would pass it waits for room, at most
+/// `email.smtp.max-data-wait`), and the pace they are read at, bounded by
 /// `email.smtp.max-data-rate`.
 pub struct InFlight {
     max: usize,
-    used: AtomicUsize,
+    /// The bytes free under `max`, as permits handed out first come, first served.
+    room: Semaphore,
+    wait: Duration,
     /// The pace bytes are read at; `None`: unpaced.
     rate: Option<Pace>,
 }
 
 impl InFlight {
-    pub fn new(max: usize, rate: usize) -> Arc<InFlight> {
+    pub fn new(max: usize, wait: Duration, rate: usize) -> Arc<InFlight> {
+        let max = max.min(Semaphore::MAX_PERMITS);
         Arc::new(InFlight {
             max,
-            used: AtomicUsize::new(0),
+            room: Semaphore::new(max),
+            wait,
             rate: Pace::new(rate),
         })
+    }
+
+    /// Bytes held now.
+    #[cfg(test)]
+    fn used(&self) -> usize {
+        self.max - self.room.available_permits()
     }
 
     /// Waits until `n` more bytes may be read, at the configured pace.
@@ -377,13 +393,27 @@ impl InFlight {
         }
     }
 
-    /// Takes `n` more bytes for `held`, unless that would pass the bound.
-    fn take(self: &Arc<Self>, held: &mut Held, n: usize) -> bool {
-        let before = self.used.fetch_add(n, Ordering::AcqRel);
-        if before + n > self.max {
-            self.used.fetch_sub(n, Ordering::AcqRel);
+    /// Takes `n` more bytes for `held`, waiting for room as long as the bound allows; `false`
+    /// when none came in time (or `n` is more than the whole bound). A session that waits
+    /// leaves its client's bytes unread: a flood of DATA past the bound waits in the senders'
+    /// sockets instead of turning into sessions let go and opened again as fast as the
+    /// senders reconnect.
+    async fn take(&self, held: &mut Held, n: usize) -> bool {
+        let Ok(count) = u32::try_from(n) else {
+            return false;
+        };
+        if n > self.max {
             return false;
         }
+        let permit = match self.room.try_acquire_many(count) {
+            Ok(permit) => permit,
+            Err(_) => match tokio::time::timeout(self.wait, self.room.acquire_many(count)).await {
+                Ok(Ok(permit)) => permit,
+                _ => return false,
+            },
+        };
+        // Given back by `held` when the message is done with.
+        permit.forget();
         held.0 += n;
         true
     }
@@ -394,7 +424,9 @@ struct Held(usize, Arc<InFlight>);
 
 impl Drop for Held {
     fn drop(&mut self) {
-        self.1.used.fetch_sub(self.0, Ordering::AcqRel);
+        if self.0 > 0 {
+            self.1.room.add_permits(self.0);
+        }
     }
 }
 
@@ -403,7 +435,7 @@ enum Data {
     Message(Vec<u8>, Held),
     /// Past `max-size`.
     TooBig,
-    /// Past `max-data-in-flight`.
+    /// Past `max-data-in-flight` for longer than `max-data-wait`.
     Busy,
 }
 
@@ -449,7 +481,7 @@ async fn receive<S: AsyncRead + Unpin>(
         let needed = data.len() + body.len();
         if needed > data.capacity() {
             let grown = needed.max(data.capacity() * 2).min(max);
-            if !in_flight.take(&mut held, grown - data.capacity()) {
+            if !in_flight.take(&mut held, grown - data.capacity()).await {
                 return Ok(Data::Busy);
             }
             data.reserve_exact(grown - data.len());
@@ -479,34 +511,91 @@ mod tests {
     async fn the_data_bound_counts_the_memory_a_message_holds_not_its_length() {
         // 600 bytes arrive in lines of 100: held as 100, 200, 400, then 800 bytes of capacity.
         let raw = message(6, 100);
-        let in_flight = InFlight::new(700, 0);
+        let in_flight = InFlight::new(700, Duration::ZERO, 0);
         let mut reader = BufReader::new(raw.as_slice());
         let data = receive(&mut reader, 10_000, &in_flight).await.unwrap();
         assert!(
             matches!(data, Data::Busy),
             "800 bytes held passed a 700-byte bound"
         );
-        assert_eq!(in_flight.used.load(Ordering::Acquire), 0, "given back");
+        assert_eq!(in_flight.used(), 0, "given back");
 
-        let in_flight = InFlight::new(800, 0);
+        let in_flight = InFlight::new(800, Duration::ZERO, 0);
         let mut reader = BufReader::new(raw.as_slice());
         let Data::Message(data, _held) = receive(&mut reader, 10_000, &in_flight).await.unwrap()
         else {
             panic!("the message fits its bound");
         };
         assert_eq!(data.len(), 600);
-        assert_eq!(in_flight.used.load(Ordering::Acquire), data.capacity());
+        assert_eq!(in_flight.used(), data.capacity());
+    }
+
+    /// Another message holding `held` bytes of `in_flight`, and one of 600 bytes (800 of
+    /// capacity at its end) being received beside it, on a task.
+    async fn beside(
+        in_flight: &Arc<InFlight>,
+        held: usize,
+    ) -> (Held, tokio::task::JoinHandle<Data>) {
+        let mut other = Held(0, in_flight.clone());
+        assert!(in_flight.take(&mut other, held).await);
+        let in_flight = in_flight.clone();
+        let receiving = tokio::spawn(async move {
+            let raw = message(6, 100);
+            let mut reader = BufReader::new(raw.as_slice());
+            receive(&mut reader, 10_000, &in_flight).await.unwrap()
+        });
+        (other, receiving)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_message_past_the_data_bound_waits_for_room_and_goes_on_when_another_gives_it_back() {
+        let in_flight = InFlight::new(1000, Duration::from_secs(30), 0);
+        let (other, mut receiving) = beside(&in_flight, 800).await;
+        // It takes the 200 bytes left, then waits for the next 200 it needs.
+        tokio::time::sleep(Duration::from_secs(20)).await;
+        assert!(
+            tokio::time::timeout(Duration::ZERO, &mut receiving)
+                .await
+                .is_err(),
+            "waits for room rather than being turned away"
+        );
+        assert_eq!(in_flight.used(), 1000);
+        drop(other);
+        let Data::Message(data, _held) = receiving.await.unwrap() else {
+            panic!("taken once the other message gave its bytes back");
+        };
+        assert_eq!(data.len(), 600);
+        assert_eq!(in_flight.used(), data.capacity());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_message_that_finds_no_room_within_the_wait_is_turned_away_and_gives_back_what_it_held()
+     {
+        let in_flight = InFlight::new(1000, Duration::from_secs(30), 0);
+        let began = tokio::time::Instant::now();
+        let (_other, receiving) = beside(&in_flight, 800).await;
+        assert!(matches!(receiving.await.unwrap(), Data::Busy));
+        assert_eq!(
+            began.elapsed(),
+            Duration::from_secs(30),
+            "after the whole wait"
+        );
+        assert_eq!(in_flight.used(), 800, "only the other message's bytes held");
+        // A message larger than the whole bound is turned away at once.
+        let mut held = Held(0, in_flight.clone());
+        assert!(!in_flight.take(&mut held, 1001).await);
+        assert_eq!(began.elapsed(), Duration::from_secs(30));
     }
 
     #[tokio::test(start_paused = true)]
     async fn data_is_read_at_most_the_configured_bytes_a_second() {
-        let in_flight = InFlight::new(1 << 20, 8192);
+        let in_flight = InFlight::new(1 << 20, Duration::ZERO, 8192);
         let began = tokio::time::Instant::now();
         in_flight.pace(8192).await;
         in_flight.pace(8192).await;
         // A second's worth goes at once, the next waits its second.
         assert_eq!(began.elapsed(), Duration::from_secs(1));
-        let unpaced = InFlight::new(1 << 20, 0);
+        let unpaced = InFlight::new(1 << 20, Duration::ZERO, 0);
         unpaced.pace(1 << 30).await;
         assert_eq!(began.elapsed(), Duration::from_secs(1), "unpaced: no wait");
     }
