@@ -168,6 +168,7 @@ async fn handle(
     let mut dispatch = host.gateway.dispatch(Inbound {
         transport: NAME,
         skill: ToolRef::Name(Arc::from(tool.name.as_str())),
+        tool: Some(tool.clone()),
         authority: host.policy.authority(&tool, principal),
         announce: Some(json!({ "skill": tool.name, "args": args, "requestId": request_id })),
         args,

@@ -349,13 +349,13 @@ impl Context {
     }
 
     /// Stores a non-JSON value at a path; it serializes as absent.
-    pub fn set_extension(&self, path: &str, value: Arc<dyn Any + Send + Sync>) {
+    pub fn set_extension(&self, path: impl Into<String>, value: Arc<dyn Any + Send + Sync>) {
         self.0
             .state
             .lock()
             .extensions
             .get_or_insert_with(HashMap::new)
-            .insert(path.to_string(), value);
+            .insert(path.into(), value);
     }
 
     /// A non-JSON value stored at `path` here or, for `nonlocals.*` paths, on an ancestor.

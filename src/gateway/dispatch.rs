@@ -21,6 +21,7 @@ use crate::gateway::reply::{RESPONSE_PATH, Reply, ReplyPart, ReplyParts};
 use crate::kernel::authority::Level;
 use crate::kernel::timings::{EntryTimes, RECORD_PATH, timed};
 use crate::kernel::{InvokeOptions, Kernel, ToolRef};
+use crate::skills::tool::Tool;
 
 /// A verified inbound message, routed to a skill.
 #[derive(Debug)]
@@ -29,6 +30,10 @@ pub struct Inbound {
     pub transport: &'static str,
     /// The routed skill.
     pub skill: ToolRef,
+    /// The routed skill as the door found it when it checked the caller's reach, if it did:
+    /// the runs record reads the params schema it redacts by from it instead of looking the
+    /// skill up again. The run itself still names `skill` to the kernel.
+    pub tool: Option<Arc<Tool>>,
     /// Who names it, for whom: the caller's own authority when the caller named the skill, the
     /// project's serving the caller when a route the project declared chose it.
     pub authority: crate::kernel::authority::Authority,
@@ -68,6 +73,7 @@ impl Inbound {
         Inbound {
             transport,
             skill: ToolRef::Name(Arc::from(skill)),
+            tool: None,
             authority,
             args,
             request: Map::new(),
@@ -174,7 +180,7 @@ impl Gateway {
                 let err = SkillError::busy(why);
                 // Nothing runs them: the record takes the args rather than a copy.
                 let args = std::mem::take(&mut inbound.args);
-                if let Some(record) = self.record(&root_id, &inbound, args, parent) {
+                if let Some(record) = self.record(&root_id, &mut inbound, args, parent) {
                     self.kernel.bus().runs().record(record.end(Err(&err)));
                 }
                 let _ = reply.offer_done(Err(err));
@@ -216,7 +222,7 @@ impl Gateway {
     fn record(
         &self,
         root_id: &str,
-        inbound: &Inbound,
+        inbound: &mut Inbound,
         args: impl Into<Arc<Value>>,
         parent: Option<String>,
     ) -> Option<RunRecord> {
@@ -224,10 +230,11 @@ impl Gateway {
         if !runs.on() {
             return None;
         }
+        let found = inbound.tool.take();
         let (skill, tool) = match &inbound.skill {
             ToolRef::Name(name) => (
                 name.to_string(),
-                self.kernel.registry().current().get(name).cloned(),
+                found.or_else(|| self.kernel.registry().current().get(name).cloned()),
             ),
             ToolRef::Def(tool) => (tool.name.clone(), Some(tool.clone())),
         };
@@ -268,11 +275,14 @@ impl Run {
         let feeds = inbound.follow.then(|| self.follow());
         // One copy of the args, however large: the invocation and its record share it.
         let args = Arc::new(std::mem::take(&mut inbound.args));
-        let mut record =
-            self.gateway
-                .record(&self.root_id, &inbound, args.clone(), self.parent.take());
+        let mut record = self.gateway.record(
+            &self.root_id,
+            &mut inbound,
+            args.clone(),
+            self.parent.take(),
+        );
         let times = record.as_mut().map(|record| {
-            let times = Arc::new(EntryTimes::default());
+            let times = Arc::new(EntryTimes::since(record.started_at()));
             record.entries = Some(times.clone());
             times
         });

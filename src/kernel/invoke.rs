@@ -406,7 +406,7 @@ fn prepare(
     let ctx = create(&kernel, birth, resolved);
     apply_seed(&ctx, seed.locals, seed.nonlocals, seed.run)?;
     for (path, value) in seed.extensions {
-        ctx.set_extension(&path, value);
+        ctx.set_extension(path, value);
     }
     let link = seed.signal.map(|outer| link_signal(&ctx, outer));
     // 8. The chain (in place from the cache unless something adjusts it).

@@ -108,8 +108,16 @@ pub struct EntryTimes {
 
 impl Default for EntryTimes {
     fn default() -> Self {
+        EntryTimes::since(Instant::now())
+    }
+}
+
+impl EntryTimes {
+    /// The timings of a run that started at `started` (its record's start: one clock read a
+    /// run fewer).
+    pub fn since(started: Instant) -> EntryTimes {
         EntryTimes {
-            started: Instant::now(),
+            started,
             // A small run's chain (its layers and body) fits without growing.
             entries: Mutex::new(Gathered {
                 entries: Vec::with_capacity(8),

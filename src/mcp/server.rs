@@ -163,6 +163,7 @@ impl ServerHandler for SkillServer {
         let inbound = Inbound {
             transport: "mcp",
             skill: ToolRef::Name(Arc::from(tool.name.as_str())),
+            tool: Some(tool.clone()),
             authority,
             args: Value::Object(request.arguments.unwrap_or_default()),
             request: fields,

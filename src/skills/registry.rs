@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use arc_swap::ArcSwap;
 use parking_lot::{Mutex, RwLock};
 use serde_json::{Map, Value};
 
@@ -46,7 +47,8 @@ pub struct Registry {
     config: RwLock<RegistryConfig>,
     natives: RwLock<Vec<Arc<Tool>>>,
     generation: AtomicU64,
-    current: RwLock<Arc<SearchIndex>>,
+    /// Read on every invocation by every core: swapped whole, read without a lock.
+    current: ArcSwap<SearchIndex>,
     /// Indexes for search paths set by the `paths` middleware and tools layered by the `mcp`
     /// middleware, per generation.
     custom: Mutex<HashMap<CustomKey, Arc<SearchIndex>>>,
@@ -68,7 +70,7 @@ impl Registry {
             config: RwLock::new(config),
             natives: RwLock::new(natives),
             generation: AtomicU64::new(0),
-            current: RwLock::new(Arc::new(index)),
+            current: ArcSwap::from_pointee(index),
             custom: Mutex::new(HashMap::new()),
             installed: tokio::sync::watch::Sender::new(0),
         }
@@ -81,7 +83,7 @@ impl Registry {
 
     /// The index of the current generation over the default search paths.
     pub fn current(&self) -> Arc<SearchIndex> {
-        self.current.read().clone()
+        self.current.load_full()
     }
 
     /// The index over `dirs` (then the bundled and native tools), built once per generation.
@@ -187,7 +189,7 @@ impl Registry {
     /// Makes `index` the current one; the custom-path indexes of the old generation go away.
     fn install(&self, index: Arc<SearchIndex>) {
         let generation = index.generation;
-        *self.current.write() = index;
+        self.current.store(index);
         self.custom.lock().clear();
         self.installed.send_replace(generation);
     }

@@ -74,7 +74,7 @@ impl Status {
 pub struct RunRecord {
     /// The root context id.
     pub id: String,
-    pub door: String,
+    pub door: &'static str,
     pub principal: String,
     pub skill: String,
     /// Shared with the running invocation, not copied: a run holds its args once however
@@ -117,14 +117,14 @@ impl RunRecord {
     /// A run of `skill` begun now.
     pub fn begin(
         id: impl Into<String>,
-        door: &str,
+        door: &'static str,
         principal: impl Into<String>,
         skill: impl Into<String>,
         args: impl Into<Arc<Value>>,
     ) -> RunRecord {
         RunRecord {
             id: id.into(),
-            door: door.to_string(),
+            door,
             principal: principal.into(),
             skill: skill.into(),
             args: args.into(),
@@ -167,12 +167,17 @@ impl RunRecord {
         self
     }
 
-    /// Keeps the entries' timings of this run whatever its outcome (it was sampled).
     /// When it started (ms since the epoch).
     pub fn started_ms(&self) -> i64 {
         self.started_ms
     }
 
+    /// When it started, on the monotonic clock its duration is measured by.
+    pub fn started_at(&self) -> Instant {
+        self.started
+    }
+
+    /// Keeps the entries' timings of this run whatever its outcome (it was sampled).
     pub fn keep_entries(&mut self) {
         self.keep_entries = true;
     }
@@ -217,7 +222,7 @@ impl RunRecord {
             ticket,
             Head {
                 id: &self.id,
-                door: &self.door,
+                door: self.door,
                 principal: &self.principal,
                 skill: &self.skill,
                 started_ms: self.started_ms,

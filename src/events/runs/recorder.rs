@@ -83,17 +83,13 @@ struct Shared {
     max_bytes: AtomicUsize,
     /// The runs waiting to be written, in a buffer per thread.
     shards: Box<[Shard]>,
-    /// What the runs waiting to be written hold: runs, and bytes of their rows.
-    queued: AtomicU64,
-    queued_bytes: AtomicU64,
-    /// Whether the writer was woken for runs it has not yet taken.
-    woken: AtomicBool,
+    /// What every run writes, kept off the cache line of what every run only reads.
+    taking: Taking,
     /// Wakes the writer: runs are waiting, or the recorder is gone ([`Shared::closed`]).
     wake: Notify,
     /// Ends the writer's linger: a batch is waiting.
     full: Notify,
     closed: AtomicBool,
-    sent: AtomicU64,
     written: AtomicU64,
     dropped: AtomicU64,
     /// Listeners of the feed, read on every run (the feed's own count takes a lock).
@@ -102,6 +98,21 @@ struct Shared {
     settled: Notify,
     /// Runs as they start and once written (`GET /runs/stream`), for whoever listens.
     feed: broadcast::Sender<Arc<Value>>,
+}
+
+/// The counts every run taken moves, on a cache line of their own: each write takes the line
+/// from the other cores, which would otherwise also miss on the settings beside it that every
+/// run reads.
+#[repr(align(128))]
+#[derive(Default)]
+struct Taking {
+    /// Runs taken so far (each run's ticket).
+    sent: AtomicU64,
+    /// What the runs waiting to be written hold: runs, and bytes of their rows.
+    queued: AtomicU64,
+    queued_bytes: AtomicU64,
+    /// Whether the writer was woken for runs it has not yet taken.
+    woken: AtomicBool,
 }
 
 /// One buffer of runs waiting to be written, on a cache line of its own.
@@ -127,13 +138,10 @@ impl Recorder {
                 sample: AtomicU64::new(0),
                 max_bytes: AtomicUsize::new(RecordConfig::default().max_bytes),
                 shards: (0..SHARDS).map(|_| Shard::default()).collect(),
-                queued: AtomicU64::new(0),
-                queued_bytes: AtomicU64::new(0),
-                woken: AtomicBool::new(false),
+                taking: Taking::default(),
                 wake: Notify::new(),
                 full: Notify::new(),
                 closed: AtomicBool::new(false),
-                sent: AtomicU64::new(0),
                 written: AtomicU64::new(0),
                 dropped: AtomicU64::new(0),
                 listeners: AtomicUsize::new(0),
@@ -209,24 +217,33 @@ impl Recorder {
             return;
         }
         let shared = &self.shared;
-        let ticket = shared.sent.fetch_add(1, Ordering::Relaxed);
+        let ticket = shared.taking.sent.fetch_add(1, Ordering::Relaxed);
         let max_bytes = shared.max_bytes.load(Ordering::Relaxed);
         let mut pending = shared.shards[shard()].0.lock();
         let mark = pending.mark();
         run.write_to(&mut pending, ticket, max_bytes);
         let bytes = pending.bytes_since(mark);
-        let queued = shared.queued.fetch_add(1, Ordering::Relaxed) + 1;
-        let queued_bytes = shared.queued_bytes.fetch_add(bytes, Ordering::Relaxed) + bytes;
+        let queued = shared.taking.queued.fetch_add(1, Ordering::Relaxed) + 1;
+        let queued_bytes = shared
+            .taking
+            .queued_bytes
+            .fetch_add(bytes, Ordering::Relaxed)
+            + bytes;
         if queued > QUEUE || queued_bytes > QUEUE_BYTES {
             pending.undo(mark);
             drop(pending);
-            shared.queued.fetch_sub(1, Ordering::Relaxed);
-            shared.queued_bytes.fetch_sub(bytes, Ordering::Relaxed);
+            shared.taking.queued.fetch_sub(1, Ordering::Relaxed);
+            shared
+                .taking
+                .queued_bytes
+                .fetch_sub(bytes, Ordering::Relaxed);
             self.dropped(1);
             return;
         }
         drop(pending);
-        if !shared.woken.load(Ordering::Relaxed) && !shared.woken.swap(true, Ordering::AcqRel) {
+        if !shared.taking.woken.load(Ordering::Relaxed)
+            && !shared.taking.woken.swap(true, Ordering::AcqRel)
+        {
             shared.wake.notify_one();
         }
         if queued.is_multiple_of(BATCH as u64) {
@@ -276,7 +293,7 @@ impl Recorder {
 
     /// Waits until every run taken so far is written or dropped.
     pub async fn settled(&self) {
-        self.settled_at_least(self.shared.sent.load(Ordering::Relaxed))
+        self.settled_at_least(self.shared.taking.sent.load(Ordering::Relaxed))
             .await;
     }
 }
@@ -362,14 +379,14 @@ async fn write(store: Arc<dyn EventStore>, shared: Arc<Shared>) {
             }
         }
         let closed = shared.closed.load(Ordering::Acquire);
-        if !closed && shared.queued.load(Ordering::Relaxed) < BATCH as u64 {
+        if !closed && shared.taking.queued.load(Ordering::Relaxed) < BATCH as u64 {
             tokio::select! {
                 () = tokio::time::sleep(LINGER) => {}
                 () = shared.full.notified() => {}
             }
         }
         // A run that comes after this wakes the writer again.
-        shared.woken.store(false, Ordering::Release);
+        shared.taking.woken.store(false, Ordering::Release);
         for (shard, taken) in shared.shards.iter().zip(&mut taken) {
             std::mem::swap(&mut *shard.0.lock(), taken);
         }
@@ -402,8 +419,11 @@ async fn write(store: Arc<dyn EventStore>, shared: Arc<Shared>) {
         }
         drop(rows);
         // Counted until written: the batch being written holds its rows too.
-        shared.queued.fetch_sub(runs, Ordering::Relaxed);
-        shared.queued_bytes.fetch_sub(bytes, Ordering::Relaxed);
+        shared.taking.queued.fetch_sub(runs, Ordering::Relaxed);
+        shared
+            .taking
+            .queued_bytes
+            .fetch_sub(bytes, Ordering::Relaxed);
         taken.iter_mut().for_each(Pending::clear);
         if closed {
             return;

@@ -73,6 +73,7 @@ pub async fn run(host: Host, email: Arc<Email>, queued: Queued, delivery: Delive
             let inbound = Inbound {
                 transport: "email",
                 skill: ToolRef::Name(Arc::from(tool.name.as_str())),
+                tool: Some(tool),
                 authority,
                 args,
                 request,

@@ -69,6 +69,7 @@ pub async fn invoke(
     let inbound = Inbound {
         transport: "http",
         skill: ToolRef::Name(Arc::from(tool.name.as_str())),
+        tool: Some(tool),
         authority,
         announce: state
             .config

@@ -319,6 +319,7 @@ async fn handle(
     let inbound = Inbound {
         transport: "http",
         skill: ToolRef::Name(Arc::from(route.skill.as_str())),
+        tool: None,
         authority,
         announce: state.config.announce.then(|| args.clone()),
         request: request_fields(&method, &path, &headers, &query),

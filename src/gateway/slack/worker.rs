@@ -71,6 +71,7 @@ pub async fn run(host: Host, slack: Arc<Slack>, queued: Queued, delivery: Delive
             let inbound = Inbound {
                 transport: "slack",
                 skill: ToolRef::Name(Arc::from(name.as_str())),
+                tool: None,
                 authority,
                 announce: Some(json!({
                     "channel": channel,

@@ -75,6 +75,7 @@ pub async fn run(host: Host, route: Arc<WebhookRoute>, queued: Queued, delivery:
     let inbound = Inbound {
         transport: super::NAME,
         skill: ToolRef::Name(Arc::from(route.skill.as_str())),
+        tool: None,
         authority,
         announce: Some(json!({
             "path": route.path,

@@ -324,6 +324,7 @@ impl Connection {
         let inbound = Inbound {
             transport: super::NAME,
             skill: ToolRef::Name(Arc::from(tool.name.as_str())),
+            tool: Some(tool.clone()),
             authority,
             announce: Some(json!({
                 "skill": skill,
