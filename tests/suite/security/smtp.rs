@@ -105,6 +105,31 @@ fn unfinished_message() -> String {
     format!("{subject}From: ada@example.org\r\n\r\n{body}")
 }
 
+/// One SMTP session's two halves.
+type Session = (
+    tokio::io::BufReader<tokio::net::tcp::OwnedReadHalf>,
+    tokio::net::tcp::OwnedWriteHalf,
+);
+
+/// Three sessions at DATA on `smtp`, opened one after another, each sending an
+/// [`unfinished_message`]; and what the server answered each within half a second (`""`:
+/// nothing).
+async fn three_unfinished(smtp: std::net::SocketAddr) -> (Vec<Session>, Vec<String>) {
+    let mut sessions = Vec::new();
+    let mut answers = Vec::new();
+    for _ in 0..3 {
+        let (mut reader, mut write) = at_data(smtp).await;
+        write
+            .write_all(unfinished_message().as_bytes())
+            .await
+            .unwrap();
+        write.flush().await.unwrap();
+        answers.push(answer_within(&mut reader, Duration::from_millis(500)).await);
+        sessions.push((reader, write));
+    }
+    (sessions, answers)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn data_in_flight_across_sessions_is_capped_and_a_client_past_it_waits_then_is_told_452() {
     let sink = Sink::start().await;
@@ -118,18 +143,7 @@ async fn data_in_flight_across_sessions_is_capped_and_a_client_past_it_waits_the
     let smtp = server.email_addr().unwrap();
     // Three sessions each send 100 KiB of a message they do not finish: the third passes the
     // bound of 256 KiB together, though each is far below the size cap.
-    let mut held = Vec::new();
-    let mut answers = Vec::new();
-    for _ in 0..3 {
-        let (mut reader, mut write) = at_data(smtp).await;
-        write
-            .write_all(unfinished_message().as_bytes())
-            .await
-            .unwrap();
-        write.flush().await.unwrap();
-        answers.push(answer_within(&mut reader, Duration::from_millis(500)).await);
-        held.push((reader, write));
-    }
+    let (mut held, answers) = three_unfinished(smtp).await;
     assert_eq!(
         answers,
         ["", "", ""],
@@ -168,21 +182,12 @@ async fn a_message_waiting_for_room_under_the_data_bound_is_taken_once_another_f
     })
     .await;
     let smtp = server.email_addr().unwrap();
-    let mut sessions = Vec::new();
-    for _ in 0..3 {
-        let (mut reader, mut write) = at_data(smtp).await;
-        write
-            .write_all(unfinished_message().as_bytes())
-            .await
-            .unwrap();
-        write.flush().await.unwrap();
-        assert_eq!(
-            answer_within(&mut reader, Duration::from_millis(500)).await,
-            "",
-            "no session is turned away while it may wait for room"
-        );
-        sessions.push((reader, write));
-    }
+    let (mut sessions, answers) = three_unfinished(smtp).await;
+    assert_eq!(
+        answers,
+        ["", "", ""],
+        "no session is turned away while it may wait for room"
+    );
     // The first finishes its message and gives back what it held: the third goes on.
     let (first_reader, first_write) = &mut sessions[0];
     first_write.write_all(b".\r\n").await.unwrap();
