@@ -266,11 +266,6 @@ struct Run {
 
 impl Run {
     async fn go(mut self, mut inbound: Inbound) {
-        let started = Instant::now();
-        let skill = match &inbound.skill {
-            ToolRef::Name(n) => n.to_string(),
-            ToolRef::Def(t) => t.name.clone(),
-        };
         let transport = inbound.transport;
         let feeds = inbound.follow.then(|| self.follow());
         // One copy of the args, however large: the invocation and its record share it.
@@ -281,6 +276,15 @@ impl Run {
             args.clone(),
             self.parent.take(),
         );
+        // A recorded run's start and skill name serve its metrics too (one clock read and one
+        // copy of the name a run fewer).
+        let started = record
+            .as_ref()
+            .map_or_else(Instant::now, RunRecord::started_at);
+        let unrecorded = record.is_none().then(|| match &inbound.skill {
+            ToolRef::Name(n) => n.to_string(),
+            ToolRef::Def(t) => t.name.clone(),
+        });
         let times = record.as_mut().map(|record| {
             let times = Arc::new(EntryTimes::since(record.started_at()));
             record.entries = Some(times.clone());
@@ -289,16 +293,20 @@ impl Run {
         let outcome = self.invoke(inbound, args, times).await;
         // Everything the run logged or emitted was offered as it happened.
         drop(feeds);
-        if let Some(record) = record {
-            let ended = record.end(outcome.as_ref().map(Option::as_ref));
-            self.gateway.kernel.bus().runs().record(ended);
-        }
+        let skill = match (&record, &unrecorded) {
+            (Some(record), _) => record.skill.as_str(),
+            (None, name) => name.as_deref().unwrap_or_default(),
+        };
         self.gateway.metrics.invocation(
-            &skill,
+            skill,
             transport,
             outcome.as_ref().err().map(|e| e.kind()),
             started.elapsed(),
         );
+        if let Some(record) = record {
+            let ended = record.end(outcome.as_ref().map(Option::as_ref));
+            self.gateway.kernel.bus().runs().record(ended);
+        }
         let _ = self.reply.send(ReplyPart::Done(outcome)).await;
     }
 
