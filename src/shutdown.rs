@@ -93,7 +93,7 @@ pub async fn announce_reason(kernel: &Kernel, reason: &str) {
     let args = json!({ "topic": "shutdown", "type": "signal", "data": { "signal": reason } });
     let mut options = InvokeOptions::default();
     options.context.extensions.push((
-        crate::events::SYSTEM_EMIT_PATH.to_string(),
+        crate::events::SYSTEM_EMIT_PATH.into(),
         std::sync::Arc::new(crate::events::SystemEmit),
     ));
     if let Err(err) = kernel.invoke("event-emit", args, options).await {

@@ -61,7 +61,7 @@ metadata:
             });
             let mut options = InvokeOptions::default();
             options.context.extensions.push((
-                crate::agent::policy::SERVED_PATH.to_string(),
+                crate::agent::policy::SERVED_PATH.into(),
                 std::sync::Arc::new(target.clone()),
             ));
             let result = ctx.invoke(AGENT, args, options).await?;

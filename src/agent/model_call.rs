@@ -96,7 +96,7 @@ pub(crate) async fn call(
     options
         .context
         .extensions
-        .push((ENV_PATH.to_string(), env.clone()));
+        .push((ENV_PATH.into(), env.clone()));
     let out = ctx.invoke(MODEL_CALL, json!({}), options).await?;
     from_json(out.as_deref().unwrap_or(&Value::Null))
 }

@@ -115,10 +115,10 @@ pub async fn run(
     });
     let times = record.as_ref().and_then(|r| r.entries.clone());
     if let Some(times) = &times {
-        options.context.extensions.push((
-            crate::kernel::timings::RECORD_PATH.to_string(),
-            times.clone(),
-        ));
+        options
+            .context
+            .extensions
+            .push((crate::kernel::timings::RECORD_PATH.into(), times.clone()));
     }
     let run = async {
         if interactive {
@@ -185,7 +185,7 @@ fn terminal_stream() -> (InvokeOptions, Option<tokio::task::JoinHandle<()>>) {
     options
         .context
         .extensions
-        .push((RESPONSE_PATH.to_string(), reply));
+        .push((RESPONSE_PATH.into(), reply));
     let printer = tokio::spawn(async move {
         let mut open_line = false;
         while let Some(part) = parts.recv().await {

@@ -20,6 +20,7 @@ pub mod serialize;
 pub mod tap;
 
 use std::any::Any;
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::AtomicBool;
@@ -96,7 +97,7 @@ pub(crate) struct State {
     pub(crate) run: Run,
     pub(crate) chain: Chain,
     /// Values that are not JSON (connections, response handles), by dotted path.
-    pub(crate) extensions: Option<HashMap<String, Arc<dyn Any + Send + Sync>>>,
+    pub(crate) extensions: Option<HashMap<Cow<'static, str>, Arc<dyn Any + Send + Sync>>>,
     /// The `globals` of untrusted code running in this context: its own, made on first use
     /// from the process's `config`, so what it writes never reaches another request.
     pub(crate) own_globals: Option<Map<String, Value>>,
@@ -349,7 +350,11 @@ impl Context {
     }
 
     /// Stores a non-JSON value at a path; it serializes as absent.
-    pub fn set_extension(&self, path: impl Into<String>, value: Arc<dyn Any + Send + Sync>) {
+    pub fn set_extension(
+        &self,
+        path: impl Into<Cow<'static, str>>,
+        value: Arc<dyn Any + Send + Sync>,
+    ) {
         self.0
             .state
             .lock()

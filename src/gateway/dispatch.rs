@@ -3,7 +3,7 @@
 //! what the run sends back through the reply channel. Step 1 (verify) is the transport's.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 use tokio_util::sync::{CancellationToken, DropGuard};
@@ -280,7 +280,7 @@ impl Run {
         // copy of the name a run fewer).
         let started = record
             .as_ref()
-            .map_or_else(Instant::now, RunRecord::started_at);
+            .map_or_else(quanta::Instant::now, RunRecord::started_at);
         let unrecorded = record.is_none().then(|| match &inbound.skill {
             ToolRef::Name(n) => n.to_string(),
             ToolRef::Def(t) => t.name.clone(),
@@ -355,17 +355,16 @@ impl Run {
         }
         seed.nonlocals.insert("gateway".into(), gateway);
         seed.extensions
-            .push((RESPONSE_PATH.to_string(), self.reply.clone()));
+            .push((RESPONSE_PATH.into(), self.reply.clone()));
         if let Some(times) = &times {
-            seed.extensions
-                .push((RECORD_PATH.to_string(), times.clone()));
+            seed.extensions.push((RECORD_PATH.into(), times.clone()));
         }
 
         // One instant: the one the run's long waits end before is the one enforced here.
         let ends = timeout.map(|limit| tokio::time::Instant::now() + limit);
         if let Some(ends) = ends {
             seed.extensions
-                .push((DEADLINE_PATH.to_string(), Arc::new(Deadline(ends))));
+                .push((DEADLINE_PATH.into(), Arc::new(Deadline(ends))));
         }
         let run = async {
             let run = kernel.invoke(skill, args, options);

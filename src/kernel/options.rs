@@ -1,5 +1,6 @@
 //! Invoke options, the context seed, tool references, and `$NAME` extraction from args.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use serde_json::{Map, Value};
@@ -63,8 +64,9 @@ pub struct ContextSeed {
     /// A context id taken in advance with `context::id::next_id()`, so a caller (a gateway
     /// following a run's logs) knows `rootContextId` before the run starts.
     pub id: Option<u64>,
-    /// Non-JSON values to store on the new context (see `Context::set_extension`).
-    pub extensions: Vec<(String, Arc<dyn std::any::Any + Send + Sync>)>,
+    /// Non-JSON values to store on the new context (see `Context::set_extension`), each under
+    /// its path (a constant's is not copied).
+    pub extensions: Vec<(Cow<'static, str>, Arc<dyn std::any::Any + Send + Sync>)>,
     /// For a root: how deep the run that caused this one was (an event handler run continues
     /// the depth of the run that emitted its event), so loops through the bus are bounded too.
     pub depth: Option<u32>,

@@ -146,7 +146,7 @@ pub async fn run_untrusted_with(
         invoke
             .context
             .extensions
-            .push((observer::PATH.to_string(), observer));
+            .push((observer::PATH.into(), observer));
     }
     let out = ctx
         .invoke(ToolRef::Def(Arc::new(tool)), args, invoke)

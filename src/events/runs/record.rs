@@ -2,7 +2,9 @@
 //! with its outcome, and turned into the row the store keeps, redacted and capped.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use quanta::Instant;
 
 use serde_json::{Value, json};
 
