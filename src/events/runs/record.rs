@@ -5,7 +5,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use quanta::Instant;
-
 use serde_json::{Value, json};
 
 use crate::context::id::now_ms;
