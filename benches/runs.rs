@@ -10,12 +10,16 @@
 //!   by default. Its time a run is what the database's side adds (the writer's binding and
 //!   SQLite's insert).
 //!
+//! - `SKILLGATE_BENCH_COUNT=n`: no criterion; `n` runs dispatched and written, for a counting
+//!   profiler (`benches/runs-instructions`: instructions a run, record on and off, under
+//!   callgrind).
+//!
 //! Run: `cargo bench --bench runs`.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use criterion::{Criterion, Throughput, criterion_group};
 use serde_json::json;
 use skillgate::events::records::{NewRun, Records};
 use skillgate::events::runs::RecordConfig;
@@ -46,23 +50,48 @@ async fn sqlite(dir: &std::path::Path) -> skillgate::events::sqlite::SqliteStore
     .expect("open the SQLite store")
 }
 
+/// A gateway serving a no-op native skill on the SQLite store `serve` uses by default (in `dir`).
+fn noop_gateway(rt: &tokio::runtime::Runtime, dir: &std::path::Path) -> Gateway {
+    rt.block_on(async {
+        let store = sqlite(dir).await;
+        let bus = skillgate::events::Bus::new(Arc::new(store), Default::default());
+        let kernel =
+            skillgate::events::WithBus::bus(skillgate::builtins::builder(dir), Arc::new(bus))
+                .native(native(
+                    "name: noop\ndescription: Does nothing.\n",
+                    |_ctx, _args| async move { Ok(Some(json!({ "ok": true }))) },
+                ))
+                .build();
+        Gateway::new(kernel, Arc::new(Metrics::new()))
+    })
+}
+
+/// Dispatches one no-op run as a door does and waits for its answer.
+async fn dispatch_one(gateway: &Gateway) {
+    let inbound = Inbound::call(
+        "http",
+        "noop",
+        Authority::caller(Principal::local()),
+        json!({}),
+        Duration::from_secs(10),
+    );
+    let mut dispatch = gateway.dispatch(inbound);
+    loop {
+        match dispatch.parts.recv().await {
+            Some(ReplyPart::Done(outcome)) => {
+                outcome.expect("noop answers");
+                return;
+            }
+            Some(_) => {}
+            None => panic!("the run ended without an answer"),
+        }
+    }
+}
+
 fn dispatch_noop(c: &mut Criterion) {
     let rt = runtime();
     let dir = tempfile::tempdir().expect("temp dir");
-    let gateway = rt.block_on(async {
-        let store = sqlite(dir.path()).await;
-        let bus = skillgate::events::Bus::new(Arc::new(store), Default::default());
-        let kernel = skillgate::events::WithBus::bus(
-            skillgate::builtins::builder(dir.path()),
-            Arc::new(bus),
-        )
-        .native(native(
-            "name: noop\ndescription: Does nothing.\n",
-            |_ctx, _args| async move { Ok(Some(json!({ "ok": true }))) },
-        ))
-        .build();
-        Gateway::new(kernel, Arc::new(Metrics::new()))
-    });
+    let gateway = noop_gateway(&rt, dir.path());
     let bus = skillgate::events::KernelBus::bus(&gateway.kernel).clone();
     let runs = bus.runs();
     let mut group = c.benchmark_group("runs/dispatch_noop");
@@ -73,24 +102,7 @@ fn dispatch_noop(c: &mut Criterion) {
                 rt.block_on(async {
                     let start = Instant::now();
                     for _ in 0..iters {
-                        let inbound = Inbound::call(
-                            "http",
-                            "noop",
-                            Authority::caller(Principal::local()),
-                            json!({}),
-                            Duration::from_secs(10),
-                        );
-                        let mut dispatch = gateway.dispatch(inbound);
-                        loop {
-                            match dispatch.parts.recv().await {
-                                Some(ReplyPart::Done(outcome)) => {
-                                    outcome.expect("noop answers");
-                                    break;
-                                }
-                                Some(_) => {}
-                                None => panic!("the run ended without an answer"),
-                            }
-                        }
+                        dispatch_one(&gateway).await;
                     }
                     let spent = start.elapsed();
                     // The writer catches up outside the time taken (a current-thread runtime
@@ -103,6 +115,38 @@ fn dispatch_noop(c: &mut Criterion) {
     }
     group.finish();
     assert_eq!(runs.dropped_total(), 0, "every run was written");
+}
+
+/// `SKILLGATE_BENCH_COUNT=n`: dispatches `n` no-op runs and writes every one (record on, or off
+/// with `SKILLGATE_BENCH_RUNS=0`), with no timing of its own: for a counting profiler, whose
+/// figures do not depend on the machine's noise (`benches/runs-instructions` runs it under
+/// `valgrind --tool=callgrind` at two counts, each state, and gives the instructions a run).
+fn counted(n: u64) {
+    const SETTLE_EVERY: u64 = 1000;
+    let rt = runtime();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let gateway = noop_gateway(&rt, dir.path());
+    let bus = skillgate::events::KernelBus::bus(&gateway.kernel).clone();
+    let runs = bus.runs();
+    let on = std::env::var("SKILLGATE_BENCH_RUNS").as_deref() != Ok("0");
+    runs.configure(on.then(RecordConfig::default));
+    rt.block_on(async {
+        for i in 1..=n {
+            dispatch_one(&gateway).await;
+            // The writer kept up with, so no run is dropped however slowly a profiler runs
+            // the process (the runs waiting are bounded).
+            if i % SETTLE_EVERY == 0 {
+                runs.settled().await;
+            }
+        }
+        runs.settled().await;
+    });
+    assert_eq!(runs.dropped_total(), 0, "every run was written");
+    let state = if on { "on" } else { "off" };
+    println!(
+        "{n} runs dispatched, record {state}, {} written",
+        runs.written_total()
+    );
 }
 
 fn write_sqlite(c: &mut Criterion) {
@@ -138,4 +182,15 @@ fn write_sqlite(c: &mut Criterion) {
 }
 
 criterion_group!(benches, dispatch_noop, write_sqlite);
-criterion_main!(benches);
+
+fn main() {
+    if let Ok(n) = std::env::var("SKILLGATE_BENCH_COUNT") {
+        counted(
+            n.parse()
+                .expect("SKILLGATE_BENCH_COUNT is a number of runs"),
+        );
+        return;
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}
