@@ -231,13 +231,13 @@ impl Gateway {
             return None;
         }
         let found = inbound.tool.take();
-        let (skill, tool) = match &inbound.skill {
-            ToolRef::Name(name) => (
-                name.to_string(),
-                found.or_else(|| self.kernel.registry().current().get(name).cloned()),
-            ),
-            ToolRef::Def(tool) => (tool.name.clone(), Some(tool.clone())),
+        let tool = match &inbound.skill {
+            ToolRef::Name(name) => {
+                found.or_else(|| self.kernel.registry().current().get(name).cloned())
+            }
+            ToolRef::Def(tool) => Some(tool.clone()),
         };
+        let skill = inbound.skill.name().to_string();
         let mut record = RunRecord::begin(
             root_id,
             inbound.transport,
@@ -281,10 +281,7 @@ impl Run {
         let started = record
             .as_ref()
             .map_or_else(quanta::Instant::now, RunRecord::started_at);
-        let unrecorded = record.is_none().then(|| match &inbound.skill {
-            ToolRef::Name(n) => n.to_string(),
-            ToolRef::Def(t) => t.name.clone(),
-        });
+        let unrecorded = record.is_none().then(|| inbound.skill.name().to_string());
         let times = record.as_mut().map(|record| {
             let times = Arc::new(EntryTimes::since(record.started_at()));
             record.entries = Some(times.clone());

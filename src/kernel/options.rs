@@ -41,6 +41,14 @@ impl ToolRef {
         matches!(self, ToolRef::Name(n) if crate::skills::frontmatter::is_tool_name(n))
     }
 
+    /// The skill's name: the bare name, or the name of the definition.
+    pub fn name(&self) -> &str {
+        match self {
+            ToolRef::Name(n) => n,
+            ToolRef::Def(t) => &t.name,
+        }
+    }
+
     pub fn describe(&self) -> String {
         match self {
             ToolRef::Name(n) => n.to_string(),
