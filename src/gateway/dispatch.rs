@@ -201,9 +201,11 @@ impl Gateway {
             abort: abort.clone(),
             parent,
         };
-        // The run continues the trace of the request that started it.
+        // The run continues the trace of the request that started it. Its future is made here,
+        // so the task holds it alone, not beside the run and request it is made of.
+        let go = run.go(inbound);
         tokio::spawn(tracing::Instrument::in_current_span(async move {
-            run.go(inbound).await;
+            go.await;
             drop(permit);
         }));
         Dispatch {
@@ -265,7 +267,10 @@ struct Run {
 }
 
 impl Run {
-    async fn go(mut self, mut inbound: Inbound) {
+    /// The run's future. A plain `fn` whose first steps (the record begun, the args taken out)
+    /// run before the future is made: an `async fn` would keep `inbound` twice in its future
+    /// (as its argument and as its local), and the run's task is moved whole as it is spawned.
+    fn go(mut self, mut inbound: Inbound) -> impl Future<Output = ()> + Send + use<> {
         let transport = inbound.transport;
         let feeds = inbound.follow.then(|| self.follow());
         // One copy of the args, however large: the invocation and its record share it.
@@ -287,34 +292,41 @@ impl Run {
             record.entries = Some(times.clone());
             times
         });
-        let outcome = self.invoke(inbound, args, times).await;
-        // Everything the run logged or emitted was offered as it happened.
-        drop(feeds);
-        let skill = match (&record, &unrecorded) {
-            (Some(record), _) => record.skill.as_str(),
-            (None, name) => name.as_deref().unwrap_or_default(),
-        };
-        self.gateway.metrics.invocation(
-            skill,
-            transport,
-            outcome.as_ref().err().map(|e| e.kind()),
-            started.elapsed(),
-        );
-        if let Some(record) = record {
-            let ended = record.end(outcome.as_ref().map(Option::as_ref));
-            self.gateway.kernel.bus().runs().record(ended);
+        async move {
+            // Boxed: the invocation's future is the largest part of a run's, and a run's task is
+            // moved whole as it is spawned; boxed, it is written once, where it runs.
+            let outcome = Box::pin(self.invoke(inbound, args, times)).await;
+            // Everything the run logged or emitted was offered as it happened.
+            drop(feeds);
+            let skill = match (&record, &unrecorded) {
+                (Some(record), _) => record.skill.as_str(),
+                (None, name) => name.as_deref().unwrap_or_default(),
+            };
+            self.gateway.metrics.invocation(
+                skill,
+                transport,
+                outcome.as_ref().err().map(|e| e.kind()),
+                started.elapsed(),
+            );
+            if let Some(record) = record {
+                let ended = record.end(outcome.as_ref().map(Option::as_ref));
+                self.gateway.kernel.bus().runs().record(ended);
+            }
+            let _ = self.reply.send(ReplyPart::Done(outcome)).await;
         }
-        let _ = self.reply.send(ReplyPart::Done(outcome)).await;
     }
 
     /// Runs `inbound` on `args` (taken out of it), gathering its entries' timings into `times`
     /// when given.
-    async fn invoke(
+    ///
+    /// A plain `fn` that takes `inbound` apart before the future is made: an `async fn` would
+    /// keep it whole beside its parts.
+    fn invoke(
         &self,
         inbound: Inbound,
         args: Arc<Value>,
         times: Option<Arc<EntryTimes>>,
-    ) -> Result<crate::kernel::invoke::Output> {
+    ) -> impl Future<Output = Result<crate::kernel::invoke::Output>> + Send + '_ {
         let Inbound {
             transport,
             skill,
@@ -327,75 +339,77 @@ impl Run {
             authority,
             ..
         } = inbound;
-        // Args are data: refused before the message is announced or anything runs.
-        crate::gateway::edge::check_args(&args)?;
-        let kernel = &self.gateway.kernel;
-        if let Some(data) = announce {
-            let mut event = Event::new("gateway-message", "message");
-            event.source = Some(transport.to_string());
-            event.data = Some(data);
-            event.root_context_id = Some(self.root_id.clone());
-            event.principal = Some(authority.principal.id().to_string());
-            kernel.bus().emit(&event).await?;
-        }
-        request.insert("id".into(), Value::String(request_id.clone()));
-        let principal = authority.principal.id().to_string();
-        let mut options = InvokeOptions::as_authority(authority);
-        let seed = &mut options.context;
-        seed.id = Some(self.context_id);
-        seed.signal = Some(self.abort.clone());
-        seed.nonlocals
-            .insert("request".into(), Value::Object(request));
-        let mut gateway = json!({ "name": transport, "transport": transport, "replyTo": reply_to, "requestId": request_id, "principal": principal });
-        if let Some(session) = session {
-            gateway["sessionId"] = Value::String(session);
-        }
-        seed.nonlocals.insert("gateway".into(), gateway);
-        seed.extensions
-            .push((RESPONSE_PATH.into(), self.reply.clone()));
-        if let Some(times) = &times {
-            seed.extensions.push((RECORD_PATH.into(), times.clone()));
-        }
-
-        // One instant: the one the run's long waits end before is the one enforced here.
-        let ends = timeout.map(|limit| tokio::time::Instant::now() + limit);
-        if let Some(ends) = ends {
+        async move {
+            // Args are data: refused before the message is announced or anything runs.
+            crate::gateway::edge::check_args(&args)?;
+            let kernel = &self.gateway.kernel;
+            if let Some(data) = announce {
+                let mut event = Event::new("gateway-message", "message");
+                event.source = Some(transport.to_string());
+                event.data = Some(data);
+                event.root_context_id = Some(self.root_id.clone());
+                event.principal = Some(authority.principal.id().to_string());
+                kernel.bus().emit(&event).await?;
+            }
+            request.insert("id".into(), Value::String(request_id.clone()));
+            let principal = authority.principal.id().to_string();
+            let mut options = InvokeOptions::as_authority(authority);
+            let seed = &mut options.context;
+            seed.id = Some(self.context_id);
+            seed.signal = Some(self.abort.clone());
+            seed.nonlocals
+                .insert("request".into(), Value::Object(request));
+            let mut gateway = json!({ "name": transport, "transport": transport, "replyTo": reply_to, "requestId": request_id, "principal": principal });
+            if let Some(session) = session {
+                gateway["sessionId"] = Value::String(session);
+            }
+            seed.nonlocals.insert("gateway".into(), gateway);
             seed.extensions
-                .push((DEADLINE_PATH.into(), Arc::new(Deadline(ends))));
-        }
-        let run = async {
-            let run = kernel.invoke(skill, args, options);
-            match times {
-                Some(times) => timed(times, run).await,
-                None => run.await,
+                .push((RESPONSE_PATH.into(), self.reply.clone()));
+            if let Some(times) = &times {
+                seed.extensions.push((RECORD_PATH.into(), times.clone()));
             }
-        };
-        let deadline = async {
-            match ends {
-                Some(ends) => tokio::time::sleep_until(ends).await,
-                None => std::future::pending().await,
+
+            // One instant: the one the run's long waits end before is the one enforced here.
+            let ends = timeout.map(|limit| tokio::time::Instant::now() + limit);
+            if let Some(ends) = ends {
+                seed.extensions
+                    .push((DEADLINE_PATH.into(), Arc::new(Deadline(ends))));
             }
-        };
-        // The run is dropped (not only signalled) on a timeout or an abort, so a skill that
-        // ignores its signal cannot hold the reply open.
-        tokio::select! {
-            outcome = run => outcome,
-            () = deadline => {
-                self.abort.cancel();
-                let limit = timeout.unwrap_or_default();
-                Err(SkillError::new(
+            let run = async {
+                let run = kernel.invoke(skill, args, options);
+                match times {
+                    Some(times) => timed(times, run).await,
+                    None => run.await,
+                }
+            };
+            let deadline = async {
+                match ends {
+                    Some(ends) => tokio::time::sleep_until(ends).await,
+                    None => std::future::pending().await,
+                }
+            };
+            // The run is dropped (not only signalled) on a timeout or an abort, so a skill that
+            // ignores its signal cannot hold the reply open.
+            tokio::select! {
+                outcome = run => outcome,
+                () = deadline => {
+                    self.abort.cancel();
+                    let limit = timeout.unwrap_or_default();
+                    Err(SkillError::new(
+                        ErrorKind::Aborted,
+                        format!(
+                            "the skill did not finish within {} ms and was aborted",
+                            limit.as_millis()
+                        ),
+                    )
+                    .with_data(json!({ "timeout": true })))
+                }
+                () = self.abort.cancelled() => Err(SkillError::new(
                     ErrorKind::Aborted,
-                    format!(
-                        "the skill did not finish within {} ms and was aborted",
-                        limit.as_millis()
-                    ),
-                )
-                .with_data(json!({ "timeout": true })))
+                    "the run was aborted: the server is shutting down or the client went away",
+                )),
             }
-            () = self.abort.cancelled() => Err(SkillError::new(
-                ErrorKind::Aborted,
-                "the run was aborted: the server is shutting down or the client went away",
-            )),
         }
     }
 

@@ -155,14 +155,15 @@ fn dollar_key(args: &Value) -> Option<&str> {
         .find(|k| crate::kernel::options::is_directive(k))
 }
 
-/// Starts a run with no parent.
-pub(crate) async fn invoke_root(
+/// Starts a run with no parent; nothing runs until the future is awaited. The request is
+/// made here, so the future holds it alone rather than beside the arguments it was made of.
+pub(crate) fn invoke_root(
     kernel: &Kernel,
     tool: ToolRef,
     args: Arc<Value>,
     options: InvokeOptions,
     interactive: bool,
-) -> Result<Output> {
+) -> impl Future<Output = Result<Output>> + Send + use<> {
     let authority = options.authority.clone().unwrap_or_else(Authority::project);
     let request = Request {
         kernel: kernel.clone(),
@@ -176,7 +177,7 @@ pub(crate) async fn invoke_root(
         authority,
         counted: false,
     };
-    Guarded::new(run(request)).await
+    async move { Guarded::new(run(request)).await }
 }
 
 struct Request {

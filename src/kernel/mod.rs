@@ -262,23 +262,51 @@ impl Kernel {
         &self.0.schemas
     }
 
-    /// Starts a run: invokes `tool` as a root context (no parent, not interactive).
-    pub async fn invoke(
+    /// Starts a run: invokes `tool` as a root context (no parent, not interactive). Nothing
+    /// runs until the future is awaited.
+    ///
+    /// Plain `fn`s returning the run's future, here and in [`Kernel::invoke_interactive`]: an
+    /// `async fn` would hold its arguments beside the future it awaits, and every caller's
+    /// future would carry, and move, both.
+    pub fn invoke(
         &self,
         tool: impl Into<ToolRef>,
         args: impl Into<Arc<Value>>,
         options: InvokeOptions,
-    ) -> Result<Option<Arc<Value>>> {
-        invoke::invoke_root(self, tool.into(), args.into(), options, false).await
+    ) -> impl Future<Output = Result<Option<Arc<Value>>>> + Send {
+        invoke::invoke_root(self, tool.into(), args.into(), options, false)
     }
 
     /// Starts a run from a terminal: `run.interactive` is true for the root only.
-    pub async fn invoke_interactive(
+    pub fn invoke_interactive(
         &self,
         tool: impl Into<ToolRef>,
         args: impl Into<Arc<Value>>,
         options: InvokeOptions,
-    ) -> Result<Option<Arc<Value>>> {
-        invoke::invoke_root(self, tool.into(), args.into(), options, true).await
+    ) -> impl Future<Output = Result<Option<Arc<Value>>>> + Send {
+        invoke::invoke_root(self, tool.into(), args.into(), options, true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_root_invocations_future_holds_its_options_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let kernel = Kernel::builder(dir.path()).build();
+        let run = kernel.invoke("missing", Value::Null, InvokeOptions::default());
+        let options = std::mem::size_of::<InvokeOptions>();
+        assert!(
+            std::mem::size_of_val(&run) < 2 * options,
+            "options of {options} bytes, a root invocation's future of {} bytes",
+            std::mem::size_of_val(&run)
+        );
+        let ran = futures::executor::block_on(run);
+        assert_eq!(
+            ran.map_err(|e| e.kind()).err(),
+            Some(crate::ErrorKind::NotFound)
+        );
     }
 }
