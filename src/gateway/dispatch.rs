@@ -202,12 +202,13 @@ impl Gateway {
             parent,
         };
         // The run continues the trace of the request that started it. Its future is made here,
-        // so the task holds it alone, not beside the run and request it is made of.
+        // so the task holds it alone, not beside the run and request it is made of; and boxed,
+        // so spawning the task, and ending it, move a pointer rather than the whole future.
         let go = run.go(inbound);
-        tokio::spawn(tracing::Instrument::in_current_span(async move {
+        tokio::spawn(Box::pin(tracing::Instrument::in_current_span(async move {
             go.await;
             drop(permit);
-        }));
+        })));
         Dispatch {
             parts,
             root_id,
