@@ -129,12 +129,7 @@ pub async fn run(
             kernel.invoke(ToolRef::Def(tool), args, options).await
         }
     };
-    let run = async {
-        match times {
-            Some(times) => timed(times, run).await,
-            None => run.await,
-        }
-    };
+    let run = timed(times, run);
     let outcome = tokio::select! {
         outcome = run => outcome,
         signal = signals.recv() => {

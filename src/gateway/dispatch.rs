@@ -377,13 +377,7 @@ impl Run {
                 seed.extensions
                     .push((DEADLINE_PATH.into(), Arc::new(Deadline(ends))));
             }
-            let run = async {
-                let run = kernel.invoke(skill, args, options);
-                match times {
-                    Some(times) => timed(times, run).await,
-                    None => run.await,
-                }
-            };
+            let run = timed(times, kernel.invoke(skill, args, options));
             let deadline = async {
                 match ends {
                     Some(ends) => tokio::time::sleep_until(ends).await,

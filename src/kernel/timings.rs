@@ -3,6 +3,7 @@
 //! every skill it invokes on the run's task, with its depth), its model calls (provider, model,
 //! tokens, time) and its log events.
 
+use futures::future::Either;
 use quanta::Instant;
 use std::future::Future;
 use std::sync::Arc;
@@ -16,11 +17,15 @@ tokio::task_local! {
     static TIMES: Arc<EntryTimes>;
 }
 
-/// `run`, with its entries' timings gathered into `times` while it is awaited. A plain `fn`
-/// rather than an `async fn`, which would hold `run` twice (as its argument and inside the
-/// scope): every future that awaits a run would carry the extra copy, and move it.
-pub fn timed<F: Future>(times: Arc<EntryTimes>, run: F) -> impl Future<Output = F::Output> {
-    TIMES.scope(times, run)
+/// `run`, with its entries' timings gathered into `times` while it is awaited (bare when the
+/// run gathers none). A plain `fn` rather than an `async fn` or an `async` block choosing
+/// between the two, either of which would hold `run` twice (as its argument and as what it
+/// awaits): every future that awaits a run would carry the extra copy, and move it.
+pub fn timed<F: Future>(times: Option<Arc<EntryTimes>>, run: F) -> impl Future<Output = F::Output> {
+    match times {
+        Some(times) => Either::Left(TIMES.scope(times, run)),
+        None => Either::Right(run),
+    }
 }
 
 /// Where a run's [`EntryTimes`] sit on its root context, for what runs off the run's task (a
@@ -264,7 +269,7 @@ mod tests {
             std::hint::black_box(held)[0] + u8::from(current().is_some())
         };
         let bare = std::mem::size_of_val(&run());
-        let timed = timed(Arc::new(EntryTimes::default()), run());
+        let timed = timed(Some(Arc::new(EntryTimes::default())), run());
         assert!(
             std::mem::size_of_val(&timed) < bare + 64,
             "a run of {bare} bytes is held in {} bytes",
