@@ -43,6 +43,14 @@ fn the_image_is_multi_stage_non_root_checks_healthz_and_runs_skillgate_as_pid_1(
         .position(|l| l.starts_with("COPY src"))
         .expect("the code is copied");
     assert!(manifest < code);
+    // The binary's link settings (`build.rs`) come in with the manifest.
+    assert!(
+        instructions[manifest]
+            .split_whitespace()
+            .any(|w| w == "build.rs"),
+        "{}: build.rs is not copied",
+        instructions[manifest]
+    );
     let user = instructions
         .iter()
         .rev()
