@@ -27,7 +27,7 @@
 //! - `security/`: one test per finding of the security probes, and bounded fuzzing.
 //! - `layers`: every module on its floor, no door naming another.
 //! - `readme`: the README's contents list against its headings.
-//! - `binary`: the built binary's link settings, read off its ELF file.
+//! - `binary`: the built binary's link settings, read off its ELF file (Linux with glibc).
 //! - `directives`, `deep`, `smoke`, `config_middleware`, `reload`, `replicas`, `deploy`,
 //!   `api_description`: the directives of a markdown body, deep chains on an ordinary stack, a
 //!   smoke test of the helpers, config middleware, hot reload, replicas on one Postgres, the
@@ -35,6 +35,7 @@
 
 mod agent;
 mod api_description;
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
 mod binary;
 mod cli;
 mod config_middleware;
