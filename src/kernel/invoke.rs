@@ -1,6 +1,7 @@
 //! The eight invocation steps: `$NAME` extraction, lookup, child context, tool data, history,
 //! authority and cascade (cached), chain, run.
 
+use std::pin::pin;
 use std::sync::Arc;
 use std::sync::OnceLock;
 use std::sync::atomic::AtomicBool;
@@ -19,6 +20,7 @@ use crate::context::{Chain, Context, Inner, Locals, Run, State, id};
 use crate::error::{ErrorKind, Result, SkillError};
 use crate::kernel::Kernel;
 use crate::kernel::authority::{self, Authority, Level};
+use crate::kernel::link;
 use crate::kernel::options::{InvokeOptions, ToolRef, extract_dollar_keys};
 use crate::kernel::stack::Guarded;
 use crate::kernel::trace::in_span;
@@ -308,12 +310,14 @@ fn lookup(request: &Request) -> Result<(Arc<Tool>, Arc<Resolved>)> {
     Ok((tool, resolved))
 }
 
-/// Steps 3–8 for a resolved tool.
+/// Steps 3–8 for a resolved tool; the caller's signal, if any, linked to the context while the
+/// chain runs.
 async fn pipeline(request: Request, tool: Arc<Tool>, resolved: Arc<Resolved>) -> Result<Output> {
-    let (ctx, link) = prepare(request, tool, &resolved)?;
+    let (ctx, signal) = prepare(request, tool, &resolved)?;
     // One span per invocation; chain entries get theirs in `chain::run_entry`.
     let outcome = if ctx.has_other_target() {
-        ctx.next().await
+        let run = pin!(ctx.next());
+        link::watch(&ctx, signal, run).await
     } else {
         // See `kernel::trace`.
         let span = tracing::debug_span!(
@@ -325,9 +329,9 @@ async fn pipeline(request: Request, tool: Arc<Tool>, resolved: Arc<Resolved>) ->
         if !span.is_disabled() {
             span.record("context_id", ctx.id());
         }
-        in_span(span, ctx.next()).await
+        let run = pin!(in_span(span, ctx.next()));
+        link::watch(&ctx, signal, run).await
     };
-    drop(link);
     match outcome {
         Ok(_) if ctx.has_other_target() => Ok(ctx.result()),
         Ok(_) => {
@@ -351,13 +355,13 @@ async fn pipeline(request: Request, tool: Arc<Tool>, resolved: Arc<Resolved>) ->
     }
 }
 
-/// Steps 3–5 and 8: the child context with the tool's data, a history frame, the seed, the
-/// signal link and the chain.
+/// Steps 3–5 and 8: the child context with the tool's data, a history frame, the seed and the
+/// chain; the seed's signal is handed back for the run to watch (`kernel::link`).
 fn prepare(
     request: Request,
     tool: Arc<Tool>,
     resolved: &Resolved,
-) -> Result<(Context, Option<tokio_util::sync::DropGuard>)> {
+) -> Result<(Context, Option<CancellationToken>)> {
     let Request {
         kernel,
         caller,
@@ -409,10 +413,9 @@ fn prepare(
     for (path, value) in seed.extensions {
         ctx.set_extension(path, value);
     }
-    let link = seed.signal.map(|outer| link_signal(&ctx, outer));
     // 8. The chain (in place from the cache unless something adjusts it).
     adjust_chain(&ctx, resolved)?;
-    Ok((ctx, link))
+    Ok((ctx, seed.signal))
 }
 
 /// What a new context is made from.
@@ -570,24 +573,6 @@ fn apply_seed(
         ctx.set(&format!("run.{key}"), value)?;
     }
     Ok(())
-}
-
-/// Aborts `ctx` when `outer` is cancelled; the returned guard stops watching.
-fn link_signal(ctx: &Context, outer: CancellationToken) -> tokio_util::sync::DropGuard {
-    // An outer signal aborted already aborts the context before its chain starts.
-    if outer.is_cancelled() {
-        ctx.abort(Some("aborted by the caller's signal"));
-    }
-    let done = CancellationToken::new();
-    let guard = done.clone().drop_guard();
-    let ctx = ctx.clone();
-    tokio::spawn(async move {
-        tokio::select! {
-            () = outer.cancelled() => ctx.abort(Some("aborted by the caller's signal")),
-            () = done.cancelled() => {}
-        }
-    });
-    guard
 }
 
 /// Step 8 adjustments to the cached chain: hooks silenced by `nonlocals.debug = false`,

@@ -9,6 +9,7 @@ pub mod budget;
 pub mod callbacks;
 pub mod chain;
 pub mod invoke;
+mod link;
 pub mod options;
 pub mod schema;
 pub mod stack;

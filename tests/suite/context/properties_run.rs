@@ -420,3 +420,102 @@ async fn interactive_is_only_true_for_a_terminal_root() {
     kernel.invoke("t", json!({}), no_opts()).await.unwrap();
     assert!(!seen.get("t").interactive(), "not a terminal session");
 }
+
+#[tokio::test]
+async fn a_seed_signal_is_watched_by_the_run_itself_without_a_task_of_its_own() {
+    let p = Project::new();
+    let tasks: Shared<usize> = shared();
+    let body = {
+        let tasks = tasks.clone();
+        native(&skill_yaml("t", &[]), move |_ctx, _args| {
+            let tasks = tasks.clone();
+            async move {
+                let alive = tokio::runtime::Handle::current()
+                    .metrics()
+                    .num_alive_tasks();
+                *tasks.lock() = Some(alive);
+                Ok(Some(json!("done")))
+            }
+        })
+    };
+    let kernel = p.builder().native(body).build();
+    let mut options = InvokeOptions::default();
+    options.context.signal = Some(CancellationToken::new());
+    let out = kernel.invoke("t", json!({}), options).await.unwrap();
+    assert_eq!(out.as_deref(), Some(&json!("done")));
+    // The test's own future is not a task: any task alive was spawned by the invocation.
+    assert_eq!(
+        tasks.lock().take(),
+        Some(0),
+        "tasks alive while the run lasted"
+    );
+}
+
+#[tokio::test]
+async fn a_run_dropped_after_its_seed_signal_was_cancelled_aborts_its_context() {
+    let p = Project::new();
+    let held: Shared<skillgate::Context> = shared();
+    let started: Shared<oneshot::Sender<()>> = shared();
+    let body = {
+        let (held, started) = (held.clone(), started.clone());
+        native(&skill_yaml("t", &[]), move |ctx, _args| {
+            let (held, started) = (held.clone(), started.clone());
+            async move {
+                *held.lock() = Some(ctx.clone());
+                if let Some(tx) = started.lock().take() {
+                    let _ = tx.send(());
+                }
+                std::future::pending::<()>().await;
+                Ok(None)
+            }
+        })
+    };
+    let kernel = p.builder().native(body).build();
+    let (tx, rx) = oneshot::channel();
+    *started.lock() = Some(tx);
+    let token = CancellationToken::new();
+    let mut options = InvokeOptions::default();
+    options.context.signal = Some(token.clone());
+    let mut run = Box::pin(kernel.invoke("t", json!({}), options));
+    tokio::select! {
+        _ = &mut run => panic!("the body never ends"),
+        started = rx => started.expect("body started"),
+    }
+    let ctx = held.lock().take().expect("the body kept its context");
+    assert_eq!(ctx.aborted(), None);
+    // The caller stops waiting as it cancels: the run is dropped without being polled again.
+    token.cancel();
+    drop(run);
+    assert_eq!(
+        ctx.aborted().as_deref(),
+        Some("aborted by the caller's signal"),
+        "what the run left behind is told at once"
+    );
+}
+
+#[tokio::test]
+async fn a_run_that_finished_is_no_longer_linked_to_its_seed_signal() {
+    let p = Project::new();
+    let held: Shared<skillgate::Context> = shared();
+    let body = {
+        let held = held.clone();
+        native(&skill_yaml("t", &[]), move |ctx, _args| {
+            let held = held.clone();
+            async move {
+                *held.lock() = Some(ctx.clone());
+                Ok(Some(json!("done")))
+            }
+        })
+    };
+    let kernel = p.builder().native(body).build();
+    let token = CancellationToken::new();
+    let mut options = InvokeOptions::default();
+    options.context.signal = Some(token.clone());
+    let out = kernel.invoke("t", json!({}), options).await.unwrap();
+    assert_eq!(out.as_deref(), Some(&json!("done")));
+    // The door cancels its signal once it has answered; work the run left behind goes on.
+    token.cancel();
+    tokio::task::yield_now().await;
+    let ctx = held.lock().take().expect("the body kept its context");
+    assert_eq!(ctx.aborted(), None);
+}
