@@ -33,9 +33,14 @@ impl Results {
     /// Benchmark `id`'s table with the line under it: when, where, how, by which command; or
     /// how to get its figures.
     fn block(&self, id: &str, header: &[&str], rows: Vec<Vec<String>>) -> String {
+        // Built as the shipped binary is (`scripts/bench --dist`), or with the bench profile.
+        let profile = match self.bench(id).and_then(|b| b["profile"].as_str()) {
+            Some(profile) => format!("--profile {profile} "),
+            None => String::new(),
+        };
         let command = match id {
             "binary" => "cargo build --profile dist".to_string(),
-            bench => format!("cargo bench --bench {bench}"),
+            bench => format!("cargo bench {profile}--bench {bench}"),
         };
         let provenance = match self.bench(id) {
             Some(b) => format!(
@@ -149,7 +154,10 @@ fn machine(r: &Results) -> String {
     format!(
         "Release builds, measured by `scripts/bench`; last run on {} ({} cores, {} GiB; shared, \
          so figures move by about a tenth from run to run) on {} at commit `{}`. Each block \
-         names the processor it ran on: compare figures measured on the same one.\n",
+         names the processor it ran on: compare figures measured on the same one. A block whose \
+         command says `--profile dist` was built as the shipped binary is (`scripts/bench \
+         --dist`: link-time optimisation, one codegen unit, dependencies off the request path \
+         optimised for size).\n",
         m["cpu"].as_str().unwrap_or("an unknown CPU"),
         m["cores"].as_u64().unwrap_or(0),
         m["memory_gib"].as_u64().unwrap_or(0),
