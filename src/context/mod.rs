@@ -21,7 +21,6 @@ pub mod tap;
 
 use std::any::Any;
 use std::borrow::Cow;
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, OnceLock};
@@ -96,8 +95,10 @@ pub(crate) struct State {
     pub(crate) nonlocals: Arc<Map<String, Value>>,
     pub(crate) run: Run,
     pub(crate) chain: Chain,
-    /// Values that are not JSON (connections, response handles), by dotted path.
-    pub(crate) extensions: Option<HashMap<Cow<'static, str>, Arc<dyn Any + Send + Sync>>>,
+    /// Values that are not JSON (connections, response handles), by dotted path. A context has
+    /// a few at most (a run's reply, deadline and record handles): a list searched in order
+    /// costs less than hashing a path for every insert and lookup.
+    pub(crate) extensions: Vec<(Cow<'static, str>, Arc<dyn Any + Send + Sync>)>,
     /// The `globals` of untrusted code running in this context: its own, made on first use
     /// from the process's `config`, so what it writes never reaches another request.
     pub(crate) own_globals: Option<Map<String, Value>>,
@@ -355,12 +356,12 @@ impl Context {
         path: impl Into<Cow<'static, str>>,
         value: Arc<dyn Any + Send + Sync>,
     ) {
-        self.0
-            .state
-            .lock()
-            .extensions
-            .get_or_insert_with(HashMap::new)
-            .insert(path.into(), value);
+        let path = path.into();
+        let extensions = &mut self.0.state.lock().extensions;
+        match extensions.iter_mut().find(|(p, _)| *p == path) {
+            Some((_, held)) => *held = value,
+            None => extensions.push((path, value)),
+        }
     }
 
     /// A non-JSON value stored at `path` here or, for `nonlocals.*` paths, on an ancestor.
@@ -371,8 +372,9 @@ impl Context {
                 c.0.state
                     .lock()
                     .extensions
-                    .as_ref()
-                    .and_then(|m| m.get(path).cloned());
+                    .iter()
+                    .find(|(p, _)| p == path)
+                    .map(|(_, value)| value.clone());
             if let Some(value) = found {
                 return value.downcast::<T>().ok();
             }

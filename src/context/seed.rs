@@ -80,12 +80,20 @@ impl Context {
             // Cascading middleware is for the invocations below, not for the middleware that
             // serves them (chain entries and hooks): appended there it would sit inside
             // `execute`'s own pipeline, where the cycle check skips it and no body runs.
-            state
-                .nonlocals
-                .get("middleware")
+            small_get(&state.nonlocals, "middleware")
                 .filter(|_| !self.has_other_target())
                 .cloned(),
-            state.nonlocals.get("debug") == Some(&Value::Bool(false)),
+            small_get(&state.nonlocals, "debug") == Some(&Value::Bool(false)),
         )
     }
+}
+
+/// `map[key]`, found in a map of a few keys by comparing them rather than hashing `key`: this
+/// is asked of every new context's `nonlocals` (a gateway run's has three or four keys), and
+/// hashing a key costs more than comparing a few.
+fn small_get<'a>(map: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
+    if map.len() > 8 {
+        return map.get(key);
+    }
+    map.iter().find(|(k, _)| *k == key).map(|(_, v)| v)
 }

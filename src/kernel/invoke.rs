@@ -490,7 +490,7 @@ fn create(kernel: &Kernel, birth: Birth, resolved: &Resolved) -> Context {
             next_hooks: resolved.next_hooks.clone(),
             pending: Vec::new(),
         },
-        extensions: None,
+        extensions: Vec::new(),
         own_globals: None,
         tool: tool.clone(),
     };

@@ -126,3 +126,35 @@ async fn serialization_leaves_the_in_memory_context_intact() {
         Some(8080)
     );
 }
+
+#[tokio::test]
+async fn a_value_stored_again_at_a_path_replaces_it_and_only_nonlocals_paths_reach_below() {
+    struct Socket(u16);
+    let p = Project::new();
+    let seen = Seen::default();
+    let kernel = p
+        .builder()
+        .native(super::caller("p", &[], "c", &seen))
+        .native(recorder("c", &[], &seen))
+        .build();
+    kernel.invoke("p", json!({}), no_opts()).await.unwrap();
+    let (parent, child) = (seen.get("p"), seen.get("c"));
+
+    parent.set_extension("nonlocals.socket", Arc::new(Socket(1)));
+    parent.set_extension("locals.socket", Arc::new(Socket(2)));
+    parent.set_extension("nonlocals.socket", Arc::new(Socket(3)));
+    let port = |ctx: &skillgate::Context, path: &str| ctx.extension::<Socket>(path).map(|s| s.0);
+    assert_eq!(
+        port(&parent, "nonlocals.socket"),
+        Some(3),
+        "the later value"
+    );
+    assert_eq!(port(&parent, "locals.socket"), Some(2));
+    // A child finds its ancestors' `nonlocals.*` values, not their `locals.*` ones.
+    assert_eq!(port(&child, "nonlocals.socket"), Some(3));
+    assert_eq!(port(&child, "locals.socket"), None);
+    // A child's own value at the path is found before its parent's.
+    child.set_extension("nonlocals.socket", Arc::new(Socket(4)));
+    assert_eq!(port(&child, "nonlocals.socket"), Some(4));
+    assert_eq!(port(&parent, "nonlocals.socket"), Some(3));
+}
