@@ -31,8 +31,15 @@ fn permute(keys: &[RandomState; 4], n: u64) -> u64 {
     (u64::from(left) << 32) | u64::from(right)
 }
 
+/// `id` as 16 lowercase hex digits (what `format!("{id:016x}")` gives, without the formatting
+/// machinery: a run formats two or three).
 pub fn format(id: u64) -> String {
-    format!("{id:016x}")
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let hex: Vec<u8> = (0..16)
+        .rev()
+        .map(|nibble| DIGITS[(id >> (nibble * 4)) as usize & 0xf])
+        .collect();
+    String::from_utf8(hex).expect("hex digits are ASCII")
 }
 
 /// 128 bits from the operating system's random source, as 32 hex digits: for ids that outlive
@@ -76,5 +83,13 @@ mod tests {
         let ids: HashSet<u64> = (0..10_000).map(|_| next_id()).collect();
         assert_eq!(ids.len(), 10_000);
         assert_eq!(format(next_id()).len(), 16);
+    }
+
+    #[test]
+    fn an_id_is_formatted_as_sixteen_lowercase_hex_digits_leading_zeros_kept() {
+        for id in [0, 1, 0xabc, 0x0123_4567_89ab_cdef, u64::MAX, next_id()] {
+            assert_eq!(format(id), std::format!("{id:016x}"));
+        }
+        assert_eq!(format(0xfe), "00000000000000fe");
     }
 }
