@@ -179,7 +179,7 @@ fn emit() -> Tool {
                 ));
             }
             event.depth = Some(ctx.depth());
-            event.budget = Some(ctx.budget().id());
+            event.budget = Some(ctx.kernel().budgets().id_of(ctx.budget()));
             bus(&ctx)?.emit(&event).await?;
             Ok(Some(event.to_json()))
         },

@@ -37,7 +37,9 @@ impl Default for BudgetLimits {
 
 /// The spending of one run.
 pub struct Budget {
-    id: u64,
+    /// Made, and the budget listed where handlers find it, when the run first emits an event
+    /// ([`Budgets::id_of`]): most runs emit none.
+    id: OnceLock<u64>,
     limits: BudgetLimits,
     invocations: AtomicU64,
     bytes: AtomicU64,
@@ -47,20 +49,15 @@ pub struct Budget {
 }
 
 impl Budget {
-    fn new(id: u64, limits: BudgetLimits) -> Budget {
+    fn new(limits: BudgetLimits) -> Budget {
         Budget {
-            id,
+            id: OnceLock::new(),
             limits,
             invocations: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
             started: Instant::now(),
             over: OnceLock::new(),
         }
-    }
-
-    /// Its id, carried by the events the run emits.
-    pub fn id(&self) -> u64 {
-        self.id
     }
 
     /// The error the run went over its budget with, once it has.
@@ -147,18 +144,30 @@ impl Budgets {
 
     /// The live budget `id` (from an event's envelope), else a new one for a new run.
     pub fn join_or_new(&self, id: Option<u64>) -> Arc<Budget> {
-        let mut live = self.live.lock();
-        if let Some(found) = id.and_then(|id| live.get(&id)).and_then(Weak::upgrade) {
+        if let Some(found) = id
+            .and_then(|id| self.live.lock().get(&id).cloned())
+            .and_then(|found| found.upgrade())
+        {
             return found;
         }
-        let budget = Arc::new(Budget::new(crate::context::id::next_id(), self.limits));
-        live.insert(budget.id, Arc::downgrade(&budget));
-        let swept = self.swept.load(Ordering::Relaxed);
-        if live.len() as u64 > (2 * swept).max(1024) {
-            live.retain(|_, b| b.strong_count() > 0);
-            self.swept.store(live.len() as u64, Ordering::Relaxed);
-        }
-        budget
+        Arc::new(Budget::new(self.limits))
+    }
+
+    /// `budget`'s id, carried by the events its run emits so their handlers join it. Made on
+    /// first use, when the budget is listed among the live ones: a run that emits no event
+    /// takes no id and no lock.
+    pub fn id_of(&self, budget: &Arc<Budget>) -> u64 {
+        *budget.id.get_or_init(|| {
+            let id = crate::context::id::next_id();
+            let mut live = self.live.lock();
+            live.insert(id, Arc::downgrade(budget));
+            let swept = self.swept.load(Ordering::Relaxed);
+            if live.len() as u64 > (2 * swept).max(1024) {
+                live.retain(|_, b| b.strong_count() > 0);
+                self.swept.store(live.len() as u64, Ordering::Relaxed);
+            }
+            id
+        })
     }
 }
 
@@ -217,13 +226,16 @@ mod tests {
     fn an_events_handler_joins_the_live_budget_of_the_run_that_emitted_it() {
         let budgets = Budgets::new(small());
         let run = budgets.join_or_new(None);
-        let joined = budgets.join_or_new(Some(run.id()));
+        assert!(budgets.live.lock().is_empty(), "listed when it first emits");
+        let id = budgets.id_of(&run);
+        assert_eq!(budgets.live.lock().len(), 1);
+        assert_eq!(budgets.id_of(&run), id, "one id a budget");
+        let joined = budgets.join_or_new(Some(id));
         assert!(Arc::ptr_eq(&run, &joined));
-        let id = run.id();
         drop((run, joined));
         // The run is over: a late handler starts a budget of its own.
         let late = budgets.join_or_new(Some(id));
-        assert_ne!(late.id(), id);
+        assert_ne!(budgets.id_of(&late), id);
     }
 
     #[test]
