@@ -19,7 +19,7 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 use crate::context::Context;
 
 /// The reason a linked context is aborted with.
-pub(crate) const REASON: &str = "aborted by the caller's signal";
+const REASON: &str = "aborted by the caller's signal";
 
 pin_project! {
     /// `run`, with `ctx` aborted when the caller's signal is cancelled while it lasts.
