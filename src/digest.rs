@@ -3,15 +3,15 @@
 
 use sha2::{Digest, Sha256};
 
-/// `bytes` as lower-case hex.
+/// `bytes` as lower-case hex, two digits a byte, in one allocation (no formatting machinery:
+/// every run formats its ids with it).
 pub fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write;
-    bytes
-        .iter()
-        .fold(String::with_capacity(bytes.len() * 2), |mut out, b| {
-            let _ = write!(out, "{b:02x}");
-            out
-        })
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut text = Vec::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        text.extend([DIGITS[usize::from(b >> 4)], DIGITS[usize::from(b & 0xf)]]);
+    }
+    String::from_utf8(text).expect("hex digits are ASCII")
 }
 
 /// The SHA-256 of `bytes`, as hex.

@@ -31,15 +31,9 @@ fn permute(keys: &[RandomState; 4], n: u64) -> u64 {
     (u64::from(left) << 32) | u64::from(right)
 }
 
-/// `id` as 16 lowercase hex digits (what `format!("{id:016x}")` gives, without the formatting
-/// machinery: a run formats two or three).
+/// `id` as 16 lowercase hex digits, leading zeros kept.
 pub fn format(id: u64) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let hex: Vec<u8> = (0..16)
-        .rev()
-        .map(|nibble| DIGITS[(id >> (nibble * 4)) as usize & 0xf])
-        .collect();
-    String::from_utf8(hex).expect("hex digits are ASCII")
+    crate::digest::hex(&id.to_be_bytes())
 }
 
 /// 128 bits from the operating system's random source, as 32 hex digits: for ids that outlive
@@ -47,7 +41,7 @@ pub fn format(id: u64) -> String {
 pub fn random_hex128() -> String {
     let mut bytes = [0u8; 16];
     getrandom::fill(&mut bytes).expect("the system's random source");
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    crate::digest::hex(&bytes)
 }
 
 /// Milliseconds since the Unix epoch as an RFC 3339 time (UTC), or null when out of range.

@@ -107,12 +107,7 @@ pub fn is_callback(name: &str) -> bool {
 fn fresh_name() -> String {
     let mut bytes = [0u8; 16];
     getrandom::fill(&mut bytes).expect("the system's random source failed");
-    let mut name = String::with_capacity(PREFIX.len() + 32);
-    name.push_str(PREFIX);
-    for b in bytes {
-        name.push_str(&format!("{b:02x}"));
-    }
-    name
+    format!("{PREFIX}{}", crate::digest::hex(&bytes))
 }
 
 #[cfg(test)]
