@@ -21,6 +21,7 @@ pub mod skills;
 pub mod sql_records;
 pub mod sql_store;
 pub mod sqlite;
+pub mod sqlite_runs;
 pub mod store;
 pub mod store_url;
 pub mod tail;

@@ -281,6 +281,12 @@ pub trait Records: Send + Sync {
     /// Records `runs` (a batch, in one write).
     async fn put_runs(&self, runs: &[NewRun<'_>]) -> StoreResult<()>;
 
+    /// The runtime [`Records::put_runs`] is best called on (the SQLite store writes the batch
+    /// on the thread that calls it: its own writer thread), or `None` for any.
+    fn runs_runtime(&self) -> Option<tokio::runtime::Handle> {
+        None
+    }
+
     /// The runs `filter` lets through, newest first.
     async fn runs(&self, filter: &RunFilter) -> StoreResult<Vec<StoredRun>>;
 

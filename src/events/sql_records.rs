@@ -68,11 +68,23 @@ impl Dialect for sqlx::Postgres {
     }
 }
 
+/// Writes a batch of runs its own way (the SQLite store's, `events::sqlite_runs`), in place of the statement the SQL
+/// stores share.
+#[async_trait]
+pub trait RunsWriter: Send + Sync {
+    async fn put_runs(&self, runs: &[NewRun<'_>]) -> StoreResult<()>;
+
+    /// The runtime the recorder's writer should run on, so that the batches are written there.
+    fn runtime(&self) -> Option<tokio::runtime::Handle>;
+}
+
 /// A SQL store's hold on its records: the pool they are written on, and the count of keys
 /// claimed (every `CLAIM_SWEEP_EVERY`th claim first sweeps the expired ones).
 pub struct SqlRecords<D: Database> {
     pool: Pool<D>,
     key_claims: AtomicU64,
+    /// Writes the runs record in place of the shared statement ([`RunsWriter`]).
+    runs_writer: Option<Box<dyn RunsWriter>>,
 }
 
 impl<D: Database> SqlRecords<D> {
@@ -80,7 +92,13 @@ impl<D: Database> SqlRecords<D> {
         SqlRecords {
             pool,
             key_claims: AtomicU64::new(0),
+            runs_writer: None,
         }
+    }
+
+    /// Has `writer` write the runs record.
+    pub fn set_runs_writer(&mut self, writer: Box<dyn RunsWriter>) {
+        self.runs_writer = Some(writer);
     }
 }
 
@@ -333,6 +351,9 @@ where
     }
 
     async fn put_runs(&self, runs: &[NewRun<'_>]) -> StoreResult<()> {
+        if let Some(writer) = &self.records().runs_writer {
+            return writer.put_runs(runs).await;
+        }
         // A statement of many rows: one step of the database for a batch, not one a run.
         let mut tx = self.records().pool.begin().await?;
         for (size, chunk) in runs_statements(runs) {
@@ -352,6 +373,10 @@ where
         }
         tx.commit().await?;
         Ok(())
+    }
+
+    fn runs_runtime(&self) -> Option<tokio::runtime::Handle> {
+        self.records().runs_writer.as_ref()?.runtime()
     }
 
     async fn runs(&self, filter: &RunFilter) -> StoreResult<Vec<StoredRun>> {
@@ -437,10 +462,10 @@ where
 /// batch costs the database less, but a server that records measured more CPU a request with
 /// it, since the statement's values (12 a run) then take fresh memory, and its page faults,
 /// every batch.
-const RUNS_STATEMENTS: [usize; 4] = [64, 16, 4, 1];
+pub(crate) const RUNS_STATEMENTS: [usize; 4] = [64, 16, 4, 1];
 
 /// `runs` split into statements of [`RUNS_STATEMENTS`]: each chunk with its size's index.
-fn runs_statements<T>(mut runs: &[T]) -> impl Iterator<Item = (usize, &[T])> {
+pub(crate) fn runs_statements<T>(mut runs: &[T]) -> impl Iterator<Item = (usize, &[T])> {
     std::iter::from_fn(move || {
         let size = RUNS_STATEMENTS.iter().position(|&n| n <= runs.len())?;
         let (chunk, rest) = runs.split_at(RUNS_STATEMENTS[size]);
@@ -472,7 +497,7 @@ where
 }
 
 /// The values a run's row has ([`add_run`]).
-const RUN_COLUMNS: usize = 12;
+pub(crate) const RUN_COLUMNS: usize = 12;
 
 /// The `INSERT` of `rows` runs into `sg_runs`.
 fn runs_insert<D: Dialect>(rows: usize) -> String {

@@ -20,6 +20,7 @@ use crate::events::Event;
 use crate::events::batch::{Batcher, Item, claims_of, events_to_write};
 use crate::events::records::{Claim, KeyClaim};
 use crate::events::sql_store::{Found, OwnWays, SqlDatabase, SqlStore};
+use crate::events::sqlite_runs::SqliteRuns;
 use crate::events::store::{EventStore, Limits, StoreError, StoreResult, missing};
 
 /// The event store on SQLite.
@@ -118,7 +119,10 @@ impl SqlStore<Sqlite> {
             }),
             1,
         );
-        let store = SqlStore::new(pool.clone(), pool, batcher, limits, ());
+        let mut store = SqlStore::new(pool.clone(), pool.clone(), batcher, limits, ());
+        store
+            .records
+            .set_runs_writer(Box::new(SqliteRuns::new(pool, path, full_sync)));
         // Two processes opening a new file at once both find it unmigrated and both apply the
         // first migration; one's commit makes the other's fail (a duplicate version, a table
         // that exists). SQLite has no advisory lock to take first, so the loser tries again

@@ -1,6 +1,7 @@
 //! One root run as a door saw it ([`RunRecord`]): begun when the door takes the request, ended
 //! with its outcome, and turned into the row the store keeps, redacted and capped.
 
+use std::cell::RefCell;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -305,15 +306,14 @@ struct Kept {
 /// credential-named key redacted, as JSON text of at most `max` bytes, whole or as a JSON
 /// string of its first bytes (`{"$cut": <bytes>, "head": "..."}`).
 fn append_kept(text: &mut String, value: &Value, schema: Option<&Value>, max: usize) -> Kept {
-    use std::fmt::Write;
     let start = text.len();
     let redacted = has_secrets(value, schema);
     if redacted {
         let mut copy = value.clone();
         redact_in_place(&mut copy, schema);
-        let _ = write!(text, "{copy}");
+        append_json(text, &copy);
     } else {
-        let _ = write!(text, "{value}");
+        append_json(text, value);
     }
     let len = text.len() - start;
     if len <= max {
@@ -333,6 +333,30 @@ fn append_kept(text: &mut String, value: &Value, schema: Option<&Value>, max: us
         redacted,
         cut: true,
     }
+}
+
+/// A thread's buffer for [`append_json`] that grew past this gives its memory back.
+const SCRATCH_KEEP: usize = 64 * 1024;
+
+/// Appends `value` as JSON text to `text`: written into a buffer the thread keeps and copied in
+/// once (through `Display`, each token of the text took a formatter's round trip: for the
+/// small values most runs have, several times the cost of the copy).
+fn append_json(text: &mut String, value: &Value) {
+    thread_local! {
+        static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    }
+    SCRATCH.with_borrow_mut(|scratch| {
+        scratch.clear();
+        // Neither fails: a `Value` is written whole into memory, as UTF-8.
+        if serde_json::to_writer(&mut *scratch, value).is_ok()
+            && let Ok(json) = std::str::from_utf8(scratch)
+        {
+            text.push_str(json);
+        }
+        if scratch.capacity() > SCRATCH_KEEP {
+            *scratch = Vec::new();
+        }
+    });
 }
 
 #[cfg(test)]
@@ -372,6 +396,25 @@ mod tests {
         );
         let detail: Value = serde_json::from_str(&failed.detail).unwrap();
         assert!(detail["error"].as_str().unwrap().contains("boom"));
+    }
+
+    #[test]
+    fn args_and_results_are_kept_as_the_json_text_of_their_values() {
+        let tricky = json!({
+            "quote": "a \"b\" \\ c\n\u{1}",
+            "unicode": "é — 🦀",
+            "nested": [1, -2.5, null, true, { "k": [] }],
+            "big": 12_345_678_901_234_i64,
+        });
+        // One past the thread's kept buffer, then a small one on the same thread.
+        let large = json!({ "text": "x".repeat(SCRATCH_KEEP + 1) });
+        for value in [tricky, large, json!("short")] {
+            let stored = RunRecord::begin("r", "http", "local", "echo", value.clone())
+                .end(Ok(Some(&Arc::new(value.clone()))))
+                .stored(usize::MAX);
+            assert_eq!(stored.args, value.to_string());
+            assert_eq!(stored.result, Some(value.to_string()));
+        }
     }
 
     #[test]

@@ -251,12 +251,19 @@ impl Recorder {
         }
     }
 
-    /// Whether the writer's task runs (started now, on the current runtime, if it was not).
+    /// Whether the writer's task runs (started now if it was not: on the runtime the store
+    /// names, else on the current one).
     fn writer_started(&self) -> bool {
         if self.writer.get().is_some() {
             return true;
         }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        // Where the store writes batches best (the SQLite store: on its own writer thread,
+        // off the doors' threads), else where this run ends.
+        let Some(runtime) = self
+            .store
+            .runs_runtime()
+            .or_else(|| tokio::runtime::Handle::try_current().ok())
+        else {
             return false;
         };
         self.writer.get_or_init(|| {

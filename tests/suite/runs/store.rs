@@ -249,3 +249,51 @@ async fn pruning_drops_runs_past_the_age_and_all_but_the_newest_count(b: &Backen
     assert_eq!(ids(&store.runs(&all()).await.unwrap()), ["r6", "r5", "r4"]);
     assert_eq!(store.prune_runs(0, 3).await.unwrap(), 0);
 }
+
+/// The SQLite store writes the record on a connection of its own (`events::sqlite_runs`): a
+/// batch it cannot write leaves none of its runs, says why, and the next batch is written.
+#[tokio::test]
+async fn a_batch_the_sqlite_store_cannot_write_keeps_none_of_its_runs_and_the_next_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("events.db");
+    let store = skillgate::events::sqlite::SqliteStore::open(&file, Limits::default(), false)
+        .await
+        .unwrap();
+    use skillgate::events::Records;
+    store.put_runs(&new(&[run("before", 1)])).await.unwrap();
+    // Another connection to the file refuses one run of the next batch.
+    let other = sqlx::SqlitePool::connect(&format!("sqlite://{}", file.display()))
+        .await
+        .unwrap();
+    sqlx::query(
+        "CREATE TRIGGER refuse BEFORE INSERT ON sg_runs WHEN NEW.id = 'poison'
+         BEGIN SELECT RAISE(ABORT, 'this run is refused'); END",
+    )
+    .execute(&other)
+    .await
+    .unwrap();
+    let batch: Vec<_> = (0..100)
+        .map(|n| run(if n == 70 { "poison" } else { "kept?" }, 10 + n))
+        .collect();
+    let err = store.put_runs(&new(&batch)).await.unwrap_err();
+    assert!(err.to_string().contains("this run is refused"), "{err}");
+    let listed = store.runs(&all()).await.unwrap();
+    assert_eq!(
+        ids(&listed),
+        ["before"],
+        "nothing of the refused batch is kept"
+    );
+
+    sqlx::query("DROP TRIGGER refuse")
+        .execute(&other)
+        .await
+        .unwrap();
+    let after: Vec<_> = (0..70)
+        .map(|n| run(&format!("after{n}"), 200 + n))
+        .collect();
+    store.put_runs(&new(&after)).await.unwrap();
+    let listed = store.runs(&all()).await.unwrap();
+    assert_eq!(listed.len(), 71);
+    assert_eq!(listed[0].id, "after69");
+    assert_eq!(listed[70].id, "before");
+}
