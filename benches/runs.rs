@@ -4,8 +4,8 @@
 //!
 //! - `runs/dispatch_noop/off` and `/on`: a no-op run dispatched through the gateway as a door
 //!   does, and awaited, on one thread, with the record off and on. The record's writer task
-//!   runs on that thread too; the SQLite connection's own thread does not. So on − off is what
-//!   the record adds on the doors' threads.
+//!   runs on the store's writer thread, not that one (`events::sqlite_runs`). So on − off is
+//!   what the record adds on the doors' threads.
 //! - `runs/write_sqlite`: batches of 1,024 no-op runs written to the SQLite store `serve` uses
 //!   by default. Its time a run is what the database's side adds (the writer's binding and
 //!   SQLite's insert).
