@@ -1,8 +1,8 @@
 //! The runs record's store contract, on the memory, SQLite and Postgres stores: filters,
 //! newest-first pages with a cursor, text search, pruning by age and count.
 
-use skillgate::events::Limits;
 use skillgate::events::records::{NewRun, RunFilter, StoredRun};
+use skillgate::events::{Limits, Records};
 
 use crate::support::stores::Backend;
 
@@ -259,7 +259,6 @@ async fn a_batch_the_sqlite_store_cannot_write_keeps_none_of_its_runs_and_the_ne
     let store = skillgate::events::sqlite::SqliteStore::open(&file, Limits::default(), false)
         .await
         .unwrap();
-    use skillgate::events::Records;
     store.put_runs(&new(&[run("before", 1)])).await.unwrap();
     // Another connection to the file refuses one run of the next batch.
     let other = sqlx::SqlitePool::connect(&format!("sqlite://{}", file.display()))
