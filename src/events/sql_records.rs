@@ -68,8 +68,8 @@ impl Dialect for sqlx::Postgres {
     }
 }
 
-/// Writes a batch of runs its own way (the SQLite store's, `events::sqlite_runs`), in place of the statement the SQL
-/// stores share.
+/// Writes a batch of runs its own way (the SQLite store's, `events::sqlite_runs`), in place of
+/// the statement the SQL stores share.
 #[async_trait]
 pub trait RunsWriter: Send + Sync {
     async fn put_runs(&self, runs: &[NewRun<'_>]) -> StoreResult<()>;

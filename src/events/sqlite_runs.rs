@@ -96,9 +96,12 @@ unsafe impl Send for RunsConnection {}
 
 impl RunsConnection {
     fn open(path: &Path, full_sync: bool) -> StoreResult<RunsConnection> {
-        use std::os::unix::ffi::OsStrExt;
-        let name = CString::new(path.as_os_str().as_bytes())
-            .map_err(|_| StoreError::Invalid(format!("`{}` holds a NUL byte", path.display())))?;
+        let name = c_path(path).ok_or_else(|| {
+            StoreError::Invalid(format!(
+                "`{}` cannot be named to SQLite (a NUL byte, or not UTF-8)",
+                path.display()
+            ))
+        })?;
         let mut db = ptr::null_mut();
         // SAFETY: `name` is a NUL-terminated string and `db` a place for the handle. A handle is
         // given even when opening fails; it is closed then.
@@ -261,6 +264,19 @@ impl RunsConnection {
         let message = unsafe { CStr::from_ptr(ffi::sqlite3_errmsg(self.db.as_ptr())) };
         StoreError::Write(format!("{what}: {}", message.to_string_lossy()))
     }
+}
+
+/// `path` as SQLite's `open` takes it: its bytes, NUL-terminated (on Unix whatever they are,
+/// elsewhere UTF-8).
+fn c_path(path: &Path) -> Option<CString> {
+    #[cfg(unix)]
+    let bytes = {
+        use std::os::unix::ffi::OsStrExt;
+        path.as_os_str().as_bytes()
+    };
+    #[cfg(not(unix))]
+    let bytes = path.to_str()?.as_bytes();
+    CString::new(bytes).ok()
 }
 
 impl Drop for RunsConnection {
