@@ -474,7 +474,34 @@ pub(crate) fn runs_statements<T>(mut runs: &[T]) -> impl Iterator<Item = (usize,
     })
 }
 
-/// The values of one run's row, in [`runs_insert`]'s order.
+/// One value of a run's row ([`run_values`]).
+pub(crate) enum RunValue<'a> {
+    /// `None`: SQL `NULL`.
+    Text(Option<&'a str>),
+    Int(i64),
+}
+
+/// The values of one run's row, in [`runs_insert`]'s order: what every way of writing a run
+/// binds, the `n`th value to the statement's `n`th parameter of the row.
+pub(crate) fn run_values<'a>(run: &NewRun<'a>) -> [RunValue<'a>; RUN_COLUMNS] {
+    use RunValue::{Int, Text};
+    [
+        Text(Some(run.id)),
+        Text(Some(run.door)),
+        Text(Some(run.principal)),
+        Text(Some(run.skill)),
+        Int(run.started_ms),
+        Int(run.duration_us),
+        Text(Some(run.status)),
+        Text(run.problem),
+        Text(run.parent),
+        Text(Some(run.args)),
+        Text(run.result),
+        Text(Some(run.detail)),
+    ]
+}
+
+/// Adds the values of one run's row ([`run_values`]) to a statement's.
 fn add_run<'q, D>(values: &mut D::Arguments<'q>, run: &NewRun<'q>) -> Result<(), BoxDynError>
 where
     D: Database,
@@ -482,21 +509,17 @@ where
     i64: Encode<'q, D> + Type<D>,
     Option<&'q str>: Encode<'q, D> + Type<D>,
 {
-    values.add(run.id)?;
-    values.add(run.door)?;
-    values.add(run.principal)?;
-    values.add(run.skill)?;
-    values.add(run.started_ms)?;
-    values.add(run.duration_us)?;
-    values.add(run.status)?;
-    values.add(run.problem)?;
-    values.add(run.parent)?;
-    values.add(run.args)?;
-    values.add(run.result)?;
-    values.add(run.detail)
+    for value in run_values(run) {
+        match value {
+            RunValue::Text(Some(text)) => values.add(text)?,
+            RunValue::Text(None) => values.add(None::<&str>)?,
+            RunValue::Int(n) => values.add(n)?,
+        }
+    }
+    Ok(())
 }
 
-/// The values a run's row has ([`add_run`]).
+/// The values a run's row has ([`run_values`]).
 pub(crate) const RUN_COLUMNS: usize = 12;
 
 /// The `INSERT` of `rows` runs into `sg_runs`.

@@ -26,7 +26,7 @@ use sqlx::SqlitePool;
 
 use crate::events::records::NewRun;
 use crate::events::sql_records::{
-    Dialect, RUN_COLUMNS, RUNS_STATEMENTS, RunsWriter, runs_statements,
+    Dialect, RUN_COLUMNS, RUNS_STATEMENTS, RunValue, RunsWriter, run_values, runs_statements,
 };
 use crate::events::store::{StoreError, StoreResult};
 
@@ -154,43 +154,27 @@ impl RunsConnection {
         let insert = self.insert_of(size)?.as_ptr();
         let mut bound = ffi::SQLITE_OK;
         for (row, run) in chunk.iter().enumerate() {
-            let first = (row * RUN_COLUMNS) as c_int;
-            let texts = [
-                (1, Some(run.id)),
-                (2, Some(run.door)),
-                (3, Some(run.principal)),
-                (4, Some(run.skill)),
-                (7, Some(run.status)),
-                (8, run.problem),
-                (9, run.parent),
-                (10, Some(run.args)),
-                (11, run.result),
-                (12, Some(run.detail)),
-            ];
-            for (column, text) in texts {
+            for (column, value) in run_values(run).into_iter().enumerate() {
+                let at = (row * RUN_COLUMNS + column + 1) as c_int;
                 // SAFETY: `insert` is a prepared statement of this connection with
                 // `chunk.len() * RUN_COLUMNS` parameters. `SQLITE_STATIC` lets SQLite read the
                 // text where it lies until the statement is reset and its values cleared,
                 // below, before this function returns, while `chunk` is still borrowed.
                 bound |= unsafe {
-                    match text {
-                        Some(text) => ffi::sqlite3_bind_text64(
+                    match value {
+                        RunValue::Text(Some(text)) => ffi::sqlite3_bind_text64(
                             insert,
-                            first + column,
+                            at,
                             text.as_ptr().cast::<c_char>(),
                             text.len() as u64,
                             ffi::SQLITE_STATIC(),
                             ffi::SQLITE_UTF8 as u8,
                         ),
-                        None => ffi::sqlite3_bind_null(insert, first + column),
+                        RunValue::Text(None) => ffi::sqlite3_bind_null(insert, at),
+                        RunValue::Int(n) => ffi::sqlite3_bind_int64(insert, at, n),
                     }
                 };
             }
-            // SAFETY: as above.
-            bound |= unsafe {
-                ffi::sqlite3_bind_int64(insert, first + 5, run.started_ms)
-                    | ffi::sqlite3_bind_int64(insert, first + 6, run.duration_us)
-            };
         }
         // SAFETY: `insert` is this connection's; stepped once (an `INSERT` returns no row), then
         // reset and its values cleared, so it holds no pointer into `chunk` afterwards.
