@@ -17,6 +17,7 @@ pub mod log;
 pub mod path;
 pub(crate) mod seed;
 pub mod serialize;
+pub mod shape;
 pub mod tap;
 
 use std::any::Any;

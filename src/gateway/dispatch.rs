@@ -10,6 +10,7 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::context::deadline::{DEADLINE_PATH, Deadline};
 use crate::context::id;
+use crate::context::shape::Shape;
 use crate::context::tap::Tap;
 use crate::error::{ErrorKind, Result, SkillError};
 use crate::events::Event;
@@ -257,6 +258,12 @@ impl Gateway {
     }
 }
 
+/// `nonlocals.gateway` of a run: the door's name (as `name` and `transport`), where its
+/// answer goes, the request's id and the caller's principal; `sessionId` is added after.
+static GATEWAY: Shape<5> = Shape::new(["name", "transport", "replyTo", "requestId", "principal"]);
+/// What a door seeds a run's `nonlocals` with.
+static NONLOCALS: Shape<2> = Shape::new(["request", "gateway"]);
+
 struct Run {
     gateway: Gateway,
     reply: Arc<Reply>,
@@ -358,13 +365,17 @@ impl Run {
             let seed = &mut options.context;
             seed.id = Some(self.context_id);
             seed.signal = Some(self.abort.clone());
-            seed.nonlocals
-                .insert("request".into(), Value::Object(request));
-            let mut gateway = json!({ "name": transport, "transport": transport, "replyTo": reply_to, "requestId": request_id, "principal": principal });
+            let mut gateway = GATEWAY.object([
+                Value::from(transport),
+                Value::from(transport),
+                reply_to,
+                Value::String(request_id),
+                Value::String(principal),
+            ]);
             if let Some(session) = session {
-                gateway["sessionId"] = Value::String(session);
+                gateway.insert("sessionId".into(), Value::String(session));
             }
-            seed.nonlocals.insert("gateway".into(), gateway);
+            seed.nonlocals = NONLOCALS.object([Value::Object(request), Value::Object(gateway)]);
             seed.extensions
                 .push((RESPONSE_PATH.into(), self.reply.clone()));
             if let Some(times) = &times {

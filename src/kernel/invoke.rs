@@ -373,8 +373,8 @@ fn prepare(
         counted,
         ..
     } = request;
-    let seed = options.context;
-    let parent = seed.parent.or(caller);
+    let mut seed = options.context;
+    let parent = seed.parent.take().or(caller);
     let depth = match (&seed.target, &parent) {
         (Some(served), _) => served.depth(),
         (None, Some(parent)) => parent.depth() + 1,
@@ -396,9 +396,17 @@ fn prepare(
     } else if seed.target.is_none() {
         budget.invocation(&args)?;
     }
+    // A root's nonlocals are its seed's (with the kernel's `rootContextId`), taken whole
+    // rather than added key by key to a map of their own, hashing each key again.
+    let root_nonlocals = if parent.is_none() {
+        std::mem::take(&mut seed.nonlocals)
+    } else {
+        Map::new()
+    };
     let birth = Birth {
         budget,
         id: seed.id,
+        root_nonlocals,
         depth,
         parent,
         target: seed.target,
@@ -422,6 +430,8 @@ fn prepare(
 struct Birth {
     budget: Arc<crate::kernel::budget::Budget>,
     id: Option<u64>,
+    /// For a root: the nonlocals its seed gives.
+    root_nonlocals: Map<String, Value>,
     depth: u32,
     parent: Option<Context>,
     target: Option<Context>,
@@ -436,6 +446,7 @@ fn create(kernel: &Kernel, birth: Birth, resolved: &Resolved) -> Context {
     let Birth {
         budget,
         id,
+        root_nonlocals,
         depth,
         parent,
         target,
@@ -457,8 +468,9 @@ fn create(kernel: &Kernel, birth: Birth, resolved: &Resolved) -> Context {
     let nonlocals = match &parent {
         Some(p) => p.nonlocals_shared(),
         None => {
-            let mut map = Map::new();
-            map.insert("rootContextId".into(), Value::String(id::format(root)));
+            // First, and the kernel's whatever the seed says (as `merge_nonlocals` keeps it).
+            let mut map = root_nonlocals;
+            map.shift_insert(0, "rootContextId".into(), Value::String(id::format(root)));
             Arc::new(map)
         }
     };

@@ -17,11 +17,11 @@ pub mod timings;
 mod trace;
 
 use std::any::{Any, TypeId};
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use parking_lot::RwLock;
+use rustc_hash::FxHashMap;
 use serde_json::{Map, Value, json};
 
 pub use options::{ContextSeed, InvokeOptions, ToolRef};
@@ -54,8 +54,9 @@ struct KernelInner {
 }
 
 /// Values of any type, one per type: how the layers above the kernel (the event bus) hang their
-/// services on it without the kernel naming them.
-type Extensions = HashMap<TypeId, Box<dyn Any + Send + Sync>>;
+/// services on it without the kernel naming them. Found by a `TypeId`, already a hash, so it is
+/// not hashed again with SipHash: a run looks up the bus several times.
+type Extensions = FxHashMap<TypeId, Box<dyn Any + Send + Sync>>;
 
 /// Builds a kernel for a project folder.
 pub struct KernelBuilder {
@@ -184,7 +185,7 @@ impl Kernel {
             builtins: Vec::new(),
             log: LogConfig::default(),
             log_capacity: 4096,
-            extensions: HashMap::new(),
+            extensions: FxHashMap::default(),
             max_depth: DEFAULT_MAX_DEPTH,
             budget: budget::BudgetLimits::default(),
         }

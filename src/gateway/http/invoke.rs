@@ -18,6 +18,7 @@ use axum::{Extension, Json};
 use futures::Stream;
 use serde_json::{Map, Value, json};
 
+use crate::context::shape::Shape;
 use crate::gateway::body;
 use crate::gateway::error::RunRef;
 use crate::gateway::headers::headers_json;
@@ -124,12 +125,13 @@ pub fn request_fields(
     headers: &HeaderMap,
     query: &Value,
 ) -> Map<String, Value> {
-    let mut fields = Map::new();
-    fields.insert("method".into(), Value::String(method.to_string()));
-    fields.insert("path".into(), Value::String(path.to_string()));
-    fields.insert("query".into(), query.clone());
-    fields.insert("headers".into(), headers_json(headers));
-    fields
+    static FIELDS: Shape<4> = Shape::new(["method", "path", "query", "headers"]);
+    FIELDS.object([
+        Value::String(method.to_string()),
+        Value::String(path.to_string()),
+        query.clone(),
+        headers_json(headers),
+    ])
 }
 
 /// Args come as JSON, and the request must say so: a form another site posts (`text/plain`,

@@ -518,3 +518,32 @@ async fn root_context_id_is_the_first_contexts_id() {
         Some(json!(second.id()))
     );
 }
+
+#[tokio::test]
+async fn a_roots_seeded_nonlocals_follow_its_root_context_id_which_the_seed_cannot_replace() {
+    let p = Project::new();
+    let seen = Seen::default();
+    let kernel = p.builder().native(recorder("g", &[], &seen)).build();
+    let mut options = no_opts();
+    for (key, value) in [
+        ("request", json!({ "id": "r-1" })),
+        ("rootContextId", json!("forged")),
+        ("gateway", json!({ "name": "http" })),
+    ] {
+        options.context.nonlocals.insert(key.into(), value);
+    }
+    kernel.invoke("g", json!({}), options).await.unwrap();
+
+    let ctx = seen.get("g");
+    let Some(Value::Object(nonlocals)) = get(&ctx, "nonlocals") else {
+        panic!("nonlocals is an object");
+    };
+    assert_eq!(
+        nonlocals.keys().map(String::as_str).collect::<Vec<_>>(),
+        ["rootContextId", "request", "gateway"],
+        "the kernel's id first, then the seed's keys in their order"
+    );
+    assert_eq!(nonlocals["rootContextId"], json!(ctx.id()));
+    assert_eq!(nonlocals["request"], json!({ "id": "r-1" }));
+    assert_eq!(nonlocals["gateway"], json!({ "name": "http" }));
+}
