@@ -17,6 +17,12 @@
 //! `SKILLGATE_BENCH_PROFILE=1` loads only the gateway at saturation, for a profiler; with
 //! `SKILLGATE_BENCH_RUNS=alternate` as well, it turns the runs record on and off every second
 //! and prints what a request cost the server's threads in each state (`benches/runs-cost`).
+//!
+//! `SKILLGATE_BENCH_COUNT=n` with `SKILLGATE_BENCH_SERVER=gateway` or `bare`: no timing; `n`
+//! requests to that server alone (over `CONNS` connections, default 1 here: one request at a
+//! time, so that how the threads interleave does not change what they execute) from the main
+//! thread, for a counting profiler (`benches/http-instructions`: the server threads'
+//! instructions a request, gateway and bare, under callgrind).
 
 mod common;
 #[path = "http/record_cost.rs"]
@@ -146,6 +152,25 @@ async fn saturate(addr: SocketAddr, conns: usize, secs: u64) -> f64 {
     total as f64 / started.elapsed().as_secs_f64()
 }
 
+/// `n` requests (spread over `conns` connections, back to back on each), answered.
+async fn counted(addr: SocketAddr, conns: usize, n: u64) {
+    let tasks: Vec<_> = (0..conns as u64)
+        .map(|i| {
+            // The first `n % conns` connections send one more.
+            let share = n / conns as u64 + u64::from(i < n % conns as u64);
+            tokio::spawn(async move {
+                let mut conn = open(addr).await;
+                for _ in 0..share {
+                    conn.round_trip().await.expect("200");
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+}
+
 /// A fixed total `rate` over `conns` connections for `secs`; latency from each request's due
 /// time, in microseconds, sorted.
 async fn paced(addr: SocketAddr, conns: usize, rate: f64, secs: u64) -> Vec<u64> {
@@ -208,6 +233,18 @@ fn main() {
         let b: Value =
             serde_json::from_slice(&open(bare).await.round_trip().await.unwrap()).unwrap();
         assert_eq!(a, b, "the two servers must answer the same body");
+        if let Ok(n) = std::env::var("SKILLGATE_BENCH_COUNT") {
+            let n: u64 = n.parse().expect("SKILLGATE_BENCH_COUNT is a number");
+            let server = match std::env::var("SKILLGATE_BENCH_SERVER").as_deref() {
+                Ok("gateway") => gateway,
+                Ok("bare") => bare,
+                _ => panic!("SKILLGATE_BENCH_SERVER is `gateway` or `bare`"),
+            };
+            counted(server, env_or("SKILLGATE_BENCH_CONNS", 1) as usize, n).await;
+            let runs = bus.runs();
+            runs.settled().await;
+            return;
+        }
         // Warm up.
         saturate(gateway, conns, 1).await;
         saturate(bare, conns, 1).await;
