@@ -1,6 +1,7 @@
 //! Per-request bookkeeping: the request id (accepted from `x-request-id` or generated, and
 //! returned), the request's tracing span and request metrics (the in-flight count is kept by
-//! `activity`, as it lasts until the response body ends).
+//! `activity`, as it lasts until the response body ends), and the `Host` allow-list's check
+//! (`hosts`), asked here rather than in a layer of its own.
 
 use std::time::Instant;
 
@@ -10,6 +11,7 @@ use axum::middleware::Next;
 use axum::response::Response;
 use tracing::Instrument;
 
+use crate::gateway::http::hosts;
 use crate::gateway::http::state::AppState;
 
 pub const HEADER: &str = "x-request-id";
@@ -34,10 +36,9 @@ pub async fn track(State(state): State<AppState>, mut req: Request, next: Next) 
         .unwrap_or_else(|| crate::context::id::format(crate::context::id::next_id()));
     // Made-up methods are `other` in span names and metrics alike: both must stay bounded.
     let method = crate::gateway::metrics::method_label(req.method().as_str());
-    let route = req
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or_else(|| "unmatched".to_string(), |m| m.as_str().to_string());
+    // Shared with the router's, not copied.
+    let matched = req.extensions().get::<MatchedPath>().cloned();
+    let route = matched.as_ref().map_or("unmatched", MatchedPath::as_str);
     let span = tracing::info_span!(
         "http.request",
         otel.name = format!("{method} {route}"),
@@ -49,13 +50,17 @@ pub async fn track(State(state): State<AppState>, mut req: Request, next: Next) 
         http.response.status_code = tracing::field::Empty,
     );
     req.extensions_mut().insert(RequestId(id.clone()));
-    let mut response = next.run(req).instrument(span.clone()).await;
+    // The `Host` allow-list, inside this layer's id, span and metrics.
+    let mut response = match hosts::refusal(&state, &req) {
+        Some(refused) => refused,
+        None => next.run(req).instrument(span.clone()).await,
+    };
     let status = response.status().as_u16();
     span.record("http.response.status_code", status);
     state
         .gateway
         .metrics
-        .request(method, &route, status, started.elapsed());
+        .request(method, route, status, started.elapsed());
     if let Ok(value) = HeaderValue::from_str(&id) {
         response.headers_mut().insert(HEADER, value);
     }

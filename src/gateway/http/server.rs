@@ -26,7 +26,7 @@ use crate::gateway::http::public::PublicDir;
 use crate::gateway::http::startup::BindError;
 use crate::gateway::http::state::AppState;
 use crate::gateway::http::{
-    console, dead, descriptors, hosts, idempotency, invoke, listen, ops, request_id, routes, runs,
+    console, dead, descriptors, idempotency, invoke, listen, ops, request_id, routes, runs,
     runs_stream, skills, topics,
 };
 use crate::gateway::keys::LiveKeys;
@@ -289,9 +289,6 @@ pub(super) fn build_router(
     }
     if !config.cors_origins.is_empty() {
         router = router.layer(cors(&config.cors_origins)?);
-    }
-    if !state.hosts.is_empty() {
-        router = router.layer(from_fn_with_state(state.clone(), hosts::check));
     }
     router = router
         .layer(DefaultBodyLimit::max(config.body_limit))

@@ -281,6 +281,11 @@ async fn with_allowed_hosts_other_hosts_get_421_and_health_checks_answer_any_hos
     let refused = raw(server.addr, &get("/skills", &format!("127.0.0.1:{port}"))).await;
     assert!(refused.starts_with("HTTP/1.1 421"), "{refused}");
     assert!(refused.contains("/docs#problem-misdirected"), "{refused}");
+    // Refused inside the request's bookkeeping: it has its id like any other answer.
+    assert!(
+        refused.to_ascii_lowercase().contains("\r\nx-request-id: "),
+        "{refused}"
+    );
     let rebound = raw(server.addr, &get("/skills", "evil.example")).await;
     assert!(rebound.starts_with("HTTP/1.1 421"), "{rebound}");
     let named = raw(
