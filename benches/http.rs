@@ -21,8 +21,9 @@
 //! `SKILLGATE_BENCH_COUNT=n` with `SKILLGATE_BENCH_SERVER=gateway` or `bare`: no timing; `n`
 //! requests to that server alone (over `CONNS` connections, default 1 here: one request at a
 //! time, so that how the threads interleave does not change what they execute) from the main
-//! thread, for a counting profiler (`benches/http-instructions`: the server threads'
-//! instructions a request, gateway and bare, under callgrind).
+//! thread, on a server runtime of one worker, for a counting profiler
+//! (`benches/http-instructions`: the server threads' instructions a request, gateway and bare,
+//! under callgrind).
 
 mod common;
 #[path = "http/record_cost.rs"]
@@ -55,8 +56,15 @@ fn start_servers(
     let project = project.to_path_buf();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
+        // One worker when counting: with two, how often a worker wakes to look for work it
+        // could steal changes from run to run, and the counts with it.
+        let workers = if std::env::var("SKILLGATE_BENCH_COUNT").is_ok() {
+            1
+        } else {
+            2
+        };
         let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
+            .worker_threads(workers)
             .enable_all()
             .build()
             .expect("server runtime");

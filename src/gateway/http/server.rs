@@ -290,9 +290,13 @@ pub(super) fn build_router(
     if !config.cors_origins.is_empty() {
         router = router.layer(cors(&config.cors_origins)?);
     }
-    router = router
-        .layer(DefaultBodyLimit::max(config.body_limit))
-        .layer(from_fn_with_state(state.clone(), request_id::track));
+    // The two layers every request passes, composed into one: each `Router::layer` boxes its
+    // service again, and every request clones that box and boxes its future.
+    router = router.layer(
+        tower::ServiceBuilder::new()
+            .layer(from_fn_with_state(state.clone(), request_id::track))
+            .layer(DefaultBodyLimit::max(config.body_limit)),
+    );
     Ok(router)
 }
 
