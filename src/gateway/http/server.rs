@@ -258,7 +258,7 @@ pub(super) fn build_router(
         router = router.merge(door.clone().routes(&listener));
     }
     router = router.method_not_allowed_fallback(ops::method_not_allowed);
-    if config.rate_per_second > 0 {
+    let governor = if config.rate_per_second > 0 {
         let period = Duration::from_nanos(1_000_000_000 / u64::from(config.rate_per_second));
         let governor = GovernorConfigBuilder::default()
             .key_extractor(CallerKey)
@@ -280,22 +280,28 @@ pub(super) fn build_router(
                 }
             }
         });
-        router =
-            router.layer(tower_governor::GovernorLayer::new(governor).error_handler(rate_limited));
-    }
-    // Layers for what is not configured are left out: every layer costs each request a clone.
-    if !config.keys.is_empty() {
-        router = router.layer(from_fn_with_state(state.clone(), auth::authenticate));
-    }
-    if !config.cors_origins.is_empty() {
-        router = router.layer(cors(&config.cors_origins)?);
-    }
-    // The two layers every request passes, composed into one: each `Router::layer` boxes its
-    // service again, and every request clones that box and boxes its future.
+        Some(tower_governor::GovernorLayer::new(governor).error_handler(rate_limited))
+    } else {
+        None
+    };
+    let cors = if config.cors_origins.is_empty() {
+        None
+    } else {
+        Some(cors(&config.cors_origins)?)
+    };
+    // Every layer composed into one and applied once: each `Router::layer` boxes the service
+    // again, and every request clones that box and boxes its future. Outermost first; a layer
+    // for what is not configured passes the request straight on.
     router = router.layer(
         tower::ServiceBuilder::new()
             .layer(from_fn_with_state(state.clone(), request_id::track))
-            .layer(DefaultBodyLimit::max(config.body_limit)),
+            .layer(DefaultBodyLimit::max(config.body_limit))
+            .option_layer(cors)
+            .option_layer(
+                (!config.keys.is_empty())
+                    .then(|| from_fn_with_state(state.clone(), auth::authenticate)),
+            )
+            .option_layer(governor),
     );
     Ok(router)
 }
