@@ -90,7 +90,6 @@ fn normalize(host: &str) -> String {
     host.trim_end_matches('.').to_ascii_lowercase()
 }
 
-/// Middleware, installed only when hosts are configured.
 /// The answer to a request addressed to a host the server does not serve (421); `None` when it
 /// may be served. Asked by the outermost layer (`request_id::track`), so a refusal has its
 /// request id and metrics, without a layer of its own (each layer costs every request a clone of

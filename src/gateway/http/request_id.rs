@@ -51,7 +51,7 @@ pub async fn track(State(state): State<AppState>, mut req: Request, next: Next) 
     );
     req.extensions_mut().insert(RequestId(id.clone()));
     // The `Host` allow-list, inside this layer's id, span and metrics.
-    let mut response = match hosts::refusal(&state, &req) {
+    let mut response = match span.in_scope(|| hosts::refusal(&state, &req)) {
         Some(refused) => refused,
         None => next.run(req).instrument(span.clone()).await,
     };
