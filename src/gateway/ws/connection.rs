@@ -16,6 +16,7 @@ use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 use tokio_util::sync::CancellationToken;
 
 use crate::context::id;
+use crate::context::shape::Shape;
 use crate::gateway::error::RunRef;
 use crate::gateway::keys::Caller;
 use crate::gateway::reply::Inbox;
@@ -367,14 +368,22 @@ impl Connection {
 
     /// `nonlocals.request` of this socket's invocations.
     fn request_fields(&self) -> Map<String, Value> {
-        let mut fields = Map::new();
-        fields.insert("transport".into(), json!("websocket"));
-        fields.insert("method".into(), json!("GET"));
-        fields.insert("path".into(), json!("/ws"));
-        fields.insert("connection".into(), json!(self.id));
-        fields.insert("remote".into(), json!(self.peer.remote.to_string()));
-        fields.insert("headers".into(), self.peer.headers.clone());
-        fields
+        static FIELDS: Shape<6> = Shape::new([
+            "transport",
+            "method",
+            "path",
+            "connection",
+            "remote",
+            "headers",
+        ]);
+        FIELDS.object([
+            json!("websocket"),
+            json!("GET"),
+            json!("/ws"),
+            json!(self.id),
+            json!(self.peer.remote.to_string()),
+            self.peer.headers.clone(),
+        ])
     }
 
     /// The server is shutting down: no new work; the socket closes once its runs answered.

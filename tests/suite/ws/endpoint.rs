@@ -18,7 +18,8 @@ use crate::support::server::{TestServer, config, with_keys};
 use crate::support::ws_client::{WsClient, request};
 
 /// `hello` (a template), `talk` (logs, sends two messages, answers), `held` (answers once
-/// released), `echo` (answers with what the client sends it next).
+/// released), `echo` (answers with what the client sends it next), `request` (answers its
+/// `nonlocals.request`).
 async fn start(settings: HttpConfig) -> (TestServer, Arc<Notify>) {
     let project = Project::new();
     project.skill(
@@ -73,6 +74,10 @@ async fn start(settings: HttpConfig) -> (TestServer, Arc<Notify>) {
                     .await?;
                 Ok(got.map(|v| json!({ "heard": v["message"] })))
             },
+        ))
+        .native(native(
+            "name: request\ndescription: Answers the request it was invoked by.\n",
+            |ctx: Context, _| async move { ctx.get("nonlocals.request") },
         ))
         .native(native(
             "name: broken\ndescription: Fails.\n",
@@ -157,6 +162,44 @@ async fn invocations_stream_their_frames_and_answer_by_id_several_at_once() {
         client.answer("w").await.last().unwrap()["value"],
         "released"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_from_a_socket_sees_its_request_the_socket_and_its_headers_in_order() {
+    let (mut server, _release) = start(config()).await;
+    let (mut client, welcome) = WsClient::connect(server.addr, None).await;
+    client
+        .send(json!({ "type": "invoke", "id": "r", "skill": "request" }))
+        .await;
+    let frames = client.answer("r").await;
+    let Value::Object(request) = &frames.last().unwrap()["value"] else {
+        panic!("the request is an object: {frames:?}");
+    };
+    assert_eq!(
+        request.keys().map(String::as_str).collect::<Vec<_>>(),
+        [
+            "transport",
+            "method",
+            "path",
+            "connection",
+            "remote",
+            "headers",
+            "id"
+        ]
+    );
+    assert_eq!(request["transport"], "websocket");
+    assert_eq!(request["method"], "GET");
+    assert_eq!(request["path"], "/ws");
+    assert_eq!(request["connection"], welcome["connection"]);
+    assert!(
+        request["remote"]
+            .as_str()
+            .is_some_and(|r| r.starts_with("127.0.0.1:")),
+        "{request:?}"
+    );
+    assert!(request["headers"]["host"].is_string(), "{request:?}");
+    assert!(request["id"].is_string(), "{request:?}");
+    server.finish().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
