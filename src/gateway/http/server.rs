@@ -284,7 +284,7 @@ pub(super) fn build_router(
     } else {
         None
     };
-    let cors = if config.cors_origins.is_empty() {
+    let allow_origins = if config.cors_origins.is_empty() {
         None
     } else {
         Some(cors(&config.cors_origins)?)
@@ -296,7 +296,7 @@ pub(super) fn build_router(
         tower::ServiceBuilder::new()
             .layer(from_fn_with_state(state.clone(), request_id::track))
             .layer(DefaultBodyLimit::max(config.body_limit))
-            .option_layer(cors)
+            .option_layer(allow_origins)
             .option_layer(
                 (!config.keys.is_empty())
                     .then(|| from_fn_with_state(state.clone(), auth::authenticate)),
