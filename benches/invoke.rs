@@ -6,11 +6,16 @@
 //! `per_layer/inheriting/N` uses middleware that inherit the default pipeline, so each layer
 //! also runs the six pipeline middleware around its own body. Per-layer cost is the slope.
 //!
+//! `SKILLGATE_BENCH_COUNT=n` (with `SKILLGATE_BENCH_LAYERS=l`, default 0): no criterion; the
+//! no-op skill invoked `n` times under `l` leaf layers, for a counting profiler
+//! (`valgrind --tool=callgrind`: two counts of layers, the difference over the layers between
+//! them, is what a layer executes).
+//!
 //! Run: `cargo bench --bench invoke`.
 
 use std::hint::black_box;
 
-use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use criterion::{BenchmarkId, Criterion, criterion_group};
 use serde_json::{Value, json};
 use skillgate::middleware::native;
 use skillgate::{InvokeOptions, Kernel};
@@ -89,5 +94,38 @@ fn per_layer(c: &mut Criterion) {
     group.finish();
 }
 
+/// `SKILLGATE_BENCH_COUNT=n`: the no-op skill invoked `n` times under
+/// `SKILLGATE_BENCH_LAYERS` leaf layers, with no timing of its own.
+fn counted(n: u64) {
+    let layers = std::env::var("SKILLGATE_BENCH_LAYERS")
+        .map(|l| {
+            l.parse()
+                .expect("SKILLGATE_BENCH_LAYERS is a number of layers")
+        })
+        .unwrap_or(0);
+    let rt = runtime();
+    let (_dir, kernel) = kernel(layers, true);
+    rt.block_on(async {
+        for _ in 0..n {
+            let out = kernel.invoke("noop", json!({}), InvokeOptions::default());
+            black_box(out.await.expect("layered noop runs"));
+        }
+    });
+    println!("{n} invocations under {layers} leaf layers");
+}
+
 criterion_group!(benches, invoke_noop, per_layer);
-criterion_main!(benches);
+
+fn main() {
+    if let Ok(n) = std::env::var("SKILLGATE_BENCH_COUNT") {
+        counted(
+            n.parse()
+                .expect("SKILLGATE_BENCH_COUNT is a number of invocations"),
+        );
+        return;
+    }
+    benches();
+    criterion::Criterion::default()
+        .configure_from_args()
+        .final_summary();
+}

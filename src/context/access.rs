@@ -36,12 +36,11 @@ impl Context {
             return None;
         }
         let kernel = &self.0.kernel;
-        Some(
+        Some(Map::clone(
             state
                 .own_globals
-                .get_or_insert_with(|| fresh_globals(kernel))
-                .clone(),
-        )
+                .get_or_insert_with(|| Box::new(fresh_globals(kernel))),
+        ))
     }
 
     /// Reads a property by dotted path (`locals.config.cwd`); `None` when absent.
@@ -112,7 +111,7 @@ impl Context {
                         let kernel = &self.0.kernel;
                         let own = state
                             .own_globals
-                            .get_or_insert_with(|| fresh_globals(kernel));
+                            .get_or_insert_with(|| Box::new(fresh_globals(kernel)));
                         return set_map(own, rest, value, dotted);
                     }
                 }
@@ -168,9 +167,19 @@ impl Context {
                     locals.untrusted_ref = value.as_bool().unwrap_or(false);
                     return Ok(());
                 }
-                set_map(&mut locals.internals, below, value, dotted)
+                set_map(
+                    locals.internals.get_or_insert_with(Box::default),
+                    below,
+                    value,
+                    dotted,
+                )
             }
-            _ => set_map(&mut locals.other, rest, value, dotted),
+            _ => set_map(
+                locals.other.get_or_insert_with(Box::default),
+                rest,
+                value,
+                dotted,
+            ),
         }
     }
 
@@ -238,13 +247,18 @@ fn locals_get(ctx: &Context, state: &State, rest: &[&str]) -> Option<Value> {
             holder = internals_json(state);
             &holder
         }
-        _ => return path::get_map(&locals.other, rest),
+        _ => return path::get_map(locals.other.as_deref()?, rest),
     };
     path::get(value, below).cloned()
 }
 
 pub(crate) fn internals_json(state: &State) -> Value {
-    let mut map = state.locals.internals.clone();
+    let mut map = state
+        .locals
+        .internals
+        .as_deref()
+        .cloned()
+        .unwrap_or_default();
     if state.locals.untrusted_ref {
         map.insert("untrustedRef".into(), Value::Bool(true));
     }
@@ -269,7 +283,7 @@ pub(crate) fn locals_json(ctx: &Context, state: &State) -> Value {
         map.insert("prompt".into(), (**prompt).clone());
     }
     map.insert("internals".into(), internals_json(state));
-    for (k, v) in &locals.other {
+    for (k, v) in locals.other.iter().flat_map(|other| other.iter()) {
         map.insert(k.clone(), v.clone());
     }
     Value::Object(map)

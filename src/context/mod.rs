@@ -101,8 +101,9 @@ pub(crate) struct State {
     /// costs less than hashing a path for every insert and lookup.
     pub(crate) extensions: Vec<(Cow<'static, str>, Arc<dyn Any + Send + Sync>)>,
     /// The `globals` of untrusted code running in this context: its own, made on first use
-    /// from the process's `config`, so what it writes never reaches another request.
-    pub(crate) own_globals: Option<Map<String, Value>>,
+    /// from the process's `config`, so what it writes never reaches another request. Boxed:
+    /// most contexts never have one, and every context is moved whole when it is made.
+    pub(crate) own_globals: Option<Box<Map<String, Value>>>,
 }
 
 pub(crate) struct Locals {
@@ -115,9 +116,11 @@ pub(crate) struct Locals {
     /// Per-invocation flags that never pass to children.
     pub(crate) untrusted_ref: bool,
     pub(crate) allowed_tools: Option<Arc<AllowedTools>>,
-    pub(crate) internals: Map<String, Value>,
-    /// Every other key middleware put on locals.
-    pub(crate) other: Map<String, Value>,
+    /// `locals.internals`, made when first written (like `other`: most contexts never have
+    /// one, and every context is moved whole when it is made).
+    pub(crate) internals: Option<Box<Map<String, Value>>>,
+    /// Every other key middleware put on locals, made when first written.
+    pub(crate) other: Option<Box<Map<String, Value>>>,
 }
 
 pub(crate) struct Run {

@@ -76,7 +76,12 @@ impl Context {
     pub(crate) fn chain_adjustments(&self) -> (Option<Value>, Option<Value>, bool) {
         let state = self.0.state.lock();
         (
-            state.locals.other.get("middleware").cloned(),
+            state
+                .locals
+                .other
+                .as_ref()
+                .and_then(|other| other.get("middleware"))
+                .cloned(),
             // Cascading middleware is for the invocations below, not for the middleware that
             // serves them (chain entries and hooks): appended there it would sit inside
             // `execute`'s own pipeline, where the cycle check skips it and no body runs.

@@ -32,6 +32,9 @@ async fn next(ctx: Context) -> Result<Output> {
     if let Some(err) = ctx.abort_error() {
         return Err(ctx.fail(err));
     }
+    // Whether the check above still holds: nothing has run since (the first entry taken is
+    // not checked twice; after an entry is skipped it is checked again).
+    let mut checked = true;
     loop {
         // One `run_entry` await for both kinds of entry keeps this future small: it is nested
         // once per middleware layer.
@@ -53,7 +56,9 @@ async fn next(ctx: Context) -> Result<Output> {
                 return Ok(ctx.result());
             }
             Step::Entry(list, i) => {
-                if let Some(err) = ctx.abort_error() {
+                if !std::mem::take(&mut checked)
+                    && let Some(err) = ctx.abort_error()
+                {
                     return Err(ctx.fail(err));
                 }
                 run_entry(&ctx, &list[i]).await?
@@ -129,12 +134,7 @@ async fn run_untimed(served: &Context, entry: &Entry) -> Result<Ran> {
                 middleware = &*entry.name,
                 skill = served.tool_name(),
             );
-            let run = served.invoke_entry(
-                entry.name.clone(),
-                entry.args.clone(),
-                Map::new(),
-                Map::new(),
-            );
+            let run = served.invoke_entry(entry.name.clone(), entry.args.clone(), None);
             in_span(span, run).await?
         }
     };
@@ -202,7 +202,7 @@ async fn run_hook(
     let mut nonlocals = Map::new();
     nonlocals.insert("debug".into(), Value::Bool(false));
     served
-        .invoke_entry(hook.name.clone(), args, locals, nonlocals)
+        .invoke_entry(hook.name.clone(), args, Some((locals, nonlocals)))
         .await
 }
 

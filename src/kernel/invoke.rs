@@ -112,7 +112,7 @@ impl Context {
             index,
             tool,
             args: Arc::new(args),
-            options,
+            options: Box::new(options),
             interactive: false,
             policy,
             authority,
@@ -120,18 +120,20 @@ impl Context {
         })
     }
 
-    /// Invokes a chain entry's tool for the served context `self`.
+    /// Invokes a chain entry's tool for the served context `self`, seeded with `locals` and
+    /// `nonlocals` (a hook's) if given.
     pub(crate) fn invoke_entry(
         &self,
         name: Arc<str>,
         args: Arc<Value>,
-        locals: Map<String, Value>,
-        nonlocals: Map<String, Value>,
+        seed: Option<(Map<String, Value>, Map<String, Value>)>,
     ) -> Guarded {
-        let mut options = InvokeOptions::default();
+        let mut options = Box::<InvokeOptions>::default();
         options.context.target = Some(self.clone());
-        options.context.locals = locals;
-        options.context.nonlocals = nonlocals;
+        if let Some((locals, nonlocals)) = seed {
+            options.context.locals = locals;
+            options.context.nonlocals = nonlocals;
+        }
         let request = Request {
             kernel: self.0.kernel.clone(),
             caller: Some(self.clone()),
@@ -173,7 +175,7 @@ pub(crate) fn invoke_root(
         index: kernel.registry().current(),
         tool,
         args,
-        options,
+        options: Box::new(options),
         interactive,
         policy: None,
         authority,
@@ -188,7 +190,9 @@ struct Request {
     index: Arc<SearchIndex>,
     tool: ToolRef,
     args: Arc<Value>,
-    options: InvokeOptions,
+    /// Boxed: a request is moved from step to step and into the pipeline's future, which is
+    /// itself boxed, once per invocation and per chain entry; the options are most of its size.
+    options: Box<InvokeOptions>,
     interactive: bool,
     policy: Option<Arc<crate::skills::patterns::AllowedTools>>,
     /// Who names the tool, for whom: decides step 1 and what step 2 may reach.
@@ -373,7 +377,9 @@ fn prepare(
         counted,
         ..
     } = request;
-    let mut seed = options.context;
+    // Taken field by field from the boxed options rather than moved out whole.
+    let mut options = options;
+    let seed = &mut options.context;
     let parent = seed.parent.take().or(caller);
     let depth = match (&seed.target, &parent) {
         (Some(served), _) => served.depth(),
@@ -398,18 +404,16 @@ fn prepare(
     }
     // A root's nonlocals are its seed's (with the kernel's `rootContextId`), taken whole
     // rather than added key by key to a map of their own, hashing each key again.
-    let root_nonlocals = if parent.is_none() {
-        std::mem::take(&mut seed.nonlocals)
-    } else {
-        Map::new()
-    };
+    let root_nonlocals = parent
+        .is_none()
+        .then(|| std::mem::take(&mut seed.nonlocals));
     let birth = Birth {
         budget,
         id: seed.id,
         root_nonlocals,
         depth,
         parent,
-        target: seed.target,
+        target: seed.target.take(),
         index,
         tool,
         args,
@@ -417,13 +421,20 @@ fn prepare(
         authority,
     };
     let ctx = create(&kernel, birth, resolved);
-    apply_seed(&ctx, seed.locals, seed.nonlocals, seed.run)?;
-    for (path, value) in seed.extensions {
+    if !(seed.locals.is_empty() && seed.nonlocals.is_empty() && seed.run.is_empty()) {
+        apply_seed(
+            &ctx,
+            std::mem::take(&mut seed.locals),
+            std::mem::take(&mut seed.nonlocals),
+            std::mem::take(&mut seed.run),
+        )?;
+    }
+    for (path, value) in seed.extensions.drain(..) {
         ctx.set_extension(path, value);
     }
     // 8. The chain (in place from the cache unless something adjusts it).
     adjust_chain(&ctx, resolved)?;
-    Ok((ctx, seed.signal))
+    Ok((ctx, seed.signal.take()))
 }
 
 /// What a new context is made from.
@@ -431,7 +442,7 @@ struct Birth {
     budget: Arc<crate::kernel::budget::Budget>,
     id: Option<u64>,
     /// For a root: the nonlocals its seed gives.
-    root_nonlocals: Map<String, Value>,
+    root_nonlocals: Option<Map<String, Value>>,
     depth: u32,
     parent: Option<Context>,
     target: Option<Context>,
@@ -469,7 +480,7 @@ fn create(kernel: &Kernel, birth: Birth, resolved: &Resolved) -> Context {
         Some(p) => p.nonlocals_shared(),
         None => {
             // First, and the kernel's whatever the seed says (as `merge_nonlocals` keeps it).
-            let mut map = root_nonlocals;
+            let mut map = root_nonlocals.unwrap_or_default();
             map.shift_insert(0, "rootContextId".into(), Value::String(id::format(root)));
             Arc::new(map)
         }
@@ -484,8 +495,8 @@ fn create(kernel: &Kernel, birth: Birth, resolved: &Resolved) -> Context {
             prompt: tool.prompt.clone(),
             untrusted_ref: false,
             allowed_tools: None,
-            internals: Map::new(),
-            other: Map::new(),
+            internals: None,
+            other: None,
         },
         nonlocals,
         run: Run {
