@@ -11,6 +11,8 @@
 //! (`valgrind --tool=callgrind`: two counts of layers, the difference over the layers between
 //! them, is what a layer executes).
 //!
+//! Both modes install the tracing subscriber `serve` does, so spans cost what they cost there.
+//!
 //! Run: `cargo bench --bench invoke`.
 
 use std::hint::black_box;
@@ -117,6 +119,9 @@ fn counted(n: u64) {
 criterion_group!(benches, invoke_noop, per_layer);
 
 fn main() {
+    // The subscriber `serve` installs (its log output at `warn`): without one, every span the
+    // kernel makes would take tracing's fallback to the `log` crate, which `serve` never does.
+    let _telemetry = skillgate::telemetry::init(skillgate::telemetry::LogFormat::Text, "warn");
     if let Ok(n) = std::env::var("SKILLGATE_BENCH_COUNT") {
         counted(
             n.parse()
