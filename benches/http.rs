@@ -226,6 +226,12 @@ fn main() {
     {
         return;
     }
+    // The subscriber `serve` installs, with its filter: without one, every span the gateway and
+    // the kernel make would take tracing's fallback to the `log` crate, which `serve` never does.
+    let _telemetry = skillgate::telemetry::init(
+        skillgate::telemetry::LogFormat::Text,
+        skillgate::telemetry::SERVE_FILTER,
+    );
     let secs = env_or("SKILLGATE_BENCH_SECS", 5);
     let conns = env_or("SKILLGATE_BENCH_CONNS", 32) as usize;
     let dir = tempfile::tempdir().expect("temp dir");

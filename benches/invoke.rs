@@ -119,9 +119,12 @@ fn counted(n: u64) {
 criterion_group!(benches, invoke_noop, per_layer);
 
 fn main() {
-    // The subscriber `serve` installs (its log output at `warn`): without one, every span the
-    // kernel makes would take tracing's fallback to the `log` crate, which `serve` never does.
-    let _telemetry = skillgate::telemetry::init(skillgate::telemetry::LogFormat::Text, "warn");
+    // The subscriber `serve` installs, with its filter: without one, every span the kernel makes
+    // would take tracing's fallback to the `log` crate, which `serve` never does.
+    let _telemetry = skillgate::telemetry::init(
+        skillgate::telemetry::LogFormat::Text,
+        skillgate::telemetry::SERVE_FILTER,
+    );
     if let Ok(n) = std::env::var("SKILLGATE_BENCH_COUNT") {
         counted(
             n.parse()

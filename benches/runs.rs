@@ -184,6 +184,11 @@ fn write_sqlite(c: &mut Criterion) {
 criterion_group!(benches, dispatch_noop, write_sqlite);
 
 fn main() {
+    // The subscriber `serve` installs, with its filter (see `benches/http.rs`).
+    let _telemetry = skillgate::telemetry::init(
+        skillgate::telemetry::LogFormat::Text,
+        skillgate::telemetry::SERVE_FILTER,
+    );
     if let Ok(n) = std::env::var("SKILLGATE_BENCH_COUNT") {
         counted(
             n.parse()

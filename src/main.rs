@@ -36,7 +36,7 @@ fn main() -> ExitCode {
     let cli = skillgate::cli::Cli::parse();
     // `serve` says what it does at info; other commands only warn.
     let default_filter = match cli.command {
-        skillgate::cli::Command::Serve(_) => "warn,skillgate::cli=info",
+        skillgate::cli::Command::Serve(_) => skillgate::telemetry::SERVE_FILTER,
         _ => "warn",
     };
     let telemetry = skillgate::telemetry::init(cli.log_format, default_filter);

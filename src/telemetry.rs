@@ -53,6 +53,11 @@ pub fn otlp_requested() -> bool {
     !disabled && (set("OTEL_EXPORTER_OTLP_ENDPOINT") || set("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
 }
 
+/// The log filter `serve` starts with when `RUST_LOG` is unset: what it does at info (its
+/// addresses, its skills), everything else at warn. The benchmarks install it too, so they
+/// measure the subscriber a server runs with.
+pub const SERVE_FILTER: &str = "warn,skillgate::cli=info";
+
 /// Installs the global subscriber. `default_filter` applies when `RUST_LOG` is unset.
 /// Call outside any async runtime (the OTLP client runs its own).
 pub fn init(format: LogFormat, default_filter: &str) -> Telemetry {
