@@ -4,9 +4,9 @@
 //! tokens, time) and its log events.
 
 use futures::future::Either;
-use quanta::Instant;
+use quanta::{Clock, Instant};
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
 use serde_json::{Value, json};
@@ -42,17 +42,24 @@ pub fn current() -> Option<Arc<EntryTimes>> {
     TIMES.try_with(Arc::clone).ok()
 }
 
-/// Microseconds since the start of the run this task gathers for, if it gathers: where an
-/// entry's span starts (the timings borrowed, not counted as one more reference: this runs
-/// on every entry).
+/// Where an entry's span starts, if this task gathers timings: a reading of the run's clock
+/// (the timings borrowed, not counted as one more reference: this runs on every entry).
 pub(crate) fn entry_start() -> Option<u64> {
-    TIMES.try_with(|times| times.now_us()).ok()
+    TIMES.try_with(|times| times.clock.raw()).ok()
 }
 
-/// Keeps an entry that started at `start_us` (from [`entry_start`]) and ends now, in the
-/// timings this task gathers.
-pub(crate) fn entry_done(entry: Entry<'_>, start_us: u64) {
-    let _ = TIMES.try_with(|times| times.done(entry, start_us));
+/// Keeps an entry that started at `start` (from [`entry_start`]) and ends now, in the timings
+/// this task gathers.
+pub(crate) fn entry_done(entry: Entry<'_>, start: u64) {
+    let _ = TIMES.try_with(|times| times.done(entry, start));
+}
+
+/// The clock entries are timed by. Its raw readings (the CPU's counter where it is steady)
+/// are what an entry keeps; they become microseconds only for the runs whose entries are
+/// written, where reading the time as an [`Instant`] turns every reading into nanoseconds.
+fn clock() -> &'static Clock {
+    static CLOCK: OnceLock<Clock> = OnceLock::new();
+    CLOCK.get_or_init(Clock::new)
 }
 
 /// A chain entry as [`entry_done`] keeps it.
@@ -67,16 +74,17 @@ pub(crate) struct Entry<'a> {
     pub ok: bool,
 }
 
-/// One entry's span. Its names are ranges of [`Gathered::text`]: copying a few bytes costs a
-/// run less than counting references to names every run on every core shares.
+/// One entry's span, from and to raw readings of the run's clock. Its names are ranges of
+/// [`Gathered::text`]: copying a few bytes costs a run less than counting references to names
+/// every run on every core shares.
 #[derive(Debug, Clone, Copy)]
 struct Timed {
     name: (u32, u32),
     skill: (u32, u32),
     kind: &'static str,
     depth: u32,
-    start_us: u64,
-    end_us: u64,
+    start: u64,
+    end: u64,
     ok: bool,
 }
 
@@ -109,7 +117,11 @@ pub const MAX_LOGS: usize = 100;
 pub struct EntryTimes {
     /// On the CPU's counter where it is steady (`quanta`): read twice for every entry, it
     /// costs a run less than the operating system's clock.
-    started: Instant,
+    clock: &'static Clock,
+    /// A raw reading of `clock` ([`Clock::raw`]), and how long after the run started it was
+    /// taken (nanoseconds).
+    base: u64,
+    base_ns: u64,
     entries: Mutex<Gathered>,
     turns: Mutex<Vec<Value>>,
     logs: Mutex<(Vec<Arc<Value>>, usize)>,
@@ -125,8 +137,15 @@ impl EntryTimes {
     /// The timings of a run that started at `started` (its record's start: one clock read a
     /// run fewer).
     pub fn since(started: Instant) -> EntryTimes {
+        let clock = clock();
+        let base = clock.raw();
         EntryTimes {
-            started,
+            clock,
+            base,
+            base_ns: clock
+                .scaled(base)
+                .saturating_duration_since(started)
+                .as_nanos() as u64,
             // A small run's chain (its layers and body) fits without growing.
             entries: Mutex::new(Gathered {
                 entries: Vec::with_capacity(8),
@@ -154,12 +173,17 @@ pub struct Turn<'a> {
 impl EntryTimes {
     /// Microseconds since the run started.
     pub fn now_us(&self) -> u64 {
-        self.started.elapsed().as_micros() as u64
+        self.us(self.clock.raw())
     }
 
-    /// Keeps `entry`, from `start_us` to now.
-    pub(crate) fn done(&self, entry: Entry<'_>, start_us: u64) {
-        let end_us = self.now_us();
+    /// Microseconds from the run's start to the raw reading `raw` of its clock.
+    fn us(&self, raw: u64) -> u64 {
+        (self.base_ns + self.clock.delta_as_nanos(self.base, raw)) / 1000
+    }
+
+    /// Keeps `entry`, from the raw reading `start` to now.
+    pub(crate) fn done(&self, entry: Entry<'_>, start: u64) {
+        let end = self.clock.raw();
         let mut gathered = self.entries.lock();
         let skill = match gathered.last_skill {
             Some(last) if gathered.name(last) == entry.skill => last,
@@ -172,8 +196,8 @@ impl EntryTimes {
             skill,
             kind: entry.kind,
             depth: entry.depth,
-            start_us,
-            end_us,
+            start,
+            end,
             ok: entry.ok,
         });
     }
@@ -204,6 +228,11 @@ impl EntryTimes {
         } else {
             logs.1 += 1;
         }
+    }
+
+    /// Whether the run made a model call.
+    pub fn has_turns(&self) -> bool {
+        !self.turns.lock().is_empty()
     }
 
     /// The model calls in the order they ended, and their tokens in all.
@@ -237,18 +266,19 @@ impl EntryTimes {
     pub fn to_json(&self) -> Value {
         let gathered = self.entries.lock();
         let mut entries = gathered.entries.clone();
-        entries.sort_by_key(|e| (e.start_us, e.depth));
+        entries.sort_by_key(|e| (e.start, e.depth));
         Value::Array(
             entries
                 .iter()
                 .map(|e| {
+                    let (start_us, end_us) = (self.us(e.start), self.us(e.end));
                     json!({
                         "name": gathered.name(e.name),
                         "kind": e.kind,
                         "skill": gathered.name(e.skill),
                         "depth": e.depth,
-                        "startMs": e.start_us as f64 / 1000.0,
-                        "durationMs": (e.end_us - e.start_us) as f64 / 1000.0,
+                        "startMs": start_us as f64 / 1000.0,
+                        "durationMs": end_us.saturating_sub(start_us) as f64 / 1000.0,
                         "ok": e.ok,
                     })
                 })
@@ -260,6 +290,37 @@ impl EntryTimes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_entry_is_kept_in_milliseconds_from_the_runs_start_to_where_it_began_and_for_how_long() {
+        let started = Instant::now();
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        // Made a little after the run began, as a recorded run's are.
+        let times = EntryTimes::since(started);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let start = times.clock.raw();
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        let entry = Entry {
+            name: "execute",
+            kind: "middleware",
+            skill: "hello",
+            depth: 1,
+            ok: true,
+        };
+        times.done(entry, start);
+        let kept = times.to_json();
+        let kept = &kept[0];
+        assert_eq!(
+            (&kept["name"], &kept["skill"], &kept["ok"]),
+            (&json!("execute"), &json!("hello"), &json!(true))
+        );
+        // At least the sleeps before and within it, and in milliseconds, not some other unit.
+        let start_ms = kept["startMs"].as_f64().unwrap();
+        let duration_ms = kept["durationMs"].as_f64().unwrap();
+        assert!((25.0..10_000.0).contains(&start_ms), "{kept}");
+        assert!((30.0..10_000.0).contains(&duration_ms), "{kept}");
+        assert!(times.now_us() >= 55_000, "{}", times.now_us());
+    }
 
     #[test]
     fn a_timed_run_is_held_once_by_the_future_that_gathers_its_timings() {

@@ -252,6 +252,20 @@ impl RunRecord {
         let cut = args_cut || result_cut;
         let keeps_entries =
             ended.status != Status::Ok || ended.duration >= SLOW || self.keep_entries;
+        // Most runs: nothing to say, and no map made to find that out.
+        let plain = !args_redacted
+            && !cut
+            && ended.error.is_none()
+            && self.event.is_none()
+            && !self.project_level
+            && self.trace.is_none()
+            && self
+                .entries
+                .as_ref()
+                .is_none_or(|gathered| !keeps_entries && !gathered.has_turns());
+        if plain {
+            return None;
+        }
         let mut detail = json!({});
         if args_redacted {
             detail["redacted"] = Value::Bool(true);
