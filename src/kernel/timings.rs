@@ -230,11 +230,6 @@ impl EntryTimes {
         }
     }
 
-    /// Whether the run made a model call.
-    pub fn has_turns(&self) -> bool {
-        !self.turns.lock().is_empty()
-    }
-
     /// The model calls in the order they ended, and their tokens in all.
     pub fn turns_json(&self) -> Option<(Value, Value)> {
         let turns = self.turns.lock();

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use quanta::Instant;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 use crate::context::id::now_ms;
 use crate::error::SkillError;
@@ -252,60 +252,49 @@ impl RunRecord {
         let cut = args_cut || result_cut;
         let keeps_entries =
             ended.status != Status::Ok || ended.duration >= SLOW || self.keep_entries;
-        // Most runs: nothing to say, and no map made to find that out.
-        let plain = !args_redacted
-            && !cut
-            && ended.error.is_none()
-            && self.event.is_none()
-            && !self.project_level
-            && self.trace.is_none()
-            && self
-                .entries
-                .as_ref()
-                .is_none_or(|gathered| !keeps_entries && !gathered.has_turns());
-        if plain {
-            return None;
-        }
-        let mut detail = json!({});
+        // Made at its first key: most runs have nothing to say, and make no map to find that out.
+        let mut detail: Option<Map<String, Value>> = None;
+        let mut put = |key: &str, value: Value| {
+            detail
+                .get_or_insert_with(Map::new)
+                .insert(key.to_owned(), value);
+        };
         if args_redacted {
-            detail["redacted"] = Value::Bool(true);
+            put("redacted", Value::Bool(true));
         }
         if cut {
-            detail["cut"] = json!({ "args": args_cut, "result": result_cut });
+            put("cut", json!({ "args": args_cut, "result": result_cut }));
         }
         if let Some(error) = ended.error.take() {
-            detail["error"] = Value::String(error);
+            put("error", Value::String(error));
         }
         if let Some(event) = self.event.take() {
-            detail["event"] = Value::String(event);
+            put("event", Value::String(event));
         }
         if self.project_level {
-            detail["level"] = Value::String("project".into());
+            put("level", Value::String("project".into()));
         }
         if let Some(trace) = self.trace.take() {
-            detail["trace"] = Value::String(trace);
+            put("trace", Value::String(trace));
         }
         if let Some(gathered) = &self.entries {
             // What the run cost in tokens is always kept; its onion and logs for the runs
             // worth reading.
             if let Some((turns, tokens)) = gathered.turns_json() {
-                detail["turns"] = turns;
-                detail["tokens"] = tokens;
+                put("turns", turns);
+                put("tokens", tokens);
             }
             if keeps_entries {
-                detail["entries"] = gathered.to_json();
+                put("entries", gathered.to_json());
                 if let Some((logs, left_out)) = gathered.logs_json() {
-                    detail["logs"] = logs;
+                    put("logs", logs);
                     if left_out > 0 {
-                        detail["logsLeftOut"] = json!(left_out);
+                        put("logsLeftOut", json!(left_out));
                     }
                 }
             }
         }
-        detail
-            .as_object()
-            .is_some_and(|d| !d.is_empty())
-            .then(|| detail.to_string())
+        detail.map(|detail| Value::Object(detail).to_string())
     }
 }
 
