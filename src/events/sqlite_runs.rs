@@ -26,7 +26,7 @@ use sqlx::SqlitePool;
 
 use crate::events::records::NewRun;
 use crate::events::sql_records::{
-    Dialect, RUN_COLUMNS, RUNS_STATEMENTS, RunValue, RunsWriter, run_values, runs_statements,
+    Dialect, RUNS_STATEMENTS, RunShape, RunValue, RunsWriter, run_values, runs_statements,
 };
 use crate::events::store::{StoreError, StoreResult};
 
@@ -86,7 +86,8 @@ impl RunsWriter for SqliteRuns {
 /// [`RUNS_STATEMENTS`] (prepared when first used).
 struct RunsConnection {
     db: NonNull<ffi::sqlite3>,
-    inserts: [Option<NonNull<ffi::sqlite3_stmt>>; RUNS_STATEMENTS.len()],
+    /// By [`RunShape`], then by size.
+    inserts: [[Option<NonNull<ffi::sqlite3_stmt>>; RUNS_STATEMENTS.len()]; 2],
 }
 
 // SAFETY: a SQLite connection may move between threads when one thread at a time uses it (the
@@ -121,7 +122,7 @@ impl RunsConnection {
         };
         let connection = RunsConnection {
             db,
-            inserts: [None; RUNS_STATEMENTS.len()],
+            inserts: [[None; RUNS_STATEMENTS.len()]; 2],
         };
         if opened != ffi::SQLITE_OK {
             return Err(connection.error(&format!("cannot open `{}`", path.display())));
@@ -139,8 +140,8 @@ impl RunsConnection {
     /// Writes `runs` in one transaction: all of them, or none.
     fn write(&mut self, runs: &[NewRun<'_>]) -> StoreResult<()> {
         self.exec(c"BEGIN IMMEDIATE")?;
-        let written = runs_statements(runs)
-            .try_for_each(|(size, chunk)| self.insert(size, chunk))
+        let written = runs_statements(runs, RunShape::of)
+            .try_for_each(|(shape, size, chunk)| self.insert(shape, size, chunk))
             .and_then(|()| self.exec(c"COMMIT"));
         if written.is_err() {
             // Nothing of the batch is kept (a failed `COMMIT` leaves the transaction open).
@@ -149,19 +150,21 @@ impl RunsConnection {
         written
     }
 
-    /// Runs the `INSERT` of `RUNS_STATEMENTS[size]` rows on `chunk`.
-    fn insert(&mut self, size: usize, chunk: &[NewRun<'_>]) -> StoreResult<()> {
-        let insert = self.insert_of(size)?.as_ptr();
+    /// Runs the `INSERT` of `RUNS_STATEMENTS[size]` rows of `shape` on `chunk`.
+    fn insert(&mut self, shape: RunShape, size: usize, chunk: &[NewRun<'_>]) -> StoreResult<()> {
+        let insert = self.insert_of(shape, size)?.as_ptr();
         let mut bound = ffi::SQLITE_OK;
-        for (row, run) in chunk.iter().enumerate() {
-            for (column, value) in run_values(run).into_iter().enumerate() {
-                let at = (row * RUN_COLUMNS + column + 1) as c_int;
+        let mut at: c_int = 0;
+        for run in chunk {
+            let values = run_values(run);
+            for &column in shape.bound() {
+                at += 1;
                 // SAFETY: `insert` is a prepared statement of this connection with
-                // `chunk.len() * RUN_COLUMNS` parameters. `SQLITE_STATIC` lets SQLite read the
+                // `chunk.len() * shape.bound().len()` parameters. `SQLITE_STATIC` lets SQLite read the
                 // text where it lies until the statement is reset and its values cleared,
                 // below, before this function returns, while `chunk` is still borrowed.
                 bound |= unsafe {
-                    match value {
+                    match values[column] {
                         RunValue::Text(Some(text)) => ffi::sqlite3_bind_text64(
                             insert,
                             at,
@@ -194,12 +197,16 @@ impl RunsConnection {
         }
     }
 
-    /// The prepared `INSERT` of `RUNS_STATEMENTS[size]` rows.
-    fn insert_of(&mut self, size: usize) -> StoreResult<NonNull<ffi::sqlite3_stmt>> {
-        if let Some(insert) = self.inserts[size] {
+    /// The prepared `INSERT` of `RUNS_STATEMENTS[size]` rows of `shape`.
+    fn insert_of(
+        &mut self,
+        shape: RunShape,
+        size: usize,
+    ) -> StoreResult<NonNull<ffi::sqlite3_stmt>> {
+        if let Some(insert) = self.inserts[shape as usize][size] {
             return Ok(insert);
         }
-        let sql = sqlx::Sqlite::runs_insert_of(size);
+        let sql = sqlx::Sqlite::runs_insert_of(shape, size);
         let mut insert = ptr::null_mut();
         // SAFETY: `sql` is valid for `sql.len()` bytes; the statement is kept (persistent) and
         // finalized when the connection is dropped.
@@ -215,7 +222,7 @@ impl RunsConnection {
         };
         match NonNull::new(insert) {
             Some(insert) if prepared == ffi::SQLITE_OK => {
-                self.inserts[size] = Some(insert);
+                self.inserts[shape as usize][size] = Some(insert);
                 Ok(insert)
             }
             _ => Err(self.error("cannot prepare the runs record's statement")),
@@ -268,7 +275,7 @@ impl Drop for RunsConnection {
         // SAFETY: every statement is this connection's and used no more; finalized first, so the
         // connection closes (`sqlite3_close` refuses while statements are left).
         unsafe {
-            for insert in self.inserts.iter().flatten() {
+            for insert in self.inserts.iter().flatten().flatten() {
                 ffi::sqlite3_finalize(insert.as_ptr());
             }
             ffi::sqlite3_close(self.db.as_ptr());
