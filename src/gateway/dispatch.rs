@@ -229,7 +229,7 @@ impl Gateway {
         inbound: &mut Inbound,
         args: impl Into<Arc<Value>>,
         parent: Option<String>,
-    ) -> Option<RunRecord> {
+    ) -> Option<Box<RunRecord>> {
         let runs = self.kernel.bus().runs();
         if !runs.on() {
             return None;
@@ -293,7 +293,7 @@ impl Run {
         // copy of the name a run fewer).
         let started = record
             .as_ref()
-            .map_or_else(quanta::Instant::now, RunRecord::started_at);
+            .map_or_else(quanta::Instant::now, |record| record.started_at());
         let unrecorded = record.is_none().then(|| inbound.skill.name().to_string());
         let times = record.as_mut().map(|record| {
             let times = Arc::new(EntryTimes::since(record.started_at()));

@@ -116,15 +116,17 @@ struct Ended {
 }
 
 impl RunRecord {
-    /// A run of `skill` begun now.
+    /// A run of `skill` begun now. Boxed: a run's future holds it from its start to its end,
+    /// and is moved whole (spawned, polled through its wrappers), as the record is to be
+    /// written; boxed, each move is a pointer's rather than the record's few hundred bytes.
     pub fn begin(
         id: impl Into<String>,
         door: &'static str,
         principal: impl Into<String>,
         skill: impl Into<String>,
         args: impl Into<Arc<Value>>,
-    ) -> RunRecord {
-        RunRecord {
+    ) -> Box<RunRecord> {
+        Box::new(RunRecord {
             id: id.into(),
             door,
             principal: principal.into(),
@@ -141,11 +143,14 @@ impl RunRecord {
             started_ms: now_ms() as i64,
             started: Instant::now(),
             ended: None,
-        }
+        })
     }
 
     /// This run, ended now with `outcome`.
-    pub fn end(mut self, outcome: Result<Option<&Arc<Value>>, &SkillError>) -> RunRecord {
+    pub fn end(
+        mut self: Box<Self>,
+        outcome: Result<Option<&Arc<Value>>, &SkillError>,
+    ) -> Box<RunRecord> {
         let duration = self.started.elapsed();
         self.ended = Some(match outcome {
             Ok(result) => Ended {
@@ -190,7 +195,7 @@ impl RunRecord {
 
     /// The row the store keeps: args and result redacted, each cut to `max_bytes` of JSON
     /// text (the detail says which were, so a retry knows it cannot repeat the run).
-    pub fn stored(self, max_bytes: usize) -> StoredRun {
+    pub fn stored(self: Box<Self>, max_bytes: usize) -> StoredRun {
         let mut pending = Pending::default();
         self.write_to(&mut pending, 0, max_bytes);
         Pending::take(std::slice::from_ref(&pending))[0].to_stored(0)
@@ -200,7 +205,12 @@ impl RunRecord {
     /// `ticket`-th. The args and result are written into `pending` as JSON straight from the
     /// values the run shares with its invocation and reply (copied only when something in
     /// them is redacted); what the run held is let go here, on the thread that ends it.
-    pub(super) fn write_to(mut self, pending: &mut Pending, ticket: u64, max_bytes: usize) {
+    pub(super) fn write_to(
+        mut self: Box<Self>,
+        pending: &mut Pending,
+        ticket: u64,
+        max_bytes: usize,
+    ) {
         let mut ended = self.ended.take().unwrap_or(Ended {
             duration: self.started.elapsed(),
             status: Status::Aborted,

@@ -206,7 +206,7 @@ impl Recorder {
 
     /// Takes `run` to be written, without waiting: dropped (and counted) when the runs
     /// waiting are too many, and ignored when recording is off.
-    pub fn record(&self, mut run: RunRecord) {
+    pub fn record(&self, mut run: Box<RunRecord>) {
         if !self.on() {
             return;
         }
