@@ -46,7 +46,8 @@ impl Dialect for sqlx::Sqlite {
     }
 
     fn runs_insert_of(shape: RunShape, size: usize) -> &'static str {
-        static SQL: RunsInserts = [const { [const { OnceLock::new() }; RUNS_STATEMENTS.len()] }; 2];
+        static SQL: RunsInserts =
+            [const { [const { OnceLock::new() }; RUNS_STATEMENTS.len()] }; RunShape::COUNT];
         SQL[shape as usize][size].get_or_init(|| runs_insert::<Self>(shape, RUNS_STATEMENTS[size]))
     }
 }
@@ -61,13 +62,14 @@ impl Dialect for sqlx::Postgres {
     }
 
     fn runs_insert_of(shape: RunShape, size: usize) -> &'static str {
-        static SQL: RunsInserts = [const { [const { OnceLock::new() }; RUNS_STATEMENTS.len()] }; 2];
+        static SQL: RunsInserts =
+            [const { [const { OnceLock::new() }; RUNS_STATEMENTS.len()] }; RunShape::COUNT];
         SQL[shape as usize][size].get_or_init(|| runs_insert::<Self>(shape, RUNS_STATEMENTS[size]))
     }
 }
 
 /// The `INSERT`s of runs, made once: by shape, then by size.
-type RunsInserts = [[OnceLock<String>; RUNS_STATEMENTS.len()]; 2];
+type RunsInserts = [[OnceLock<String>; RUNS_STATEMENTS.len()]; RunShape::COUNT];
 
 /// Writes a batch of runs its own way (the SQLite store's, `events::sqlite_runs`), in place of
 /// the statement the SQL stores share.
@@ -506,6 +508,9 @@ pub enum RunShape {
 const PLAIN_COLUMNS: [(usize, &str); 4] = [(6, "'ok'"), (7, "NULL"), (8, "NULL"), (11, "'{}'")];
 
 impl RunShape {
+    /// How many shapes there are (each indexes its statements by `shape as usize`).
+    pub(crate) const COUNT: usize = 2;
+
     /// The shape of `run`'s row: [`RunShape::Plain`] when its values are those of
     /// [`PLAIN_COLUMNS`].
     pub(crate) fn of(run: &NewRun<'_>) -> RunShape {

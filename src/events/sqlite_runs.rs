@@ -87,7 +87,7 @@ impl RunsWriter for SqliteRuns {
 struct RunsConnection {
     db: NonNull<ffi::sqlite3>,
     /// By [`RunShape`], then by size.
-    inserts: [[Option<NonNull<ffi::sqlite3_stmt>>; RUNS_STATEMENTS.len()]; 2],
+    inserts: [[Option<NonNull<ffi::sqlite3_stmt>>; RUNS_STATEMENTS.len()]; RunShape::COUNT],
 }
 
 // SAFETY: a SQLite connection may move between threads when one thread at a time uses it (the
@@ -122,7 +122,7 @@ impl RunsConnection {
         };
         let connection = RunsConnection {
             db,
-            inserts: [[None; RUNS_STATEMENTS.len()]; 2],
+            inserts: [[None; RUNS_STATEMENTS.len()]; RunShape::COUNT],
         };
         if opened != ffi::SQLITE_OK {
             return Err(connection.error(&format!("cannot open `{}`", path.display())));
@@ -160,9 +160,9 @@ impl RunsConnection {
             for &column in shape.bound() {
                 at += 1;
                 // SAFETY: `insert` is a prepared statement of this connection with
-                // `chunk.len() * shape.bound().len()` parameters. `SQLITE_STATIC` lets SQLite read the
-                // text where it lies until the statement is reset and its values cleared,
-                // below, before this function returns, while `chunk` is still borrowed.
+                // `chunk.len() * shape.bound().len()` parameters. `SQLITE_STATIC` lets SQLite
+                // read the text where it lies until the statement is reset and its values
+                // cleared, below, before this function returns, while `chunk` is still borrowed.
                 bound |= unsafe {
                     match values[column] {
                         RunValue::Text(Some(text)) => ffi::sqlite3_bind_text64(
