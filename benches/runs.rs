@@ -117,12 +117,14 @@ fn dispatch_noop(c: &mut Criterion) {
     assert_eq!(runs.dropped_total(), 0, "every run was written");
 }
 
-/// `SKILLGATE_BENCH_COUNT=n`: dispatches `n` no-op runs and writes every one (record on, or off
-/// with `SKILLGATE_BENCH_RUNS=0`), with no timing of its own: for a counting profiler, whose
-/// figures do not depend on the machine's noise (`benches/runs-instructions` runs it under
+/// `SKILLGATE_BENCH_COUNT=n`: dispatches `n` no-op runs, after a few to warm up
+/// ([`counting_starts`]), and writes every one (record on, or off with `SKILLGATE_BENCH_RUNS=0`),
+/// with no timing of its own: for a counting profiler, whose figures do not depend on the
+/// machine's noise (`benches/runs-instructions` runs it under
 /// `valgrind --tool=callgrind` at two counts, each state, and gives the instructions a run).
 fn counted(n: u64) {
     const SETTLE_EVERY: u64 = 1000;
+    const WARM_UP: u64 = 500;
     let rt = runtime();
     let dir = tempfile::tempdir().expect("temp dir");
     let gateway = noop_gateway(&rt, dir.path());
@@ -131,6 +133,11 @@ fn counted(n: u64) {
     let on = std::env::var("SKILLGATE_BENCH_RUNS").as_deref() != Ok("0");
     runs.configure(on.then(RecordConfig::default));
     rt.block_on(async {
+        for _ in 0..WARM_UP {
+            dispatch_one(&gateway).await;
+        }
+        runs.settled().await;
+        counting_starts();
         for i in 1..=n {
             dispatch_one(&gateway).await;
             // The writer kept up with, so no run is dropped however slowly a profiler runs
@@ -144,9 +151,19 @@ fn counted(n: u64) {
     assert_eq!(runs.dropped_total(), 0, "every run was written");
     let state = if on { "on" } else { "off" };
     println!(
-        "{n} runs dispatched, record {state}, {} written",
+        "{n} runs counted after {WARM_UP} to warm up, record {state}, {} written",
         runs.written_total()
     );
+}
+
+/// Where counting starts: the runs before it warmed the process up (the clock calibrated, the
+/// store's statements prepared, the buffers grown). `benches/runs-instructions` has callgrind
+/// count from here (`--dump-before`), so what a process does once is left out, some of which
+/// runs for a span of wall time (quanta's calibration) and so is never the same twice under a
+/// profiler.
+#[inline(never)]
+fn counting_starts() {
+    std::hint::black_box(());
 }
 
 fn write_sqlite(c: &mut Criterion) {
