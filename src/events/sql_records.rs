@@ -48,7 +48,7 @@ impl Dialect for sqlx::Sqlite {
     fn runs_insert_of(shape: RunShape, size: usize) -> &'static str {
         static SQL: RunsInserts =
             [const { [const { OnceLock::new() }; RUNS_STATEMENTS.len()] }; RunShape::COUNT];
-        SQL[shape as usize][size].get_or_init(|| runs_insert::<Self>(shape, RUNS_STATEMENTS[size]))
+        cached_runs_insert::<Self>(&SQL, shape, size)
     }
 }
 
@@ -64,12 +64,23 @@ impl Dialect for sqlx::Postgres {
     fn runs_insert_of(shape: RunShape, size: usize) -> &'static str {
         static SQL: RunsInserts =
             [const { [const { OnceLock::new() }; RUNS_STATEMENTS.len()] }; RunShape::COUNT];
-        SQL[shape as usize][size].get_or_init(|| runs_insert::<Self>(shape, RUNS_STATEMENTS[size]))
+        cached_runs_insert::<Self>(&SQL, shape, size)
     }
 }
 
-/// The `INSERT`s of runs, made once: by shape, then by size.
+/// The `INSERT`s of runs of one database, made once: by shape, then by size. Each database
+/// keeps its own (a `static` in a generic function would be one for all of them).
 type RunsInserts = [[OnceLock<String>; RUNS_STATEMENTS.len()]; RunShape::COUNT];
+
+/// The `INSERT` of [`RUNS_STATEMENTS`]`[size]` runs of `shape`, from `cache` (made there at
+/// its first use).
+fn cached_runs_insert<D: Dialect>(
+    cache: &'static RunsInserts,
+    shape: RunShape,
+    size: usize,
+) -> &'static str {
+    cache[shape as usize][size].get_or_init(|| runs_insert::<D>(shape, RUNS_STATEMENTS[size]))
+}
 
 /// Writes a batch of runs its own way (the SQLite store's, `events::sqlite_runs`), in place of
 /// the statement the SQL stores share.
