@@ -12,12 +12,14 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use async_trait::async_trait;
 use parking_lot::Mutex;
-use tokio::sync::{Notify, broadcast::error::RecvError, watch};
+use tokio::sync::broadcast::{self, error::RecvError, error::TryRecvError};
+use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::events::store::{Delivery, EventStore, WAKE_ALL};
+use crate::events::store::{Delivery, EventStore, StoreResult, WAKE_ALL};
 
 /// How often an idle consumer claims again without a wakeup (visibility timeouts, a store or
 /// another process whose notification was lost).
@@ -44,6 +46,47 @@ impl Default for ConsumerOptions {
     }
 }
 
+/// What a consumer asks of its store: claims, settlements and wakeups. Every event store
+/// answers them; tests put a store behind one that counts.
+#[async_trait]
+trait Queues: Send + Sync + 'static {
+    async fn claim(
+        &self,
+        topic: &str,
+        queue: &str,
+        max: usize,
+        visibility: Duration,
+    ) -> StoreResult<Vec<Delivery>>;
+    async fn ack(&self, topic: &str, queue: &str, receipts: &[u64]) -> StoreResult<Vec<u64>>;
+    async fn nack(&self, topic: &str, queue: &str, receipts: &[u64]) -> StoreResult<Vec<u64>>;
+    fn wakeups(&self) -> broadcast::Receiver<String>;
+}
+
+#[async_trait]
+impl Queues for Arc<dyn EventStore> {
+    async fn claim(
+        &self,
+        topic: &str,
+        queue: &str,
+        max: usize,
+        visibility: Duration,
+    ) -> StoreResult<Vec<Delivery>> {
+        EventStore::claim(&**self, topic, queue, max, visibility).await
+    }
+
+    async fn ack(&self, topic: &str, queue: &str, receipts: &[u64]) -> StoreResult<Vec<u64>> {
+        EventStore::ack(&**self, topic, queue, receipts).await
+    }
+
+    async fn nack(&self, topic: &str, queue: &str, receipts: &[u64]) -> StoreResult<Vec<u64>> {
+        EventStore::nack(&**self, topic, queue, receipts).await
+    }
+
+    fn wakeups(&self) -> broadcast::Receiver<String> {
+        EventStore::wakeups(&**self)
+    }
+}
+
 /// One queue consumed by this process; cheap to share between tasks (`Arc`).
 pub struct Consumer {
     shared: Arc<Shared>,
@@ -51,7 +94,7 @@ pub struct Consumer {
 }
 
 struct Shared {
-    store: Arc<dyn EventStore>,
+    store: Box<dyn Queues>,
     topic: String,
     queue: String,
     options: ConsumerOptions,
@@ -82,6 +125,16 @@ impl Consumer {
     /// [`Consumer::close`].
     pub fn start(
         store: Arc<dyn EventStore>,
+        topic: &str,
+        queue: &str,
+        options: ConsumerOptions,
+        stop: CancellationToken,
+    ) -> Consumer {
+        Self::start_on(Box::new(store), topic, queue, options, stop)
+    }
+
+    fn start_on(
+        store: Box<dyn Queues>,
         topic: &str,
         queue: &str,
         options: ConsumerOptions,
@@ -224,14 +277,13 @@ impl Shared {
                 }
                 continue;
             }
+            // Every wakeup received so far announces a commit made before now, which the claim
+            // about to run sees: answering each with a claim of its own would find nothing.
+            forget_announced(&mut wakeups);
+            let want = prefetch - held;
             let claimed = self
                 .store
-                .claim(
-                    &self.topic,
-                    &self.queue,
-                    prefetch - held,
-                    self.options.visibility,
-                )
+                .claim(&self.topic, &self.queue, want, self.options.visibility)
                 .await;
             match claimed {
                 Ok(batch) if !batch.is_empty() => {
@@ -243,6 +295,11 @@ impl Shared {
                     // One waiter per entry, not every waiter for every batch.
                     for _ in 0..n {
                         self.arrived.notify_one();
+                    }
+                    // Fewer than asked: the queue had no more, and what arrives next announces
+                    // itself. Claiming again at once would only find it empty.
+                    if n < want {
+                        self.idle(&mut wakeups).await;
                     }
                 }
                 Ok(_) => self.idle(&mut wakeups).await,
@@ -269,7 +326,7 @@ impl Shared {
     }
 
     /// Waits for a wakeup for this topic, the poll interval, or the stop.
-    async fn idle(&self, wakeups: &mut tokio::sync::broadcast::Receiver<String>) {
+    async fn idle(&self, wakeups: &mut broadcast::Receiver<String>) {
         let nap = tokio::time::sleep(POLL);
         tokio::pin!(nap);
         loop {
@@ -335,5 +392,158 @@ impl Shared {
             }
             self.flushed.send_replace(count);
         }
+    }
+}
+
+/// Drops the wakeups `wakeups` has received and not read.
+fn forget_announced(wakeups: &mut broadcast::Receiver<String>) {
+    loop {
+        match wakeups.try_recv() {
+            Ok(_) | Err(TryRecvError::Lagged(_)) => {}
+            Err(TryRecvError::Empty | TryRecvError::Closed) => return,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The claim loop's rules, counted on the memory store under tokio's paused clock: there a
+    //! test's sleep, shorter than the poll, returns only once every task waits, so the claims
+    //! counted are every claim the loop made.
+
+    use super::*;
+    use crate::events::memory::MemoryStore;
+    use crate::events::{Event, Limits};
+
+    /// The memory store, with the size of every claim's answer noted.
+    struct Counting {
+        store: Arc<dyn EventStore>,
+        answers: Arc<Mutex<Vec<usize>>>,
+    }
+
+    #[async_trait]
+    impl Queues for Counting {
+        async fn claim(
+            &self,
+            topic: &str,
+            queue: &str,
+            max: usize,
+            visibility: Duration,
+        ) -> StoreResult<Vec<Delivery>> {
+            let got = self.store.claim(topic, queue, max, visibility).await?;
+            self.answers.lock().push(got.len());
+            Ok(got)
+        }
+
+        async fn ack(&self, topic: &str, queue: &str, receipts: &[u64]) -> StoreResult<Vec<u64>> {
+            self.store.ack(topic, queue, receipts).await
+        }
+
+        async fn nack(&self, topic: &str, queue: &str, receipts: &[u64]) -> StoreResult<Vec<u64>> {
+            self.store.nack(topic, queue, receipts).await
+        }
+
+        fn wakeups(&self) -> broadcast::Receiver<String> {
+            self.store.wakeups()
+        }
+    }
+
+    /// A store with queue `q` on topic `t`, and a consumer of it claiming `prefetch` ahead;
+    /// with the answers of its claims.
+    async fn counted(prefetch: usize) -> (Arc<dyn EventStore>, Consumer, Arc<Mutex<Vec<usize>>>) {
+        let store: Arc<dyn EventStore> = Arc::new(MemoryStore::new(Limits::default()));
+        store.create_queue("t", "q", false).await.unwrap();
+        let answers = Arc::new(Mutex::new(Vec::new()));
+        let counting = Counting {
+            store: store.clone(),
+            answers: answers.clone(),
+        };
+        let options = ConsumerOptions {
+            prefetch,
+            visibility: Duration::from_secs(3600),
+        };
+        let consumer = Consumer::start_on(
+            Box::new(counting),
+            "t",
+            "q",
+            options,
+            CancellationToken::new(),
+        );
+        (store, consumer, answers)
+    }
+
+    /// Until every task waits (well within the poll).
+    async fn settle() {
+        tokio::time::sleep(POLL / 10).await;
+    }
+
+    async fn emit(store: &Arc<dyn EventStore>, n: u64) {
+        let mut event = Event::new("t", "test");
+        event.data = Some(serde_json::json!({ "n": n }));
+        store.emit(&event).await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn wakeups_received_before_a_claim_cause_no_claim_of_their_own() {
+        let (store, consumer, answers) = counted(4).await;
+        for n in 0..4 {
+            emit(&store, n).await;
+        }
+        settle().await;
+        // The buffer is full: the loop waits for it to run low and reads no wakeup meanwhile.
+        for n in 4..14 {
+            emit(&store, n).await;
+        }
+        for _ in 0..14 {
+            let delivery = consumer.next().await.expect("an entry");
+            consumer.ack(delivery.receipt);
+            settle().await;
+        }
+        let answers = answers.lock().clone();
+        assert_eq!(
+            answers.iter().sum::<usize>(),
+            14,
+            "every entry claimed once: {answers:?}"
+        );
+        assert!(
+            answers.iter().filter(|n| **n == 0).count() <= 1,
+            "the ten wakeups that came while the buffer was full were answered by the claims \
+             that followed them, not by an empty claim each: {answers:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_claim_that_returns_fewer_than_asked_is_the_last_until_a_wakeup() {
+        let (store, consumer, answers) = counted(64).await;
+        settle().await;
+        assert_eq!(
+            *answers.lock(),
+            [0],
+            "the first claim found the queue empty"
+        );
+        let batch: Vec<Event> = (0..3)
+            .map(|n| {
+                let mut event = Event::new("t", "test");
+                event.data = Some(serde_json::json!({ "n": n }));
+                event
+            })
+            .collect();
+        store.emit_many(&batch).await.unwrap();
+        settle().await;
+        assert_eq!(
+            *answers.lock(),
+            [0, 3],
+            "the claim that took the three (of 64 asked) left the queue empty: no claim after it"
+        );
+        for _ in 0..3 {
+            consumer.next().await.expect("an entry");
+        }
+        emit(&store, 3).await;
+        settle().await;
+        assert_eq!(
+            *answers.lock(),
+            [0, 3, 1],
+            "the next entry's wakeup brought one claim"
+        );
     }
 }

@@ -9,9 +9,12 @@
 use std::collections::HashMap;
 use std::str::FromStr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use futures::future::BoxFuture;
+use parking_lot::Mutex;
 use sqlx::migrate::Migrator;
+use sqlx::pool::PoolConnectionMetadata;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
 use sqlx::{Executor, PgConnection, PgPool, Postgres, Transaction};
 use tokio::sync::broadcast;
@@ -27,6 +30,10 @@ use crate::events::store::{EventStore, Limits, StoreError, StoreResult, WAKE_ALL
 /// Longest wait for a pooled connection. While the database is down a call fails after this
 /// (an SMTP sender gets its 451, `/readyz` its answer) instead of hanging for long.
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Longest a pooled connection lives: sqlx's default, made explicit because [`OwnBackends`]
+/// counts on it.
+const CONNECTION_LIFETIME: Duration = Duration::from_secs(30 * 60);
 
 /// The event store on Postgres.
 pub type PostgresStore = SqlStore<Postgres>;
@@ -95,9 +102,12 @@ impl SqlStore<Postgres> {
         // a new one has none): planned from them, a claim of the head of a long queue becomes a
         // bitmap scan of the whole queue and a sort (20 ms instead of 2 for 500 rows). Claims
         // walk the queue's index in order, which is always the right plan.
+        let backends = Arc::new(OwnBackends::default());
         let claims = PgPoolOptions::new()
             .max_connections(8)
             .acquire_timeout(ACQUIRE_TIMEOUT)
+            .max_lifetime(CONNECTION_LIFETIME)
+            .after_connect(noting_backend(backends.clone()))
             .connect_with(options.clone().options([
                 ("synchronous_commit", "off"),
                 ("enable_bitmapscan", "off"),
@@ -107,6 +117,8 @@ impl SqlStore<Postgres> {
         let pool = PgPoolOptions::new()
             .max_connections(16)
             .acquire_timeout(ACQUIRE_TIMEOUT)
+            .max_lifetime(CONNECTION_LIFETIME)
+            .after_connect(noting_backend(backends.clone()))
             .connect_with(options)
             .await?;
         let channel = match schema {
@@ -127,7 +139,7 @@ impl SqlStore<Postgres> {
             _listener: stop.clone().drop_guard(),
         };
         let store = SqlStore::new(pool.clone(), claims, batcher, limits, own);
-        spawn_listener(pool, channel, store.wake.clone(), stop).await?;
+        spawn_listener(pool, channel, store.wake.clone(), backends, stop).await?;
         store.migrate().await?;
         Ok(store)
     }
@@ -236,11 +248,70 @@ impl OwnWays<Postgres> for SqlStore<Postgres> {
     }
 }
 
-/// Forwards notifications to local waiters; after a reconnect, wakes everyone to re-read.
+/// The server processes (backend pids) of this store's own pooled connections.
+///
+/// Every notification names the process that sent it. One sent by this store's own connection
+/// is its echo: the store woke this process's waiters as that transaction committed (every
+/// `NOTIFY` it sends is paired with that), so the listener drops it, rather than have each idle
+/// consumer claim again and find nothing. This is Postgres's own advice for telling one's own
+/// notifications, widened from one session to a pool.
+///
+/// It may miss a live connection, whose echoes then wake as they always did; it must never hold
+/// the pid of another replica's, whose news would then wait for the next poll. So a pid counts
+/// only for [`CONNECTION_LIFETIME`] after its connection opened (the pool closes it by then, so
+/// the operating system may hand the pid out again), and the whole set is forgotten when the
+/// listener reconnects (the database may have restarted, and with it its pids).
+#[derive(Default)]
+struct OwnBackends(Mutex<HashMap<u32, Instant>>);
+
+impl OwnBackends {
+    fn opened(&self, pid: u32) {
+        let mut own = self.0.lock();
+        own.retain(|_, opened| opened.elapsed() < CONNECTION_LIFETIME);
+        own.insert(pid, Instant::now());
+    }
+
+    fn sent(&self, pid: u32) -> bool {
+        self.0
+            .lock()
+            .get(&pid)
+            .is_some_and(|opened| opened.elapsed() < CONNECTION_LIFETIME)
+    }
+
+    fn forget(&self) {
+        self.0.lock().clear();
+    }
+}
+
+/// A pool's `after_connect`: notes the new connection's backend pid in `own`.
+fn noting_backend(
+    own: Arc<OwnBackends>,
+) -> impl for<'c> Fn(
+    &'c mut PgConnection,
+    PoolConnectionMetadata,
+) -> BoxFuture<'c, Result<(), sqlx::Error>>
++ Send
++ Sync
++ 'static {
+    move |conn, _| {
+        let own = own.clone();
+        Box::pin(async move {
+            let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+                .fetch_one(conn)
+                .await?;
+            own.opened(pid as u32);
+            Ok(())
+        })
+    }
+}
+
+/// Forwards other processes' notifications to local waiters; after a reconnect, wakes everyone
+/// to re-read.
 async fn spawn_listener(
     pool: PgPool,
     channel: String,
     wake: broadcast::Sender<String>,
+    own: Arc<OwnBackends>,
     stop: CancellationToken,
 ) -> StoreResult<()> {
     let mut listener = PgListener::connect_with(&pool).await?;
@@ -253,14 +324,18 @@ async fn spawn_listener(
             };
             match next {
                 Ok(Some(notification)) => {
-                    let _ = wake.send(notification.payload().to_string());
+                    if !own.sent(notification.process_id()) {
+                        let _ = wake.send(notification.payload().to_string());
+                    }
                 }
                 // The connection dropped and was re-established: notifications may be lost.
                 Ok(None) => {
+                    own.forget();
                     let _ = wake.send(WAKE_ALL.to_string());
                 }
                 Err(err) => {
                     tracing::warn!(error = %err, "event store listener lost its connection; retrying");
+                    own.forget();
                     let _ = wake.send(WAKE_ALL.to_string());
                     tokio::select! {
                         () = stop.cancelled() => return,

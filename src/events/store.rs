@@ -103,6 +103,10 @@ pub trait EventStore: Records + Send + Sync + 'static {
 
     /// Claims up to `max` visible entries in queue order, each invisible for `visibility`.
     /// Entries already delivered `limits.delivery_limit` times move to `<topic>.dead` instead.
+    /// Fewer than `max` means no more were claimable when it ran: a [`Consumer`] then waits for
+    /// a wakeup (or its poll) before it claims again.
+    ///
+    /// [`Consumer`]: crate::events::Consumer
     async fn claim(
         &self,
         topic: &str,

@@ -314,3 +314,57 @@ async fn a_postgres_restart_during_consumption_loses_no_event() {
     assert!(missing.is_empty(), "lost across the restart: {missing:?}");
     backend.cleanup().await;
 }
+
+/// Wakeups on `wakeups` until one for `last` arrives: every topic received, in order.
+async fn woken_until(
+    wakeups: &mut tokio::sync::broadcast::Receiver<String>,
+    last: &str,
+) -> Vec<String> {
+    let mut seen = Vec::new();
+    while seen.last().map(String::as_str) != Some(last) {
+        let topic = tokio::time::timeout(Duration::from_secs(30), wakeups.recv())
+            .await
+            .unwrap_or_else(|_| panic!("no wakeup for `{last}`; woken for {seen:?}"))
+            .expect("wakeups open");
+        seen.push(topic);
+    }
+    seen
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_is_woken_once_by_its_own_emit_and_by_a_peers_through_the_database() {
+    let Some(backend) = Backend::postgres() else {
+        return;
+    };
+    let Backend::Postgres { url, schema } = &backend else {
+        unreachable!()
+    };
+    let a = PostgresStore::connect(url, Some(schema), Limits::default())
+        .await
+        .expect("replica a");
+    let b = PostgresStore::connect(url, Some(schema), Limits::default())
+        .await
+        .expect("replica b");
+    let (mut woken_a, mut woken_b) = (a.wakeups(), b.wakeups());
+    a.emit(&event("orders", 1)).await.unwrap();
+    // Postgres delivers notifications in commit order: by the time `a` hears of `b`'s later
+    // emit, it has heard of its own, had it not dropped it.
+    assert_eq!(
+        woken_b.recv().await.unwrap(),
+        "orders",
+        "b hears of a's emit"
+    );
+    b.emit(&event("marker", 2)).await.unwrap();
+    assert_eq!(
+        woken_until(&mut woken_a, "marker").await,
+        ["orders", "marker"],
+        "a woke its own waiters once for its emit (at its commit), not again for the echo of \
+         its notification, and was woken by b's"
+    );
+    assert_eq!(
+        woken_until(&mut woken_b, "marker").await,
+        ["marker"],
+        "b woke once for its own emit"
+    );
+    backend.cleanup().await;
+}
