@@ -90,10 +90,6 @@ impl SqlStore<Postgres> {
             bootstrap.close().await;
             options = options.options([("search_path", schema)]);
         }
-        // Every statement is planned for its own values: a cached generic plan knows neither a
-        // queue's size nor a `LIMIT`, and picks a sequential scan and sort for a 500-row claim
-        // on a long queue (tens of ms instead of one).
-        let options = options.options([("plan_cache_mode", "force_custom_plan")]);
         // Claims, acks and nacks commit without waiting for the WAL flush: one lost in a server
         // crash only makes its entry visible again, or delivers it again (at least once still
         // holds). Emits wait.
@@ -101,7 +97,10 @@ impl SqlStore<Postgres> {
         // A queue table's statistics are always stale (it is drained and refilled all day, and
         // a new one has none): planned from them, a claim of the head of a long queue becomes a
         // bitmap scan of the whole queue and a sort (20 ms instead of 2 for 500 rows). Claims
-        // walk the queue's index in order, which is always the right plan.
+        // walk the queue's index in order, which is always the right plan. With the sort and
+        // the bitmap scan off, that is also the plan a claim's cached generic plan takes (its
+        // `LIMIT` and queue unknown), so statements keep Postgres's plan caching: planning
+        // each execution anew cost more than executing it (emits, claims and acks alike).
         let backends = Arc::new(OwnBackends::default());
         let claims = PgPoolOptions::new()
             .max_connections(8)
