@@ -46,24 +46,25 @@ async fn consume(store: Arc<dyn EventStore>, topic: &str, queue: &str) -> Vec<(u
     seen
 }
 
+/// Two replicas' stores on `backend`'s Postgres schema, each with its own pools and listener.
+async fn two_replicas(backend: &Backend) -> (PostgresStore, PostgresStore) {
+    let Backend::Postgres { url, schema } = backend else {
+        unreachable!("a Postgres backend")
+    };
+    let connect = || PostgresStore::connect(url, Some(schema), Limits::default());
+    (
+        connect().await.expect("replica a"),
+        connect().await.expect("replica b"),
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_pools_on_one_postgres_share_a_consumer_group_each_event_once() {
     let Some(backend) = Backend::postgres() else {
         return;
     };
-    let Backend::Postgres { url, schema } = &backend else {
-        unreachable!()
-    };
-    let a: Arc<dyn EventStore> = Arc::new(
-        PostgresStore::connect(url, Some(schema), Limits::default())
-            .await
-            .expect("pool a"),
-    );
-    let b: Arc<dyn EventStore> = Arc::new(
-        PostgresStore::connect(url, Some(schema), Limits::default())
-            .await
-            .expect("pool b"),
-    );
+    let (a, b) = two_replicas(&backend).await;
+    let (a, b): (Arc<dyn EventStore>, Arc<dyn EventStore>) = (Arc::new(a), Arc::new(b));
     a.create_queue("shared", "workers", false).await.unwrap();
     let total = 300u64;
     let producer = {
@@ -336,15 +337,7 @@ async fn a_replica_is_woken_once_by_its_own_emit_and_by_a_peers_through_the_data
     let Some(backend) = Backend::postgres() else {
         return;
     };
-    let Backend::Postgres { url, schema } = &backend else {
-        unreachable!()
-    };
-    let a = PostgresStore::connect(url, Some(schema), Limits::default())
-        .await
-        .expect("replica a");
-    let b = PostgresStore::connect(url, Some(schema), Limits::default())
-        .await
-        .expect("replica b");
+    let (a, b) = two_replicas(&backend).await;
     let (mut woken_a, mut woken_b) = (a.wakeups(), b.wakeups());
     a.emit(&event("orders", 1)).await.unwrap();
     // Postgres delivers notifications in commit order: by the time `a` hears of `b`'s later
