@@ -107,11 +107,7 @@ impl SqlStore<Postgres> {
             .acquire_timeout(ACQUIRE_TIMEOUT)
             .max_lifetime(CONNECTION_LIFETIME)
             .after_connect(noting_backend(backends.clone()))
-            .connect_with(options.clone().options([
-                ("synchronous_commit", "off"),
-                ("enable_bitmapscan", "off"),
-                ("enable_sort", "off"),
-            ]))
+            .connect_with(claims_options(options.clone()))
             .await?;
         let pool = PgPoolOptions::new()
             .max_connections(16)
@@ -245,6 +241,15 @@ impl OwnWays<Postgres> for SqlStore<Postgres> {
         .await?;
         Ok(rows.into_iter().map(|(id, seq)| (id, seq as u64)).collect())
     }
+}
+
+/// How the claims pool's connections are set (see `connect`).
+fn claims_options(options: PgConnectOptions) -> PgConnectOptions {
+    options.options([
+        ("synchronous_commit", "off"),
+        ("enable_bitmapscan", "off"),
+        ("enable_sort", "off"),
+    ])
 }
 
 /// The server processes (backend pids) of this store's own pooled connections.
@@ -478,4 +483,75 @@ async fn insert_events<'c>(
 /// Receipts as the store's `BIGINT` sequence values.
 fn as_seqs(receipts: &[u64]) -> Vec<i64> {
     receipts.iter().map(|r| *r as i64).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use sqlx::Connection;
+
+    use super::*;
+
+    /// A claim's cached generic plan, as the claims pool makes it, on a long queue the table's
+    /// statistics know nothing of (they were taken when every queue was short, and autovacuum
+    /// is off so they stay that way): the plan walks the queue's index in order and stops at
+    /// the `LIMIT`, rather than fetching the whole queue and sorting it.
+    #[tokio::test]
+    async fn a_claims_generic_plan_walks_the_queue_index_on_stale_statistics() {
+        let Ok(url) = std::env::var("DATABASE_URL") else {
+            assert!(
+                std::env::var("SKILLGATE_REQUIRE_PG").is_err(),
+                "SKILLGATE_REQUIRE_PG is set but DATABASE_URL is not"
+            );
+            eprintln!("skipped: DATABASE_URL is not set (scripts/test sets it)");
+            return;
+        };
+        let schema = format!(
+            "t{}",
+            crate::context::id::format(crate::context::id::next_id())
+        );
+        let store = PostgresStore::connect(&url, Some(&schema), Limits::default())
+            .await
+            .expect("store");
+        sqlx::raw_sql(
+            "ALTER TABLE sg_deliveries SET (autovacuum_enabled = false);
+             INSERT INTO sg_deliveries (topic, queue, event_id, body, position)
+                 SELECT 't' || (g % 1000), 'q', 'e' || g, '{}', g FROM generate_series(1, 5000) g;
+             ANALYZE sg_deliveries;
+             INSERT INTO sg_deliveries (topic, queue, event_id, body, position)
+                 SELECT 'long', 'q', 'l' || g, '{}', g FROM generate_series(1, 100000) g;",
+        )
+        .execute(store.pool())
+        .await
+        .expect("a long queue, unknown to the statistics");
+        let options = PgConnectOptions::from_str(&url)
+            .unwrap()
+            .options([("search_path", schema.as_str())]);
+        let mut conn = PgConnection::connect_with(&claims_options(options))
+            .await
+            .expect("a connection set as the claims pool's");
+        sqlx::raw_sql(&format!(
+            "SET plan_cache_mode = force_generic_plan; PREPARE claim AS {}",
+            PostgresStore::CLAIM
+        ))
+        .execute(&mut conn)
+        .await
+        .expect("the claim prepared");
+        let plan: Vec<String> =
+            sqlx::query_scalar("EXPLAIN EXECUTE claim(0, 'long', 'q', 1, 5, 500)")
+                .fetch_all(&mut conn)
+                .await
+                .expect("its plan");
+        let plan = plan.join("\n");
+        conn.close().await.ok();
+        sqlx::raw_sql(&format!("DROP SCHEMA {schema} CASCADE"))
+            .execute(store.pool())
+            .await
+            .ok();
+        assert!(
+            plan.contains("Index Scan using sg_deliveries_order")
+                && !plan.contains("Sort")
+                && !plan.contains("Bitmap"),
+            "the claim walks the queue's index in order:\n{plan}"
+        );
+    }
 }

@@ -112,6 +112,17 @@ macro_rules! sql_event_store {
         }
 
         impl SqlStore<$db> {
+            /// A claim: the first `$6` visible entries of a queue, in order, made invisible
+            /// until `$1`.
+            pub(crate) const CLAIM: &'static str = concat!(
+                "UPDATE sg_deliveries SET attempts = attempts + 1, visible_ms = $1
+                 WHERE seq IN (SELECT seq FROM sg_deliveries
+                               WHERE topic = $2 AND queue = $3 AND visible_ms <= $4 AND attempts < $5
+                               ORDER BY position LIMIT $6 ",
+                $lock,
+                ") RETURNING seq, body, attempts, position"
+            );
+
             /// After `events` committed: their topics' buffers trimmed when due, and the
             /// waiters in this process woken (they need not wait for the database's wakeup).
             async fn emitted(&self, events: &[Event]) -> StoreResult<()> {
@@ -321,14 +332,7 @@ macro_rules! sql_event_store {
                 visibility: Duration,
             ) -> StoreResult<Vec<Delivery>> {
                 let now = now_ms() as i64;
-                let rows = sqlx::query(concat!(
-                    "UPDATE sg_deliveries SET attempts = attempts + 1, visible_ms = $1
-                     WHERE seq IN (SELECT seq FROM sg_deliveries
-                                   WHERE topic = $2 AND queue = $3 AND visible_ms <= $4 AND attempts < $5
-                                   ORDER BY position LIMIT $6 ",
-                    $lock,
-                    ") RETURNING seq, body, attempts, position"
-                ))
+                let rows = sqlx::query(Self::CLAIM)
                 .bind(now + visibility.as_millis() as i64)
                 .bind(topic)
                 .bind(queue)
