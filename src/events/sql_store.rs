@@ -333,14 +333,14 @@ macro_rules! sql_event_store {
             ) -> StoreResult<Vec<Delivery>> {
                 let now = now_ms() as i64;
                 let rows = sqlx::query(Self::CLAIM)
-                .bind(now + visibility.as_millis() as i64)
-                .bind(topic)
-                .bind(queue)
-                .bind(now)
-                .bind(i64::from(self.limits.delivery_limit))
-                .bind(sql_limit(max))
-                .fetch_all(&self.claims)
-                .await?;
+                    .bind(now + visibility.as_millis() as i64)
+                    .bind(topic)
+                    .bind(queue)
+                    .bind(now)
+                    .bind(i64::from(self.limits.delivery_limit))
+                    .bind(sql_limit(max))
+                    .fetch_all(&self.claims)
+                    .await?;
                 let out = Self::in_order(&rows)?;
                 // Exhausted entries are skipped above; they move to the dead topic when the
                 // queue runs short (they may be all that is left).
