@@ -477,10 +477,15 @@ mod tests {
         tokio::time::sleep(POLL / 10).await;
     }
 
-    async fn emit(store: &Arc<dyn EventStore>, n: u64) {
+    /// Event `n` of topic `t`.
+    fn numbered(n: u64) -> Event {
         let mut event = Event::new("t", "test");
         event.data = Some(serde_json::json!({ "n": n }));
-        store.emit(&event).await.unwrap();
+        event
+    }
+
+    async fn emit(store: &Arc<dyn EventStore>, n: u64) {
+        store.emit(&numbered(n)).await.unwrap();
     }
 
     #[tokio::test(start_paused = true)]
@@ -521,13 +526,7 @@ mod tests {
             [0],
             "the first claim found the queue empty"
         );
-        let batch: Vec<Event> = (0..3)
-            .map(|n| {
-                let mut event = Event::new("t", "test");
-                event.data = Some(serde_json::json!({ "n": n }));
-                event
-            })
-            .collect();
+        let batch: Vec<Event> = (0..3).map(numbered).collect();
         store.emit_many(&batch).await.unwrap();
         settle().await;
         assert_eq!(
