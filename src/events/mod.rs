@@ -16,6 +16,7 @@ pub mod open;
 pub mod postgres;
 pub mod records;
 pub mod routes;
+pub mod run_blocks;
 pub mod runs;
 pub mod skills;
 pub mod sql_records;

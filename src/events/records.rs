@@ -191,21 +191,23 @@ impl RunFilter {
     /// Whether `run` passes every condition but the limit (the memory store's filter, and the
     /// meaning the SQL one has).
     pub fn matches(&self, run: &StoredRun) -> bool {
+        self.admits(run.seq, &run.as_new())
+    }
+
+    /// Whether the run `run`, at `seq`, passes every condition but the limit.
+    pub fn admits(&self, seq: i64, run: &NewRun<'_>) -> bool {
         let same = |want: &Option<String>, have: &str| want.as_deref().is_none_or(|w| w == have);
-        let text = self.text.as_ref().map(|t| t.to_lowercase());
-        same(&self.door, &run.door)
-            && same(&self.skill, &run.skill)
-            && same(&self.status, &run.status)
-            && same(&self.principal, &run.principal)
+        same(&self.door, run.door)
+            && same(&self.skill, run.skill)
+            && same(&self.status, run.status)
+            && same(&self.principal, run.principal)
             && self.since_ms.is_none_or(|t| run.started_ms >= t)
             && self.until_ms.is_none_or(|t| run.started_ms < t)
-            && self.before.is_none_or(|b| run.seq < b)
-            && text.is_none_or(|t| {
+            && self.before.is_none_or(|b| seq < b)
+            && self.text.as_ref().is_none_or(|t| {
+                let t = t.to_lowercase();
                 run.args.to_lowercase().contains(&t)
-                    || run
-                        .result
-                        .as_ref()
-                        .is_some_and(|r| r.to_lowercase().contains(&t))
+                    || run.result.is_some_and(|r| r.to_lowercase().contains(&t))
             })
     }
 }

@@ -17,6 +17,7 @@ use crate::events::records::{
     KeyClaim, NewRun, Records, RunFilter, SessionEntry, StoredRun, StoredSchedule,
     StoredSubscription,
 };
+use crate::events::run_blocks::{self, BLOCK_RUNS, Packed};
 use crate::events::store::{StoreError, StoreResult};
 
 /// Claims between two sweeps of expired ones.
@@ -32,8 +33,11 @@ pub trait Dialect: Database {
     /// there uses plain `?`.
     fn placeholder(n: usize) -> String;
 
-    /// The `INSERT` of [`RUNS_STATEMENTS`]`[size]` runs of `shape`, each made once.
-    fn runs_insert_of(shape: RunShape, size: usize) -> &'static str;
+    /// The `INSERT` of [`RUNS_STATEMENTS`]`[size]` runs, each made once.
+    fn runs_insert_of(size: usize) -> &'static str;
+
+    /// The `INSERT` of a block of plain runs ([`block_insert`]), made once.
+    fn block_insert() -> &'static str;
 }
 
 impl Dialect for sqlx::Sqlite {
@@ -45,10 +49,14 @@ impl Dialect for sqlx::Sqlite {
         "?".into()
     }
 
-    fn runs_insert_of(shape: RunShape, size: usize) -> &'static str {
-        static SQL: RunsInserts =
-            [const { [const { OnceLock::new() }; RUNS_STATEMENTS.len()] }; RunShape::COUNT];
-        cached_runs_insert::<Self>(&SQL, shape, size)
+    fn runs_insert_of(size: usize) -> &'static str {
+        static SQL: RunsInserts = [const { OnceLock::new() }; RUNS_STATEMENTS.len()];
+        SQL[size].get_or_init(|| runs_insert::<Self>(RUNS_STATEMENTS[size]))
+    }
+
+    fn block_insert() -> &'static str {
+        static SQL: OnceLock<String> = OnceLock::new();
+        SQL.get_or_init(block_insert::<Self>)
     }
 }
 
@@ -61,26 +69,20 @@ impl Dialect for sqlx::Postgres {
         format!("${n}")
     }
 
-    fn runs_insert_of(shape: RunShape, size: usize) -> &'static str {
-        static SQL: RunsInserts =
-            [const { [const { OnceLock::new() }; RUNS_STATEMENTS.len()] }; RunShape::COUNT];
-        cached_runs_insert::<Self>(&SQL, shape, size)
+    fn runs_insert_of(size: usize) -> &'static str {
+        static SQL: RunsInserts = [const { OnceLock::new() }; RUNS_STATEMENTS.len()];
+        SQL[size].get_or_init(|| runs_insert::<Self>(RUNS_STATEMENTS[size]))
+    }
+
+    fn block_insert() -> &'static str {
+        static SQL: OnceLock<String> = OnceLock::new();
+        SQL.get_or_init(block_insert::<Self>)
     }
 }
 
-/// The `INSERT`s of runs of one database, made once: by shape, then by size. Each database
-/// keeps its own (a `static` in a generic function would be one for all of them).
-type RunsInserts = [[OnceLock<String>; RUNS_STATEMENTS.len()]; RunShape::COUNT];
-
-/// The `INSERT` of [`RUNS_STATEMENTS`]`[size]` runs of `shape`, from `cache` (made there at
-/// its first use).
-fn cached_runs_insert<D: Dialect>(
-    cache: &'static RunsInserts,
-    shape: RunShape,
-    size: usize,
-) -> &'static str {
-    cache[shape as usize][size].get_or_init(|| runs_insert::<D>(shape, RUNS_STATEMENTS[size]))
-}
+/// The `INSERT`s of runs of one database, made once, by size. Each database keeps its own (a
+/// `static` in a generic function would be one for all of them).
+type RunsInserts = [OnceLock<String>; RUNS_STATEMENTS.len()];
 
 /// Writes a batch of runs its own way (the SQLite store's, `events::sqlite_runs`), in place of
 /// the statement the SQL stores share.
@@ -163,6 +165,12 @@ where
     for<'r> StoredSchedule: FromRow<'r, <S::Db as Database>::Row>,
     for<'r> StoredSubscription: FromRow<'r, <S::Db as Database>::Row>,
     for<'r> StoredRun: FromRow<'r, <S::Db as Database>::Row>,
+    for<'r> RunRow: FromRow<'r, <S::Db as Database>::Row>,
+    for<'r> BlockRow: FromRow<'r, <S::Db as Database>::Row>,
+    for<'r> Straddling: FromRow<'r, <S::Db as Database>::Row>,
+    for<'r> i64: Decode<'r, S::Db>,
+    for<'q> &'q [u8]: Encode<'q, S::Db> + Type<S::Db>,
+    usize: ColumnIndex<<S::Db as Database>::Row>,
 {
     async fn claim_key(
         &self,
@@ -370,20 +378,35 @@ where
         }
         // A statement of many rows: one step of the database for a batch, not one a run.
         let mut tx = self.records().pool.begin().await?;
-        for (shape, size, chunk) in runs_statements(runs, RunShape::of) {
-            // Room for every value at once: a statement's values grown by doubling take fresh
-            // memory (and its page faults) several times a batch.
-            let mut values = <S::Db as Database>::Arguments::default();
-            values.reserve(
-                chunk.len() * RUN_COLUMNS,
-                chunk.iter().map(NewRun::text_bytes).sum(),
-            );
-            for run in chunk {
-                add_run(&mut values, shape, run).map_err(sqlx::Error::Encode)?;
+        let mut packed = Vec::new();
+        for statement in runs_statements(runs, RunShape::of) {
+            match statement {
+                RunsStatement::Rows { size, runs: chunk } => {
+                    // Room for every value at once: a statement's values grown by doubling
+                    // take fresh memory (and its page faults) several times a batch.
+                    let mut values = <S::Db as Database>::Arguments::default();
+                    values.reserve(
+                        chunk.len() * RUN_COLUMNS,
+                        chunk.iter().map(NewRun::text_bytes).sum(),
+                    );
+                    for run in chunk {
+                        add_run::<S::Db>(&mut values, run).map_err(sqlx::Error::Encode)?;
+                    }
+                    sqlx::query_with(S::Db::runs_insert_of(size), values)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                RunsStatement::Block(chunk) => {
+                    let head = run_blocks::pack(chunk, &mut packed);
+                    sqlx::query(S::Db::block_insert())
+                        .bind(head.first_ms)
+                        .bind(&packed[..])
+                        .bind(head.runs)
+                        .bind(head.last_ms)
+                        .execute(&mut *tx)
+                        .await?;
+                }
             }
-            sqlx::query_with(S::Db::runs_insert_of(shape, size), values)
-                .execute(&mut *tx)
-                .await?;
         }
         tx.commit().await?;
         Ok(())
@@ -403,9 +426,10 @@ where
             &filter.principal,
             &filter.text,
         ];
-        if fields
-            .iter()
-            .any(|f| f.as_ref().is_some_and(|f| f.contains('\0')))
+        if filter.limit == 0
+            || fields
+                .iter()
+                .any(|f| f.as_ref().is_some_and(|f| f.contains('\0')))
         {
             return Ok(Vec::new());
         }
@@ -420,71 +444,243 @@ where
                 .replace('_', "\\_");
             format!("%{escaped}%")
         });
-        Ok(sqlx::query_as::<_, StoredRun>(
-            "SELECT seq, id, door, principal, skill, started_ms, duration_us, status, problem,
-                 parent, args, result, detail FROM sg_runs
-             WHERE ($1 IS NULL OR door = $1) AND ($2 IS NULL OR skill = $2)
-               AND ($3 IS NULL OR status = $3) AND ($4 IS NULL OR principal = $4)
-               AND ($5 IS NULL OR started_ms >= $5) AND ($6 IS NULL OR started_ms < $6)
-               AND ($7 IS NULL OR seq < $7)
-               AND ($8 IS NULL OR LOWER(args) LIKE $8 ESCAPE '\\'
-                    OR LOWER(result) LIKE $8 ESCAPE '\\')
-             ORDER BY seq DESC LIMIT $9",
-        )
-        .bind(filter.door.as_deref())
-        .bind(filter.skill.as_deref())
-        .bind(filter.status.as_deref())
-        .bind(filter.principal.as_deref())
-        .bind(filter.since_ms)
-        .bind(filter.until_ms)
-        .bind(filter.before)
-        .bind(text.as_deref())
-        .bind(sql_limit(filter.limit))
-        .fetch_all(&self.records().pool)
-        .await?)
+        // Rows newest first, a page of them at a time: a row of one run is filtered by the
+        // database, a block only by status and time there and its runs here. A page of rows
+        // may give fewer runs than it has rows (blocks none of whose runs match), so the
+        // listing reads on until it has its runs or the rows run out.
+        let mut found = Vec::new();
+        let mut newest = filter.before.map(run_blocks::rows_before);
+        loop {
+            let rows = sqlx::query_as::<_, RunRow>(
+                "SELECT seq, id, door, principal, skill, started_ms, duration_us, status, problem,
+                     parent, args, result, detail, packed FROM sg_runs
+                 WHERE ($7 IS NULL OR seq <= $7) AND (
+                     (packed IS NULL
+                      AND ($1 IS NULL OR door = $1) AND ($2 IS NULL OR skill = $2)
+                      AND ($3 IS NULL OR status = $3) AND ($4 IS NULL OR principal = $4)
+                      AND ($5 IS NULL OR started_ms >= $5) AND ($6 IS NULL OR started_ms < $6)
+                      AND ($8 IS NULL OR LOWER(args) LIKE $8 ESCAPE '\\'
+                           OR LOWER(result) LIKE $8 ESCAPE '\\'))
+                     OR (packed IS NOT NULL AND ($3 IS NULL OR $3 = 'ok')
+                      AND ($5 IS NULL OR started_last_ms >= $5)
+                      AND ($6 IS NULL OR started_ms < $6)))
+                 ORDER BY seq DESC LIMIT $9",
+            )
+            .bind(filter.door.as_deref())
+            .bind(filter.skill.as_deref())
+            .bind(filter.status.as_deref())
+            .bind(filter.principal.as_deref())
+            .bind(filter.since_ms)
+            .bind(filter.until_ms)
+            .bind(newest)
+            .bind(text.as_deref())
+            .bind(sql_limit(filter.limit))
+            .fetch_all(&self.records().pool)
+            .await?;
+            let read_all = rows.len() < filter.limit;
+            newest = rows.last().map(|row| row.run.seq - 1);
+            for row in rows {
+                row.runs_into(filter, &mut found)?;
+                if found.len() >= filter.limit {
+                    found.truncate(filter.limit);
+                    return Ok(found);
+                }
+            }
+            if read_all {
+                return Ok(found);
+            }
+        }
     }
 
     async fn run(&self, id: &str) -> StoreResult<Option<StoredRun>> {
-        Ok(sqlx::query_as::<_, StoredRun>(
+        let pool = &self.records().pool;
+        let own = sqlx::query_as::<_, StoredRun>(
             "SELECT seq, id, door, principal, skill, started_ms, duration_us, status, problem,
-                 parent, args, result, detail FROM sg_runs WHERE id = $1",
+                 parent, args, result, detail FROM sg_runs WHERE id = $1 AND packed IS NULL",
         )
         .bind(id)
-        .fetch_optional(&self.records().pool)
-        .await?)
+        .fetch_optional(pool)
+        .await?;
+        if let Some(mut run) = own {
+            run.seq = run_blocks::run_seq(run.seq, None);
+            return Ok(Some(run));
+        }
+        // Else in a block, if anywhere: newest first, a few at a time.
+        let mut newest = None;
+        loop {
+            let blocks = sqlx::query_as::<_, BlockRow>(
+                "SELECT seq, packed FROM sg_runs
+                 WHERE packed IS NOT NULL AND ($1 IS NULL OR seq <= $1)
+                 ORDER BY seq DESC LIMIT $2",
+            )
+            .bind(newest)
+            .bind(BLOCKS_READ)
+            .fetch_all(pool)
+            .await?;
+            for block in &blocks {
+                let runs = run_blocks::unpack(block.seq, &block.packed)?;
+                if let Some(run) = runs.iter().find(|p| p.run.id == id) {
+                    return Ok(Some(run.stored(block.seq)));
+                }
+            }
+            if blocks.len() < BLOCKS_READ as usize {
+                return Ok(None);
+            }
+            newest = blocks.last().map(|b| b.seq - 1);
+        }
     }
 
     async fn prune_runs(&self, before_ms: i64, keep: usize) -> StoreResult<u64> {
-        // Past the newest `keep`: the `seq` of the first run not kept (none while there are
-        // fewer, and `<=` against nothing is never true).
-        let pruned = sqlx::query(
-            "DELETE FROM sg_runs WHERE started_ms < $1
-                OR seq <= (SELECT seq FROM sg_runs ORDER BY seq DESC LIMIT 1 OFFSET $2)",
+        let keep = sql_limit(keep);
+        let mut tx = self.records().pool.begin().await?;
+        // Whole rows: those whose every run started before `before_ms`, and those whose every
+        // run is past the newest `keep` (`newer`: the runs of the rows after it).
+        let gone: Vec<i64> = sqlx::query_scalar(
+            "DELETE FROM sg_runs WHERE COALESCE(started_last_ms, started_ms) < $1
+                OR seq IN (SELECT seq FROM (SELECT seq, CAST(SUM(COALESCE(packed_runs, 1))
+                    OVER (ORDER BY seq DESC) AS BIGINT) - COALESCE(packed_runs, 1) AS newer
+                    FROM sg_runs) AS counted WHERE newer >= $2)
+             RETURNING COALESCE(packed_runs, 1)",
         )
         .bind(before_ms)
-        .bind(sql_limit(keep))
-        .execute(&self.records().pool)
+        .bind(keep)
+        .fetch_all(&mut *tx)
         .await?;
-        Ok(S::Db::rows_affected(&pruned))
+        let mut pruned: i64 = gone.iter().sum();
+        // Blocks that keep some of their runs: those with a run started before `before_ms`,
+        // and the one the newest `keep` end in. Each is written again without the runs that
+        // go, newest first, so each knows how many runs the blocks after it kept.
+        let straddling = sqlx::query_as::<_, Straddling>(
+            "SELECT seq, packed, newer FROM (SELECT seq, packed, packed_runs, started_ms,
+                 CAST(SUM(COALESCE(packed_runs, 1)) OVER (ORDER BY seq DESC) AS BIGINT)
+                     - COALESCE(packed_runs, 1) AS newer FROM sg_runs) AS counted
+             WHERE packed IS NOT NULL AND (started_ms < $1 OR newer + packed_runs > $2)
+             ORDER BY seq DESC",
+        )
+        .bind(before_ms)
+        .bind(keep)
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut packed = Vec::new();
+        let mut taken_newer = 0;
+        for block in straddling {
+            let runs = run_blocks::unpack(block.seq, &block.packed)?;
+            // The newest `room` of its runs that started in time are kept.
+            let mut room = keep - (block.newer - taken_newer);
+            let mut kept = vec![false; runs.len()];
+            for (at, run) in runs.iter().enumerate().rev() {
+                if room > 0 && run.run.started_ms >= before_ms {
+                    kept[at] = true;
+                    room -= 1;
+                }
+            }
+            let head = run_blocks::repack(&runs, &kept, &mut packed);
+            let taken = runs.len() as i64 - head.map_or(0, |h| h.runs);
+            if taken == 0 {
+                continue;
+            }
+            match head {
+                Some(head) => {
+                    sqlx::query(
+                        "UPDATE sg_runs SET packed = $1, packed_runs = $2, started_ms = $3,
+                             started_last_ms = $4 WHERE seq = $5",
+                    )
+                    .bind(&packed[..])
+                    .bind(head.runs)
+                    .bind(head.first_ms)
+                    .bind(head.last_ms)
+                    .bind(block.seq)
+                    .execute(&mut *tx)
+                    .await?;
+                }
+                None => {
+                    sqlx::query("DELETE FROM sg_runs WHERE seq = $1")
+                        .bind(block.seq)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+            }
+            pruned += taken;
+            taken_newer += taken;
+        }
+        tx.commit().await?;
+        Ok(pruned as u64)
     }
 }
 
-/// How many runs one `INSERT` writes: a batch is written in the largest of these that fit,
-/// largest first, so the statements are a handful, each prepared once and cached, whatever
-/// size the batches are (before, each odd-sized remainder was a statement of its own, and
-/// filled the connection's statement cache). Not larger than 64: one statement of a whole
-/// batch costs the database less, but a server that records measured more CPU a request with
-/// it, since the statement's values (12 a run) then take fresh memory, and its page faults,
+/// Blocks a lookup by id reads at once.
+const BLOCKS_READ: i64 = 16;
+
+/// A row of `sg_runs` as a listing reads it: a run of its own, or a block of plain runs
+/// (`packed`, [`run_blocks`]).
+#[derive(Debug, sqlx::FromRow)]
+pub struct RunRow {
+    #[sqlx(flatten)]
+    run: StoredRun,
+    packed: Option<Vec<u8>>,
+}
+
+impl RunRow {
+    /// Adds the runs of this row `filter` lets through to `found`, newest first.
+    fn runs_into(self, filter: &RunFilter, found: &mut Vec<StoredRun>) -> StoreResult<()> {
+        let row = self.run.seq;
+        match &self.packed {
+            None => found.push(StoredRun {
+                seq: run_blocks::run_seq(row, None),
+                ..self.run
+            }),
+            Some(value) => {
+                let runs = run_blocks::unpack(row, value)?;
+                found.extend(
+                    runs.iter()
+                        .rev()
+                        .filter(|p| filter.admits(run_blocks::run_seq(row, Some(p.place)), &p.run))
+                        .map(|p: &Packed<'_>| p.stored(row)),
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A block's row, read for its runs.
+#[derive(Debug, sqlx::FromRow)]
+pub struct BlockRow {
+    seq: i64,
+    packed: Vec<u8>,
+}
+
+/// A block some of whose runs pruning takes: `newer`, the runs of the rows after it.
+#[derive(Debug, sqlx::FromRow)]
+pub struct Straddling {
+    seq: i64,
+    packed: Vec<u8>,
+    newer: i64,
+}
+
+/// How many runs one `INSERT` of rows writes: the runs a batch writes a row each are written in
+/// the largest of these that fit, largest first, so the statements are a handful, each
+/// prepared once and cached, whatever size the batches are (before, each odd-sized remainder
+/// was a statement of its own, and filled the connection's statement cache). Not larger than
+/// 64: the statement's values (12 a run) would then take fresh memory, and its page faults,
 /// every batch.
 pub(crate) const RUNS_STATEMENTS: [usize; 4] = [64, 16, 4, 1];
 
-/// `runs` split into statements of [`RUNS_STATEMENTS`], in their order: each stretch of runs of
-/// one [`RunShape`] (`shape` tells) in the largest sizes that fit, each chunk with its shape and
-/// its size's index.
+/// One statement of a batch of runs ([`runs_statements`]).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum RunsStatement<'r, T> {
+    /// Runs written a row each: the `INSERT` of [`RUNS_STATEMENTS`]`[size]` rows.
+    Rows { size: usize, runs: &'r [T] },
+    /// Plain runs written as one block ([`run_blocks`]), at most [`BLOCK_RUNS`].
+    Block(&'r [T]),
+}
+
+/// `runs` split into statements, in their order: each stretch of plain runs (`shape` tells) as
+/// blocks, each stretch of the others in the largest sizes of [`RUNS_STATEMENTS`] that fit.
 pub(crate) fn runs_statements<T>(
     mut runs: &[T],
     shape: impl Fn(&T) -> RunShape,
-) -> impl Iterator<Item = (RunShape, usize, &[T])> {
+) -> impl Iterator<Item = RunsStatement<'_, T>> {
     let mut stretch: &[T] = &[];
     let mut kind = RunShape::Full;
     std::iter::from_fn(move || {
@@ -496,60 +692,42 @@ pub(crate) fn runs_statements<T>(
                 .unwrap_or(runs.len());
             (stretch, runs) = runs.split_at(len);
         }
-        let size = RUNS_STATEMENTS.iter().position(|&n| n <= stretch.len())?;
-        let (chunk, rest) = stretch.split_at(RUNS_STATEMENTS[size]);
+        let taken = match kind {
+            RunShape::Plain => stretch.len().min(BLOCK_RUNS),
+            RunShape::Full => {
+                RUNS_STATEMENTS[RUNS_STATEMENTS.iter().position(|&n| n <= stretch.len())?]
+            }
+        };
+        let (chunk, rest) = stretch.split_at(taken);
         stretch = rest;
-        Some((kind, size, chunk))
+        Some(match kind {
+            RunShape::Plain => RunsStatement::Block(chunk),
+            RunShape::Full => RunsStatement::Rows {
+                size: RUNS_STATEMENTS.iter().position(|&n| n == taken)?,
+                runs: chunk,
+            },
+        })
     })
 }
 
-/// Which of a run's values an `INSERT` binds.
+/// How a run is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RunShape {
-    /// All of them ([`RUN_COLUMNS`]).
-    Full = 0,
-    /// Those of a run that ended well, with nothing in its detail and no parent, as most runs
-    /// do: its status, problem, parent and detail are written into the statement
-    /// ([`PLAIN_COLUMNS`]), so a row binds 8 values rather than 12 (binding a value is about a
-    /// third of what SQLite spends writing it, callgrind).
-    Plain = 1,
+    /// A row of its own, every value bound ([`RUN_COLUMNS`]).
+    Full,
+    /// In a block with the other plain runs of its batch ([`run_blocks`]): it ended well, with
+    /// nothing in its detail and no parent, as most runs do.
+    Plain,
 }
 
-/// The columns of [`run_values`] whose value a plain run's statement holds, with that value.
-const PLAIN_COLUMNS: [(usize, &str); 4] = [(6, "'ok'"), (7, "NULL"), (8, "NULL"), (11, "'{}'")];
-
 impl RunShape {
-    /// How many shapes there are (each indexes its statements by `shape as usize`).
-    pub(crate) const COUNT: usize = 2;
-
-    /// The shape of `run`'s row: [`RunShape::Plain`] when its values are those of
-    /// [`PLAIN_COLUMNS`].
+    /// The shape of `run`: [`RunShape::Plain`] when a block holds all it has.
     pub(crate) fn of(run: &NewRun<'_>) -> RunShape {
         if run.status == "ok" && run.problem.is_none() && run.parent.is_none() && run.detail == "{}"
         {
             RunShape::Plain
         } else {
             RunShape::Full
-        }
-    }
-
-    /// The columns of [`run_values`] a row of this shape binds, in order.
-    pub(crate) fn bound(self) -> &'static [usize] {
-        match self {
-            RunShape::Full => &[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11],
-            RunShape::Plain => &[0, 1, 2, 3, 4, 5, 9, 10],
-        }
-    }
-
-    /// What a statement of this shape holds of the `column`th value: its literal, or `None`
-    /// for a parameter.
-    fn literal(self, column: usize) -> Option<&'static str> {
-        match self {
-            RunShape::Full => None,
-            RunShape::Plain => PLAIN_COLUMNS
-                .iter()
-                .find(|(c, _)| *c == column)
-                .map(|(_, literal)| *literal),
         }
     }
 }
@@ -582,22 +760,16 @@ pub(crate) fn run_values<'a>(run: &NewRun<'a>) -> [RunValue<'a>; RUN_COLUMNS] {
     ]
 }
 
-/// Adds the values of one run's row ([`run_values`]) that a statement of `shape` binds to its
-/// values.
-fn add_run<'q, D>(
-    values: &mut D::Arguments<'q>,
-    shape: RunShape,
-    run: &NewRun<'q>,
-) -> Result<(), BoxDynError>
+/// Adds the values of one run's row ([`run_values`]) to a statement's values.
+fn add_run<'q, D>(values: &mut D::Arguments<'q>, run: &NewRun<'q>) -> Result<(), BoxDynError>
 where
     D: Database,
     &'q str: Encode<'q, D> + Type<D>,
     i64: Encode<'q, D> + Type<D>,
     Option<&'q str>: Encode<'q, D> + Type<D>,
 {
-    let row = run_values(run);
-    for &column in shape.bound() {
-        match row[column] {
+    for value in run_values(run) {
+        match value {
             RunValue::Text(Some(text)) => values.add(text)?,
             RunValue::Text(None) => values.add(None::<&str>)?,
             RunValue::Int(n) => values.add(n)?,
@@ -609,8 +781,8 @@ where
 /// The values a run's row has ([`run_values`]).
 pub(crate) const RUN_COLUMNS: usize = 12;
 
-/// The `INSERT` of `rows` runs of `shape` into `sg_runs`.
-fn runs_insert<D: Dialect>(shape: RunShape, rows: usize) -> String {
+/// The `INSERT` of `rows` runs into `sg_runs`, a row each.
+fn runs_insert<D: Dialect>(rows: usize) -> String {
     let mut sql = String::from(
         "INSERT INTO sg_runs (id, door, principal, skill, started_ms, duration_us, status, \
          problem, parent, args, result, detail) VALUES ",
@@ -622,17 +794,28 @@ fn runs_insert<D: Dialect>(shape: RunShape, rows: usize) -> String {
             if column > 0 {
                 sql.push_str(", ");
             }
-            match shape.literal(column) {
-                Some(literal) => sql.push_str(literal),
-                None => {
-                    parameter += 1;
-                    sql.push_str(&D::placeholder(parameter));
-                }
-            }
+            parameter += 1;
+            sql.push_str(&D::placeholder(parameter));
         }
         sql.push(')');
     }
     sql
+}
+
+/// The `INSERT` of a block's row, binding its first start, its value, how many runs and its
+/// last start (in this order); the columns every row has are empty (a block's runs are all
+/// `ok`, with nothing in their detail).
+fn block_insert<D: Dialect>() -> String {
+    let p = D::placeholder;
+    format!(
+        "INSERT INTO sg_runs (id, door, principal, skill, started_ms, duration_us, status, args, \
+         detail, packed, packed_runs, started_last_ms) \
+         VALUES ('', '', '', '', {}, 0, 'ok', '', '{{}}', {}, {}, {})",
+        p(1),
+        p(2),
+        p(3),
+        p(4)
+    )
 }
 
 /// A row count for `LIMIT`: "no limit" (`usize::MAX`) is `i64::MAX`, not -1, which Postgres
@@ -645,86 +828,102 @@ pub(crate) fn sql_limit(n: usize) -> i64 {
 mod tests {
     use super::*;
 
+    /// Each statement as (plain or not, the runs it writes).
+    fn statements(runs: &[usize], shape: impl Fn(&usize) -> RunShape) -> Vec<(RunShape, &[usize])> {
+        runs_statements(runs, shape)
+            .map(|statement| match statement {
+                RunsStatement::Rows { size, runs } => {
+                    assert_eq!(runs.len(), RUNS_STATEMENTS[size], "rows of a cached size");
+                    (RunShape::Full, runs)
+                }
+                RunsStatement::Block(runs) => (RunShape::Plain, runs),
+            })
+            .collect()
+    }
+
     #[test]
     fn a_batch_of_runs_is_written_in_the_largest_cached_statements_that_fit_each_run_once() {
         for total in [0, 1, 3, 63, 64, 1000, 1024, 1025, 2500] {
             let runs: Vec<usize> = (0..total).collect();
-            let chunks: Vec<(RunShape, usize, &[usize])> =
-                runs_statements(&runs, |_| RunShape::Plain).collect();
-            let sizes: Vec<usize> = chunks
-                .iter()
-                .map(|(_, size, _)| RUNS_STATEMENTS[*size])
-                .collect();
-            assert!(
-                chunks
-                    .iter()
-                    .all(|(_, size, chunk)| chunk.len() == RUNS_STATEMENTS[*size]),
-                "each statement is one of the cached sizes, {total} runs: {sizes:?}"
-            );
+            let chunks = statements(&runs, |_| RunShape::Full);
+            let sizes: Vec<usize> = chunks.iter().map(|(_, c)| c.len()).collect();
             assert!(
                 sizes.is_sorted_by(|a, b| a >= b),
                 "largest first: {sizes:?}"
             );
-            let written: Vec<usize> = chunks
-                .iter()
-                .flat_map(|(_, _, c)| c.iter().copied())
-                .collect();
+            let written: Vec<usize> = chunks.iter().flat_map(|(_, c)| c.iter().copied()).collect();
             assert_eq!(written, runs, "every run once, in order");
             // Greedy: no statement of a size could have been one of the next size up.
-            for (at, (_, size, _)) in chunks.iter().enumerate() {
-                let left: usize = chunks[at..].iter().map(|(_, _, c)| c.len()).sum();
-                assert!(
-                    *size == 0 || left < RUNS_STATEMENTS[size - 1],
-                    "{total}: {sizes:?}"
-                );
+            for (at, size) in sizes.iter().enumerate() {
+                let left: usize = sizes[at..].iter().sum();
+                let larger = RUNS_STATEMENTS.iter().rev().find(|&&n| n > *size);
+                assert!(larger.is_none_or(|&n| left < n), "{total}: {sizes:?}");
             }
         }
         let full: Vec<usize> = (0..1024).collect();
         assert_eq!(
-            runs_statements(&full, |_| RunShape::Full).count(),
+            statements(&full, |_| RunShape::Full).len(),
             1024 / RUNS_STATEMENTS[0],
             "a full batch is in statements of the largest size only"
         );
     }
 
     #[test]
-    fn each_statement_holds_runs_of_one_shape_and_the_batch_keeps_its_order() {
-        // Every 10th run full among plain ones, and a stretch of 100 full ones (305 to 404).
+    fn plain_runs_are_written_as_blocks_the_others_as_rows_and_the_batch_keeps_its_order() {
+        // Every 10th run full among plain ones, a stretch of 100 full ones (305 to 404), and a
+        // stretch of plain ones longer than a block holds.
+        let plain_from = 1000;
+        let total = plain_from + BLOCK_RUNS + 7;
         let shape = |n: &usize| {
-            if n.is_multiple_of(10) || (305..405).contains(n) {
+            let full = n.is_multiple_of(10) || (305..405).contains(n) || *n == plain_from - 1;
+            if *n < plain_from && full {
                 RunShape::Full
             } else {
                 RunShape::Plain
             }
         };
-        let runs: Vec<usize> = (0..1000).collect();
-        let chunks: Vec<(RunShape, usize, &[usize])> = runs_statements(&runs, shape).collect();
-        for (kind, size, chunk) in &chunks {
-            assert_eq!(chunk.len(), RUNS_STATEMENTS[*size]);
+        let runs: Vec<usize> = (0..total).collect();
+        let chunks = statements(&runs, shape);
+        for (kind, chunk) in &chunks {
             assert!(
                 chunk.iter().all(|n| shape(n) == *kind),
                 "{chunk:?} is not all {kind:?}"
             );
         }
-        let written: Vec<usize> = chunks
-            .iter()
-            .flat_map(|(_, _, c)| c.iter().copied())
-            .collect();
+        let written: Vec<usize> = chunks.iter().flat_map(|(_, c)| c.iter().copied()).collect();
         assert_eq!(written, runs, "every run once, in order");
         let full_stretch: Vec<usize> = chunks
             .iter()
-            .filter(|(_, _, c)| (305..405).contains(&c[0]))
-            .map(|(_, size, _)| RUNS_STATEMENTS[*size])
+            .filter(|(_, c)| (305..405).contains(&c[0]))
+            .map(|(_, c)| c.len())
             .collect();
         assert_eq!(
             full_stretch,
             [64, 16, 16, 4],
-            "a stretch of one shape is chunked as a batch is"
+            "a stretch of full runs is chunked as a batch is"
+        );
+        let blocks: Vec<usize> = chunks
+            .iter()
+            .filter(|(kind, c)| *kind == RunShape::Plain && c[0] >= plain_from)
+            .map(|(_, c)| c.len())
+            .collect();
+        assert_eq!(
+            blocks,
+            [BLOCK_RUNS, 7],
+            "a stretch of plain runs is one block, or as many as it needs"
+        );
+        assert_eq!(
+            chunks
+                .iter()
+                .filter(|(kind, c)| *kind == RunShape::Plain && c[0] < 305)
+                .count(),
+            31,
+            "each stretch of plain runs between full ones is a block of its own"
         );
     }
 
     #[test]
-    fn a_plain_runs_statement_holds_the_values_a_plain_run_has_and_binds_the_others() {
+    fn a_run_is_plain_when_it_ended_well_with_no_parent_and_nothing_in_its_detail() {
         let plain = NewRun {
             id: "r",
             door: "http",
@@ -740,23 +939,7 @@ mod tests {
             detail: "{}",
         };
         assert_eq!(RunShape::of(&plain), RunShape::Plain);
-        for (column, value) in run_values(&plain).into_iter().enumerate() {
-            let bound = RunShape::Plain.bound().contains(&column);
-            match RunShape::Plain.literal(column) {
-                Some(literal) => {
-                    assert!(!bound, "column {column} is both bound and written in");
-                    let held = match value {
-                        RunValue::Text(Some(text)) => format!("'{text}'"),
-                        RunValue::Text(None) => "NULL".into(),
-                        RunValue::Int(n) => n.to_string(),
-                    };
-                    assert_eq!(held, literal, "column {column}");
-                }
-                None => assert!(bound, "column {column} is neither bound nor written in"),
-            }
-        }
-        assert_eq!(RunShape::Full.bound().len(), RUN_COLUMNS);
-        // Anything else a run's row may hold makes it full.
+        // Anything else a run's row may hold makes it full: a block does not hold it.
         for other in [
             NewRun {
                 status: "failed",
@@ -777,9 +960,9 @@ mod tests {
         ] {
             assert_eq!(RunShape::of(&other), RunShape::Full, "{other:?}");
         }
-        let sql = runs_insert::<sqlx::Postgres>(RunShape::Plain, 2);
+        let sql = runs_insert::<sqlx::Postgres>(2);
         assert!(
-            sql.ends_with("($9, $10, $11, $12, $13, $14, 'ok', NULL, NULL, $15, $16, '{}')"),
+            sql.ends_with("($13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24)"),
             "{sql}"
         );
     }

@@ -25,8 +25,10 @@ use parking_lot::Mutex;
 use sqlx::SqlitePool;
 
 use crate::events::records::NewRun;
+use crate::events::run_blocks;
 use crate::events::sql_records::{
-    Dialect, RUNS_STATEMENTS, RunShape, RunValue, RunsWriter, run_values, runs_statements,
+    Dialect, RUNS_STATEMENTS, RunShape, RunValue, RunsStatement, RunsWriter, run_values,
+    runs_statements,
 };
 use crate::events::store::{StoreError, StoreResult};
 
@@ -83,11 +85,13 @@ impl RunsWriter for SqliteRuns {
 }
 
 /// A connection to the store's file and its prepared `INSERT`s, one for each size of
-/// [`RUNS_STATEMENTS`] (prepared when first used).
+/// [`RUNS_STATEMENTS`] and one of a block (each prepared when first used).
 struct RunsConnection {
     db: NonNull<ffi::sqlite3>,
-    /// By [`RunShape`], then by size.
-    inserts: [[Option<NonNull<ffi::sqlite3_stmt>>; RUNS_STATEMENTS.len()]; RunShape::COUNT],
+    inserts: [Option<NonNull<ffi::sqlite3_stmt>>; RUNS_STATEMENTS.len()],
+    block: Option<NonNull<ffi::sqlite3_stmt>>,
+    /// The value of the block being written, its memory kept from one to the next.
+    packed: Vec<u8>,
 }
 
 // SAFETY: a SQLite connection may move between threads when one thread at a time uses it (the
@@ -122,7 +126,9 @@ impl RunsConnection {
         };
         let connection = RunsConnection {
             db,
-            inserts: [[None; RUNS_STATEMENTS.len()]; RunShape::COUNT],
+            inserts: [None; RUNS_STATEMENTS.len()],
+            block: None,
+            packed: Vec::new(),
         };
         if opened != ffi::SQLITE_OK {
             return Err(connection.error(&format!("cannot open `{}`", path.display())));
@@ -141,7 +147,10 @@ impl RunsConnection {
     fn write(&mut self, runs: &[NewRun<'_>]) -> StoreResult<()> {
         self.exec(c"BEGIN IMMEDIATE")?;
         let written = runs_statements(runs, RunShape::of)
-            .try_for_each(|(shape, size, chunk)| self.insert(shape, size, chunk))
+            .try_for_each(|statement| match statement {
+                RunsStatement::Rows { size, runs } => self.insert(size, runs),
+                RunsStatement::Block(runs) => self.insert_block(runs),
+            })
             .and_then(|()| self.exec(c"COMMIT"));
         if written.is_err() {
             // Nothing of the batch is kept (a failed `COMMIT` leaves the transaction open).
@@ -150,21 +159,20 @@ impl RunsConnection {
         written
     }
 
-    /// Runs the `INSERT` of `RUNS_STATEMENTS[size]` rows of `shape` on `chunk`.
-    fn insert(&mut self, shape: RunShape, size: usize, chunk: &[NewRun<'_>]) -> StoreResult<()> {
-        let insert = self.insert_of(shape, size)?.as_ptr();
+    /// Runs the `INSERT` of `RUNS_STATEMENTS[size]` rows on `chunk`.
+    fn insert(&mut self, size: usize, chunk: &[NewRun<'_>]) -> StoreResult<()> {
+        let insert = self.prepared(Statement::Rows(size))?.as_ptr();
         let mut bound = ffi::SQLITE_OK;
         let mut at: c_int = 0;
         for run in chunk {
-            let values = run_values(run);
-            for &column in shape.bound() {
+            for value in run_values(run) {
                 at += 1;
                 // SAFETY: `insert` is a prepared statement of this connection with
-                // `chunk.len() * shape.bound().len()` parameters. `SQLITE_STATIC` lets SQLite
-                // read the text where it lies until the statement is reset and its values
-                // cleared, below, before this function returns, while `chunk` is still borrowed.
+                // `chunk.len() * RUN_COLUMNS` parameters. `SQLITE_STATIC` lets SQLite read the
+                // text where it lies until the statement is reset and its values cleared, in
+                // `step`, before this function returns, while `chunk` is still borrowed.
                 bound |= unsafe {
-                    match values[column] {
+                    match value {
                         RunValue::Text(Some(text)) => ffi::sqlite3_bind_text64(
                             insert,
                             at,
@@ -179,8 +187,38 @@ impl RunsConnection {
                 };
             }
         }
+        self.step(insert, bound)
+    }
+
+    /// Runs the `INSERT` of one block of the plain runs `chunk`.
+    fn insert_block(&mut self, chunk: &[NewRun<'_>]) -> StoreResult<()> {
+        let insert = self.prepared(Statement::Block)?.as_ptr();
+        let head = run_blocks::pack(chunk, &mut self.packed);
+        // SAFETY: `insert` is this connection's block statement, of four parameters (the
+        // order of `Dialect::block_insert`). `SQLITE_STATIC` lets SQLite read the block where
+        // it lies until the statement is reset and its values cleared, in `step`, before
+        // `self.packed` is written again.
+        let bound = unsafe {
+            ffi::sqlite3_bind_int64(insert, 1, head.first_ms)
+                | ffi::sqlite3_bind_blob64(
+                    insert,
+                    2,
+                    self.packed.as_ptr().cast(),
+                    self.packed.len() as u64,
+                    ffi::SQLITE_STATIC(),
+                )
+                | ffi::sqlite3_bind_int64(insert, 3, head.runs)
+                | ffi::sqlite3_bind_int64(insert, 4, head.last_ms)
+        };
+        self.step(insert, bound)
+    }
+
+    /// Steps `insert` once if its values were bound (`bound`), then resets it and clears its
+    /// values.
+    fn step(&self, insert: *mut ffi::sqlite3_stmt, bound: c_int) -> StoreResult<()> {
         // SAFETY: `insert` is this connection's; stepped once (an `INSERT` returns no row), then
-        // reset and its values cleared, so it holds no pointer into `chunk` afterwards.
+        // reset and its values cleared, so it holds no pointer into what it was given
+        // afterwards.
         let stepped = unsafe {
             let stepped = if bound == ffi::SQLITE_OK {
                 ffi::sqlite3_step(insert)
@@ -197,16 +235,19 @@ impl RunsConnection {
         }
     }
 
-    /// The prepared `INSERT` of `RUNS_STATEMENTS[size]` rows of `shape`.
-    fn insert_of(
-        &mut self,
-        shape: RunShape,
-        size: usize,
-    ) -> StoreResult<NonNull<ffi::sqlite3_stmt>> {
-        if let Some(insert) = self.inserts[shape as usize][size] {
+    /// The prepared `INSERT` `statement`.
+    fn prepared(&mut self, statement: Statement) -> StoreResult<NonNull<ffi::sqlite3_stmt>> {
+        let kept = match statement {
+            Statement::Rows(size) => &mut self.inserts[size],
+            Statement::Block => &mut self.block,
+        };
+        if let Some(insert) = *kept {
             return Ok(insert);
         }
-        let sql = sqlx::Sqlite::runs_insert_of(shape, size);
+        let sql = match statement {
+            Statement::Rows(size) => sqlx::Sqlite::runs_insert_of(size),
+            Statement::Block => sqlx::Sqlite::block_insert(),
+        };
         let mut insert = ptr::null_mut();
         // SAFETY: `sql` is valid for `sql.len()` bytes; the statement is kept (persistent) and
         // finalized when the connection is dropped.
@@ -222,7 +263,7 @@ impl RunsConnection {
         };
         match NonNull::new(insert) {
             Some(insert) if prepared == ffi::SQLITE_OK => {
-                self.inserts[shape as usize][size] = Some(insert);
+                *kept = Some(insert);
                 Ok(insert)
             }
             _ => Err(self.error("cannot prepare the runs record's statement")),
@@ -257,6 +298,14 @@ impl RunsConnection {
     }
 }
 
+/// An `INSERT` a [`RunsConnection`] keeps prepared.
+#[derive(Debug, Clone, Copy)]
+enum Statement {
+    /// Of `RUNS_STATEMENTS[size]` rows.
+    Rows(usize),
+    Block,
+}
+
 /// `path` as SQLite's `open` takes it: its bytes, NUL-terminated (on Unix whatever they are,
 /// elsewhere UTF-8).
 fn c_path(path: &Path) -> Option<CString> {
@@ -275,7 +324,7 @@ impl Drop for RunsConnection {
         // SAFETY: every statement is this connection's and used no more; finalized first, so the
         // connection closes (`sqlite3_close` refuses while statements are left).
         unsafe {
-            for insert in self.inserts.iter().flatten().flatten() {
+            for insert in self.inserts.iter().chain([&self.block]).flatten() {
                 ffi::sqlite3_finalize(insert.as_ptr());
             }
             ffi::sqlite3_close(self.db.as_ptr());

@@ -36,6 +36,8 @@ contract!(
     a_run_is_read_whole_by_id,
     a_large_batch_is_kept_whole_field_by_field_in_its_order,
     pruning_drops_runs_past_the_age_and_all_but_the_newest_count,
+    pages_run_through_plain_and_other_runs_of_many_batches_in_order,
+    pruning_takes_runs_out_of_the_middle_of_a_batch_by_age_and_count,
 );
 
 fn run(id: &str, started_ms: i64) -> StoredRun {
@@ -195,6 +197,20 @@ async fn a_run_is_read_whole_by_id(b: &Backend) {
         .unwrap();
     let got = store.run("same").await.unwrap().expect("recorded");
     assert_eq!(StoredRun { seq: 0, ..got }, first);
+    // A run that ended well, written with the other plain runs of its batch.
+    let plain = store.run("after").await.unwrap().expect("recorded");
+    assert_eq!(
+        StoredRun {
+            seq: 0,
+            ..plain.clone()
+        },
+        run("after", 2000)
+    );
+    let listed = store.runs(&all()).await.unwrap();
+    assert_eq!(
+        listed[0], plain,
+        "the same run, at the same place, as a listing gives"
+    );
     assert_eq!(store.run("missing").await.unwrap(), None);
 }
 
@@ -258,6 +274,114 @@ async fn pruning_drops_runs_past_the_age_and_all_but_the_newest_count(b: &Backen
     assert_eq!(store.prune_runs(0, 3).await.unwrap(), 0);
 }
 
+/// `n` runs from `from`, every `failed_every`th one failed (a run of a row of its own).
+fn mixed(prefix: &str, from: i64, n: i64, failed_every: i64) -> Vec<StoredRun> {
+    (0..n)
+        .map(|k| {
+            let mut r = run(&format!("{prefix}{k}"), from + k);
+            if failed_every > 0 && k % failed_every == failed_every - 1 {
+                r.status = "failed".into();
+                r.problem = Some("internal".into());
+            }
+            r
+        })
+        .collect()
+}
+
+async fn pages_run_through_plain_and_other_runs_of_many_batches_in_order(b: &Backend) {
+    let store = b.open(Limits::default()).await;
+    let batches = [
+        mixed("a", 1000, 5, 0),
+        mixed("b", 2000, 9, 4),
+        mixed("c", 3000, 1, 0),
+        mixed("d", 4000, 3, 1),
+    ];
+    for batch in &batches {
+        store.put_runs(&new(batch)).await.unwrap();
+    }
+    let mut want: Vec<String> = batches.iter().flatten().map(|r| r.id.clone()).collect();
+    want.reverse();
+    for limit in [1, 2, 3, 7, 100] {
+        let mut seen = Vec::new();
+        let mut before = None;
+        loop {
+            let page = store
+                .runs(&RunFilter {
+                    limit,
+                    before,
+                    ..all()
+                })
+                .await
+                .unwrap();
+            seen.extend(page.iter().map(|r| r.id.clone()));
+            if page.len() < limit {
+                break;
+            }
+            before = Some(page[limit - 1].seq);
+        }
+        assert_eq!(seen, want, "pages of {limit}");
+    }
+    // A filter a block's runs are read for, and one that passes blocks over.
+    let found = store
+        .runs(&RunFilter {
+            status: Some("ok".into()),
+            since_ms: Some(2002),
+            until_ms: Some(4000),
+            limit: 3,
+            ..all()
+        })
+        .await
+        .unwrap();
+    assert_eq!(ids(&found), ["c0", "b8", "b6"]);
+    let failed = store
+        .runs(&RunFilter {
+            status: Some("failed".into()),
+            ..all()
+        })
+        .await
+        .unwrap();
+    assert_eq!(ids(&failed), ["d2", "d1", "d0", "b7", "b3"]);
+}
+
+async fn pruning_takes_runs_out_of_the_middle_of_a_batch_by_age_and_count(b: &Backend) {
+    let store = b.open(Limits::default()).await;
+    // Written in the order they ended, so a batch's starts are not in order.
+    let mut batch = mixed("r", 1000, 12, 5);
+    for (r, started) in batch
+        .iter_mut()
+        .zip([5, 1, 9, 2, 8, 3, 7, 4, 6, 10, 11, 12])
+    {
+        r.started_ms = started * 1000;
+    }
+    store.put_runs(&new(&batch)).await.unwrap();
+    store
+        .put_runs(&new(&mixed("n", 20_000, 4, 0)))
+        .await
+        .unwrap();
+    // Started before 4000: r1 (at 1000), r3 (2000), r5 (3000).
+    assert_eq!(store.prune_runs(4000, 100).await.unwrap(), 3);
+    let left: Vec<String> = ids(&store.runs(&all()).await.unwrap())
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    assert_eq!(
+        left,
+        [
+            "n3", "n2", "n1", "n0", "r11", "r10", "r9", "r8", "r7", "r6", "r4", "r2", "r0"
+        ]
+    );
+    // The newest 7: the 4 of the later batch and r11, r10, r9.
+    assert_eq!(store.prune_runs(0, 7).await.unwrap(), 6);
+    assert_eq!(
+        ids(&store.runs(&all()).await.unwrap()),
+        ["n3", "n2", "n1", "n0", "r11", "r10", "r9"]
+    );
+    let r9 = store.run("r9").await.unwrap().expect("kept");
+    assert_eq!(r9.status, "failed");
+    assert_eq!(store.run("r8").await.unwrap(), None);
+    assert_eq!(store.prune_runs(0, 7).await.unwrap(), 0);
+}
+
 /// The SQLite store writes the record on a connection of its own (`events::sqlite_runs`): a
 /// batch it cannot write leaves none of its runs, says why, and the next batch is written.
 #[tokio::test]
@@ -279,8 +403,17 @@ async fn a_batch_the_sqlite_store_cannot_write_keeps_none_of_its_runs_and_the_ne
     .execute(&other)
     .await
     .unwrap();
+    // The refused run did not end well: a row of its own (plain runs are written in blocks,
+    // and the runs before it in the batch, in one, are in the same transaction).
     let batch: Vec<_> = (0..100)
-        .map(|n| run(if n == 70 { "poison" } else { "kept?" }, 10 + n))
+        .map(|n| {
+            let mut r = run(if n == 70 { "poison" } else { "kept?" }, 10 + n);
+            if n == 70 {
+                r.status = "failed".into();
+                r.problem = Some("internal".into());
+            }
+            r
+        })
         .collect();
     let err = store.put_runs(&new(&batch)).await.unwrap_err();
     assert!(err.to_string().contains("this run is refused"), "{err}");
