@@ -23,8 +23,9 @@ pub const BLOCK_RUNS: usize = 4096;
 /// The format of a block's value, its first byte.
 const FORMAT: u8 = 1;
 
-/// A result that is absent (SQL `NULL`), in place of its length.
-const ABSENT: u32 = u32::MAX;
+/// How many of a block's distinct doors, principals and skills a later run names by reference
+/// rather than spelling out again (most blocks have a handful; past this they are spelled out).
+const NAMES: usize = 32;
 
 /// What a block's columns say of it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,6 +59,12 @@ pub fn pack(runs: &[NewRun<'_>], into: &mut Vec<u8>) -> BlockHead {
 }
 
 /// Packs `runs` with their places (ascending) into `into` (emptied first).
+///
+/// A run is: its place, its start (from the start of the run before it) and its duration, its
+/// id, its door, principal and skill, its args, its result. Numbers are LEB128 varints (signed
+/// ones zigzagged); a text is its length and its bytes; a result is its length plus one, or 0
+/// when absent; a door, principal or skill is `n` > 0 for the `n`th such name spelled out
+/// earlier in the block, or 0 and the name spelled out.
 fn pack_placed<'a>(runs: impl Iterator<Item = (u16, NewRun<'a>)>, into: &mut Vec<u8>) -> BlockHead {
     into.clear();
     into.push(FORMAT);
@@ -66,6 +73,8 @@ fn pack_placed<'a>(runs: impl Iterator<Item = (u16, NewRun<'a>)>, into: &mut Vec
         last_ms: i64::MIN,
         runs: 0,
     };
+    let mut names: Vec<&str> = Vec::new();
+    let mut previous_ms = 0;
     for (place, run) in runs {
         debug_assert!(
             run.status == "ok" && run.problem.is_none() && run.parent.is_none(),
@@ -74,22 +83,49 @@ fn pack_placed<'a>(runs: impl Iterator<Item = (u16, NewRun<'a>)>, into: &mut Vec
         head.first_ms = head.first_ms.min(run.started_ms);
         head.last_ms = head.last_ms.max(run.started_ms);
         head.runs += 1;
-        into.extend_from_slice(&place.to_le_bytes());
-        into.extend_from_slice(&run.started_ms.to_le_bytes());
-        into.extend_from_slice(&run.duration_us.to_le_bytes());
-        for text in [run.id, run.door, run.principal, run.skill, run.args] {
-            put_text(into, text);
+        put_number(into, u64::from(place));
+        put_signed(into, run.started_ms.wrapping_sub(previous_ms));
+        previous_ms = run.started_ms;
+        put_signed(into, run.duration_us);
+        put_text(into, run.id);
+        for name in [run.door, run.principal, run.skill] {
+            match names.iter().position(|n| *n == name) {
+                Some(at) => put_number(into, at as u64 + 1),
+                None => {
+                    into.push(0);
+                    put_text(into, name);
+                    if names.len() < NAMES {
+                        names.push(name);
+                    }
+                }
+            }
         }
+        put_text(into, run.args);
         match run.result {
-            Some(result) => put_text(into, result),
-            None => into.extend_from_slice(&ABSENT.to_le_bytes()),
+            Some(result) => {
+                put_number(into, result.len() as u64 + 1);
+                into.extend_from_slice(result.as_bytes());
+            }
+            None => into.push(0),
         }
     }
     head
 }
 
+fn put_number(into: &mut Vec<u8>, mut n: u64) {
+    while n >= 0x80 {
+        into.push(n as u8 | 0x80);
+        n >>= 7;
+    }
+    into.push(n as u8);
+}
+
+fn put_signed(into: &mut Vec<u8>, n: i64) {
+    put_number(into, ((n << 1) ^ (n >> 63)) as u64);
+}
+
 fn put_text(into: &mut Vec<u8>, text: &str) {
-    into.extend_from_slice(&(text.len() as u32).to_le_bytes());
+    put_number(into, text.len() as u64);
     into.extend_from_slice(text.as_bytes());
 }
 
@@ -121,13 +157,17 @@ pub fn unpack(row: i64, value: &[u8]) -> StoreResult<Vec<Packed<'_>>> {
             "format {format} is not one this version reads"
         )));
     }
-    let mut reader = Reader(rest);
+    let mut reader = Reader {
+        rest,
+        names: Vec::new(),
+        previous_ms: 0,
+    };
     let mut runs = Vec::new();
-    while !reader.0.is_empty() {
+    while !reader.rest.is_empty() {
         runs.push(
             reader
                 .packed()
-                .ok_or_else(|| broken("it ends inside a run, or holds text that is not UTF-8"))?,
+                .ok_or_else(|| broken("it ends inside a run, or holds what no run is"))?,
         );
     }
     Ok(runs)
@@ -146,22 +186,28 @@ pub fn repack(runs: &[Packed<'_>], kept: &[bool], into: &mut Vec<u8>) -> Option<
     (head.runs > 0).then_some(head)
 }
 
-/// Reads a block's value from its front; `None` where it is cut short or not UTF-8.
-struct Reader<'a>(&'a [u8]);
+/// Reads a block's value from its front ([`pack_placed`]'s format); `None` where it is cut
+/// short, names a name it has not spelled out, or holds text that is not UTF-8.
+struct Reader<'a> {
+    rest: &'a [u8],
+    names: Vec<&'a str>,
+    previous_ms: i64,
+}
 
 impl<'a> Reader<'a> {
     fn packed(&mut self) -> Option<Packed<'a>> {
-        let place = u16::from_le_bytes(self.bytes()?);
-        let started_ms = i64::from_le_bytes(self.bytes()?);
-        let duration_us = i64::from_le_bytes(self.bytes()?);
+        let place = u16::try_from(self.number()?).ok()?;
+        let started_ms = self.previous_ms.wrapping_add(self.signed()?);
+        self.previous_ms = started_ms;
+        let duration_us = self.signed()?;
         let id = self.text()?;
-        let door = self.text()?;
-        let principal = self.text()?;
-        let skill = self.text()?;
+        let door = self.name()?;
+        let principal = self.name()?;
+        let skill = self.name()?;
         let args = self.text()?;
-        let result = match u32::from_le_bytes(self.bytes()?) {
-            ABSENT => None,
-            len => Some(self.text_of(len as usize)?),
+        let result = match self.number()? {
+            0 => None,
+            len => Some(self.text_of(usize::try_from(len - 1).ok()?)?),
         };
         Some(Packed {
             place,
@@ -182,23 +228,48 @@ impl<'a> Reader<'a> {
         })
     }
 
-    fn bytes<const N: usize>(&mut self) -> Option<[u8; N]> {
-        let (taken, rest) = self.0.split_first_chunk::<N>()?;
-        self.0 = rest;
-        Some(*taken)
+    fn number(&mut self) -> Option<u64> {
+        let mut n = 0u64;
+        for shift in (0..64).step_by(7) {
+            let (&byte, rest) = self.rest.split_first()?;
+            self.rest = rest;
+            n |= u64::from(byte & 0x7f) << shift;
+            if byte < 0x80 {
+                return Some(n);
+            }
+        }
+        None
+    }
+
+    fn signed(&mut self) -> Option<i64> {
+        let n = self.number()?;
+        Some((n >> 1) as i64 ^ -((n & 1) as i64))
+    }
+
+    fn name(&mut self) -> Option<&'a str> {
+        match self.number()? {
+            0 => {
+                let name = self.text()?;
+                if self.names.len() < NAMES {
+                    self.names.push(name);
+                }
+                Some(name)
+            }
+            n => self.names.get(usize::try_from(n - 1).ok()?).copied(),
+        }
     }
 
     fn text(&mut self) -> Option<&'a str> {
-        let len = u32::from_le_bytes(self.bytes()?) as usize;
+        let len = usize::try_from(self.number()?).ok()?;
         self.text_of(len)
     }
 
     fn text_of(&mut self, len: usize) -> Option<&'a str> {
-        if len > self.0.len() {
+        if len > self.rest.len() {
             return None;
         }
-        let (text, rest) = self.0.split_at(len);
-        self.0 = rest;
+        let (text, rest) = self.rest.split_at(len);
+        self.rest = rest;
         std::str::from_utf8(text).ok()
     }
 }
@@ -243,6 +314,42 @@ mod tests {
         let read: Vec<NewRun<'_>> = back.iter().map(|p| p.run).collect();
         assert_eq!(read, runs);
         assert_eq!(back[3].stored(7).seq, 7 * BLOCK_RUNS as i64 + 3);
+    }
+
+    #[test]
+    fn a_block_names_what_its_runs_share_and_still_gives_back_each_whole() {
+        // More distinct principals than a block names by reference, doors and skills that
+        // repeat, starts that go back in time, a duration past 32 bits and a negative one.
+        let principals: Vec<String> = (0..NAMES + 9).map(|n| format!("key:k{n}")).collect();
+        let runs: Vec<NewRun<'_>> = (0..200i64)
+            .map(|n| NewRun {
+                door: ["http", "slack", "email"][n as usize % 3],
+                principal: &principals[(n as usize * 7) % principals.len()],
+                skill: if n % 5 == 0 { "other" } else { "noop" },
+                started_ms: 1_700_000_000_000 - (n % 4) * 1000 + n,
+                duration_us: if n == 3 { -1 } else { n << 40 },
+                result: (n % 3 != 0).then_some(""),
+                ..plain(n)
+            })
+            .collect();
+        let mut value = Vec::new();
+        let head = pack(&runs, &mut value);
+        assert_eq!(
+            head.first_ms,
+            runs.iter().map(|r| r.started_ms).min().unwrap()
+        );
+        assert_eq!(
+            head.last_ms,
+            runs.iter().map(|r| r.started_ms).max().unwrap()
+        );
+        let read: Vec<NewRun<'_>> = unpack(1, &value).unwrap().iter().map(|p| p.run).collect();
+        assert_eq!(read, runs);
+        // A name referred to before it was spelled out is refused, not read as another.
+        let mut value = Vec::new();
+        pack(&[plain(1)], &mut value);
+        let door = value.windows(6).position(|w| w == b"\x00\x04http").unwrap();
+        value.splice(door..door + 6, [2u8]);
+        assert!(unpack(1, &value).is_err());
     }
 
     #[test]
