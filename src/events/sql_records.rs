@@ -33,11 +33,18 @@ pub trait Dialect: Database {
     /// there uses plain `?`.
     fn placeholder(n: usize) -> String;
 
-    /// The `INSERT` of [`RUNS_STATEMENTS`]`[size]` runs, each made once.
-    fn runs_insert_of(size: usize) -> &'static str;
+    /// This database's statements of the runs record, made as first used.
+    fn runs_sql() -> &'static RunsSql;
+
+    /// The `INSERT` of [`RUNS_STATEMENTS`]`[size]` runs, made once.
+    fn runs_insert_of(size: usize) -> &'static str {
+        Self::runs_sql().inserts[size].get_or_init(|| runs_insert::<Self>(RUNS_STATEMENTS[size]))
+    }
 
     /// The `INSERT` of a block of plain runs ([`block_insert`]), made once.
-    fn block_insert() -> &'static str;
+    fn block_insert() -> &'static str {
+        Self::runs_sql().block.get_or_init(block_insert::<Self>)
+    }
 }
 
 impl Dialect for sqlx::Sqlite {
@@ -49,14 +56,9 @@ impl Dialect for sqlx::Sqlite {
         "?".into()
     }
 
-    fn runs_insert_of(size: usize) -> &'static str {
-        static SQL: RunsInserts = [const { OnceLock::new() }; RUNS_STATEMENTS.len()];
-        SQL[size].get_or_init(|| runs_insert::<Self>(RUNS_STATEMENTS[size]))
-    }
-
-    fn block_insert() -> &'static str {
-        static SQL: OnceLock<String> = OnceLock::new();
-        SQL.get_or_init(block_insert::<Self>)
+    fn runs_sql() -> &'static RunsSql {
+        static SQL: RunsSql = RunsSql::new();
+        &SQL
     }
 }
 
@@ -69,20 +71,28 @@ impl Dialect for sqlx::Postgres {
         format!("${n}")
     }
 
-    fn runs_insert_of(size: usize) -> &'static str {
-        static SQL: RunsInserts = [const { OnceLock::new() }; RUNS_STATEMENTS.len()];
-        SQL[size].get_or_init(|| runs_insert::<Self>(RUNS_STATEMENTS[size]))
-    }
-
-    fn block_insert() -> &'static str {
-        static SQL: OnceLock<String> = OnceLock::new();
-        SQL.get_or_init(block_insert::<Self>)
+    fn runs_sql() -> &'static RunsSql {
+        static SQL: RunsSql = RunsSql::new();
+        &SQL
     }
 }
 
-/// The `INSERT`s of runs of one database, made once, by size. Each database keeps its own (a
-/// `static` in a generic function would be one for all of them).
-type RunsInserts = [OnceLock<String>; RUNS_STATEMENTS.len()];
+/// The statements that write the runs record on one database, each made at its first use:
+/// the `INSERT`s of rows by size, and that of a block. Each database keeps its own (a `static`
+/// in a generic function would be one for all of them).
+pub struct RunsSql {
+    inserts: [OnceLock<String>; RUNS_STATEMENTS.len()],
+    block: OnceLock<String>,
+}
+
+impl RunsSql {
+    const fn new() -> RunsSql {
+        RunsSql {
+            inserts: [const { OnceLock::new() }; RUNS_STATEMENTS.len()],
+            block: OnceLock::new(),
+        }
+    }
+}
 
 /// Writes a batch of runs its own way (the SQLite store's, `events::sqlite_runs`), in place of
 /// the statement the SQL stores share.
