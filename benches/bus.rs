@@ -25,6 +25,7 @@ use skillgate::events::memory::MemoryStore;
 use skillgate::events::postgres::PostgresStore;
 use skillgate::events::sqlite::SqliteStore;
 use skillgate::events::{Consumer, ConsumerOptions, Event, EventStore, Limits};
+use sqlx::Connection;
 use tokio_util::sync::CancellationToken;
 
 #[global_allocator]
@@ -340,5 +341,25 @@ fn main() {
                 }
             }
         }
+        // The Postgres store's schema goes with the run (its stores are dropped by now).
+        if let Ok(url) = std::env::var("DATABASE_URL") {
+            drop_schema(&url, &format!("bench{}", std::process::id())).await;
+        }
     });
+}
+
+/// Drops `schema` from the database `url` names, saying so if it cannot.
+async fn drop_schema(url: &str, schema: &str) {
+    let dropped = async {
+        let mut db = sqlx::PgConnection::connect(url).await?;
+        sqlx::query("SET lock_timeout = '10s'")
+            .execute(&mut db)
+            .await?;
+        sqlx::query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+            .execute(&mut db)
+            .await
+    };
+    if let Err(err) = dropped.await {
+        eprintln!("postgres: the bench's schema `{schema}` is left behind: {err}");
+    }
 }
