@@ -295,7 +295,8 @@ pub trait Records: Send + Sync {
     /// Run `id`, if it is recorded.
     async fn run(&self, id: &str) -> StoreResult<Option<StoredRun>>;
 
-    /// Forgets the runs that started before `before_ms`, and all but the newest `keep`.
-    /// Returns how many went.
+    /// Forgets the runs that started before `before_ms`, then all but the newest `keep` of the
+    /// others (a run past the age does not take the place of one that is not). Returns how many
+    /// went.
     async fn prune_runs(&self, before_ms: i64, keep: usize) -> StoreResult<u64>;
 }

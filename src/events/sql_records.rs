@@ -543,79 +543,103 @@ where
     async fn prune_runs(&self, before_ms: i64, keep: usize) -> StoreResult<u64> {
         let keep = sql_limit(keep);
         let mut tx = self.records().pool.begin().await?;
-        // Whole rows: those whose every run started before `before_ms`, and those whose every
-        // run is past the newest `keep` (`newer`: the runs of the rows after it).
+        // Runs started before `before_ms`: the rows all of whose runs did, then those of the
+        // blocks that hold some.
         let gone: Vec<i64> = sqlx::query_scalar(
             "DELETE FROM sg_runs WHERE COALESCE(started_last_ms, started_ms) < $1
-                OR seq IN (SELECT seq FROM (SELECT seq, CAST(SUM(COALESCE(packed_runs, 1))
-                    OVER (ORDER BY seq DESC) AS BIGINT) - COALESCE(packed_runs, 1) AS newer
-                    FROM sg_runs) AS counted WHERE newer >= $2)
              RETURNING COALESCE(packed_runs, 1)",
         )
         .bind(before_ms)
-        .bind(keep)
         .fetch_all(&mut *tx)
         .await?;
         let mut pruned: i64 = gone.iter().sum();
-        // Blocks that keep some of their runs: those with a run started before `before_ms`,
-        // and the one the newest `keep` end in. Each is written again without the runs that
-        // go, newest first, so each knows how many runs the blocks after it kept.
-        let straddling = sqlx::query_as::<_, Straddling>(
-            "SELECT seq, packed, newer FROM (SELECT seq, packed, packed_runs, started_ms,
-                 CAST(SUM(COALESCE(packed_runs, 1)) OVER (ORDER BY seq DESC) AS BIGINT)
-                     - COALESCE(packed_runs, 1) AS newer FROM sg_runs) AS counted
-             WHERE packed IS NOT NULL AND (started_ms < $1 OR newer + packed_runs > $2)
-             ORDER BY seq DESC",
+        let aging = sqlx::query_as::<_, BlockRow>(
+            "SELECT seq, packed FROM sg_runs WHERE packed IS NOT NULL AND started_ms < $1",
         )
         .bind(before_ms)
+        .fetch_all(&mut *tx)
+        .await?;
+        for block in aging {
+            let runs = run_blocks::unpack(block.seq, &block.packed)?;
+            let kept: Vec<bool> = runs.iter().map(|p| p.run.started_ms >= before_ms).collect();
+            pruned += keep_in_block::<S::Db>(&mut tx, block.seq, &runs, &kept).await?;
+        }
+        // All but the newest `keep` of the runs left: the rows all of whose runs are past them
+        // (`newer`: the runs of the rows after a row), then the oldest runs of the block they
+        // end in.
+        let gone: Vec<i64> = sqlx::query_scalar(
+            "DELETE FROM sg_runs WHERE seq IN (SELECT seq FROM (SELECT seq,
+                 CAST(SUM(COALESCE(packed_runs, 1)) OVER (ORDER BY seq DESC) AS BIGINT)
+                     - COALESCE(packed_runs, 1) AS newer FROM sg_runs) AS counted
+                 WHERE newer >= $1)
+             RETURNING COALESCE(packed_runs, 1)",
+        )
         .bind(keep)
         .fetch_all(&mut *tx)
         .await?;
-        let mut packed = Vec::new();
-        let mut taken_newer = 0;
-        for block in straddling {
+        pruned += gone.iter().sum::<i64>();
+        let boundary = sqlx::query_as::<_, Straddling>(
+            "SELECT seq, packed, newer FROM (SELECT seq, packed, packed_runs,
+                 CAST(SUM(COALESCE(packed_runs, 1)) OVER (ORDER BY seq DESC) AS BIGINT)
+                     - COALESCE(packed_runs, 1) AS newer FROM sg_runs) AS counted
+             WHERE packed IS NOT NULL AND newer + packed_runs > $1",
+        )
+        .bind(keep)
+        .fetch_optional(&mut *tx)
+        .await?;
+        if let Some(block) = boundary {
             let runs = run_blocks::unpack(block.seq, &block.packed)?;
-            // The newest `room` of its runs that started in time are kept.
-            let mut room = keep - (block.newer - taken_newer);
-            let mut kept = vec![false; runs.len()];
-            for (at, run) in runs.iter().enumerate().rev() {
-                if room > 0 && run.run.started_ms >= before_ms {
-                    kept[at] = true;
-                    room -= 1;
-                }
-            }
-            let head = run_blocks::repack(&runs, &kept, &mut packed);
-            let taken = runs.len() as i64 - head.map_or(0, |h| h.runs);
-            if taken == 0 {
-                continue;
-            }
-            match head {
-                Some(head) => {
-                    sqlx::query(
-                        "UPDATE sg_runs SET packed = $1, packed_runs = $2, started_ms = $3,
-                             started_last_ms = $4 WHERE seq = $5",
-                    )
-                    .bind(&packed[..])
-                    .bind(head.runs)
-                    .bind(head.first_ms)
-                    .bind(head.last_ms)
-                    .bind(block.seq)
-                    .execute(&mut *tx)
-                    .await?;
-                }
-                None => {
-                    sqlx::query("DELETE FROM sg_runs WHERE seq = $1")
-                        .bind(block.seq)
-                        .execute(&mut *tx)
-                        .await?;
-                }
-            }
-            pruned += taken;
-            taken_newer += taken;
+            // Its newest `room` runs are kept (its runs are oldest first).
+            let room = usize::try_from(keep - block.newer).unwrap_or(0);
+            let kept: Vec<bool> = (0..runs.len()).map(|at| runs.len() - at <= room).collect();
+            pruned += keep_in_block::<S::Db>(&mut tx, block.seq, &runs, &kept).await?;
         }
         tx.commit().await?;
         Ok(pruned as u64)
     }
+}
+
+/// Writes the block of row `seq` again with only the `runs` whose `kept` is true (or deletes
+/// it when none is); how many runs it lost.
+async fn keep_in_block<D>(
+    conn: &mut D::Connection,
+    seq: i64,
+    runs: &[Packed<'_>],
+    kept: &[bool],
+) -> StoreResult<i64>
+where
+    D: Database,
+    for<'c> &'c mut D::Connection: Executor<'c, Database = D>,
+    for<'q> D::Arguments<'q>: IntoArguments<'q, D>,
+    for<'q> i64: Encode<'q, D> + Type<D>,
+    for<'q> &'q [u8]: Encode<'q, D> + Type<D>,
+{
+    let mut packed = Vec::new();
+    let head = run_blocks::repack(runs, kept, &mut packed);
+    let taken = runs.len() as i64 - head.map_or(0, |h| h.runs);
+    match head {
+        _ if taken == 0 => {}
+        Some(head) => {
+            sqlx::query(
+                "UPDATE sg_runs SET packed = $1, packed_runs = $2, started_ms = $3,
+                     started_last_ms = $4 WHERE seq = $5",
+            )
+            .bind(&packed[..])
+            .bind(head.runs)
+            .bind(head.first_ms)
+            .bind(head.last_ms)
+            .bind(seq)
+            .execute(conn)
+            .await?;
+        }
+        None => {
+            sqlx::query("DELETE FROM sg_runs WHERE seq = $1")
+                .bind(seq)
+                .execute(conn)
+                .await?;
+        }
+    }
+    Ok(taken)
 }
 
 /// Blocks a lookup by id reads at once.

@@ -38,6 +38,7 @@ contract!(
     pruning_drops_runs_past_the_age_and_all_but_the_newest_count,
     pages_run_through_plain_and_other_runs_of_many_batches_in_order,
     pruning_takes_runs_out_of_the_middle_of_a_batch_by_age_and_count,
+    the_newest_runs_pruning_keeps_are_counted_among_those_young_enough,
 );
 
 fn run(id: &str, started_ms: i64) -> StoredRun {
@@ -380,6 +381,28 @@ async fn pruning_takes_runs_out_of_the_middle_of_a_batch_by_age_and_count(b: &Ba
     assert_eq!(r9.status, "failed");
     assert_eq!(store.run("r8").await.unwrap(), None);
     assert_eq!(store.prune_runs(0, 7).await.unwrap(), 0);
+}
+
+async fn the_newest_runs_pruning_keeps_are_counted_among_those_young_enough(b: &Backend) {
+    let store = b.open(Limits::default()).await;
+    store
+        .put_runs(&new(&mixed("a", 10_000, 4, 0)))
+        .await
+        .unwrap();
+    // The newest batch: two runs that started long ago (ended late), two recent ones, and a
+    // failed old one (a row of its own).
+    let mut late = mixed("b", 20_000, 5, 0);
+    late[0].started_ms = 1000;
+    late[1].started_ms = 2000;
+    late[4].started_ms = 3000;
+    late[4].status = "failed".into();
+    store.put_runs(&new(&late)).await.unwrap();
+    // Before 5000 goes: b0, b1, b4. Of the rest, the newest 4: b3, b2, a3, a2.
+    assert_eq!(store.prune_runs(5000, 4).await.unwrap(), 5);
+    assert_eq!(
+        ids(&store.runs(&all()).await.unwrap()),
+        ["b3", "b2", "a3", "a2"]
+    );
 }
 
 /// The SQLite store writes the record on a connection of its own (`events::sqlite_runs`): a
