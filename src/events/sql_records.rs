@@ -567,23 +567,20 @@ where
         // All but the newest `keep` of the runs left: the rows all of whose runs are past them
         // (`newer`: the runs of the rows after a row), then the oldest runs of the block they
         // end in.
-        let gone: Vec<i64> = sqlx::query_scalar(
-            "DELETE FROM sg_runs WHERE seq IN (SELECT seq FROM (SELECT seq,
-                 CAST(SUM(COALESCE(packed_runs, 1)) OVER (ORDER BY seq DESC) AS BIGINT)
-                     - COALESCE(packed_runs, 1) AS newer FROM sg_runs) AS counted
-                 WHERE newer >= $1)
-             RETURNING COALESCE(packed_runs, 1)",
-        )
+        let gone: Vec<i64> = sqlx::query_scalar(concat!(
+            "DELETE FROM sg_runs WHERE seq IN (SELECT seq FROM ",
+            counted_runs!(),
+            " WHERE newer >= $1) RETURNING COALESCE(packed_runs, 1)"
+        ))
         .bind(keep)
         .fetch_all(&mut *tx)
         .await?;
         pruned += gone.iter().sum::<i64>();
-        let boundary = sqlx::query_as::<_, Straddling>(
-            "SELECT seq, packed, newer FROM (SELECT seq, packed, packed_runs,
-                 CAST(SUM(COALESCE(packed_runs, 1)) OVER (ORDER BY seq DESC) AS BIGINT)
-                     - COALESCE(packed_runs, 1) AS newer FROM sg_runs) AS counted
-             WHERE packed IS NOT NULL AND newer + packed_runs > $1",
-        )
+        let boundary = sqlx::query_as::<_, Straddling>(concat!(
+            "SELECT seq, packed, newer FROM ",
+            counted_runs!(),
+            " WHERE packed IS NOT NULL AND newer + packed_runs > $1"
+        ))
         .bind(keep)
         .fetch_optional(&mut *tx)
         .await?;
@@ -598,6 +595,19 @@ where
         Ok(pruned as u64)
     }
 }
+
+/// The rows of `sg_runs` as pruning by count reads them (a subquery, `counted`): each with
+/// `newer`, the runs of the rows after it, which both statements of that step compare with the
+/// count kept.
+macro_rules! counted_runs {
+    () => {
+        "(SELECT seq, packed, packed_runs,
+             CAST(SUM(COALESCE(packed_runs, 1)) OVER (ORDER BY seq DESC) AS BIGINT)
+                 - COALESCE(packed_runs, 1) AS newer
+          FROM sg_runs) AS counted"
+    };
+}
+use counted_runs;
 
 /// Writes the block of row `seq` again with only the `runs` whose `kept` is true (or deletes
 /// it when none is); how many runs it lost.
