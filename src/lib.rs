@@ -60,6 +60,7 @@ pub mod error;
 pub mod events;
 pub mod failure;
 pub mod gateway;
+pub mod json_text;
 pub mod kernel;
 pub mod markdown;
 pub mod mcp;

@@ -296,7 +296,7 @@ impl Run {
             .map_or_else(quanta::Instant::now, |record| record.started_at());
         let unrecorded = record.is_none().then(|| inbound.skill.name().to_string());
         let times = record.as_mut().map(|record| {
-            let times = Arc::new(EntryTimes::since(record.started_at()));
+            let times = EntryTimes::start(record.started_at());
             record.entries = Some(times.clone());
             times
         });

@@ -5,11 +5,14 @@
 
 use futures::future::Either;
 use quanta::{Clock, Instant};
+use std::cell::RefCell;
 use std::future::Future;
 use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
 use serde_json::{Value, json};
+
+use crate::json_text as text;
 
 tokio::task_local! {
     /// The timings of the run this task is running, if they are gathered: a task-local rather
@@ -139,13 +142,10 @@ impl EntryTimes {
     pub fn since(started: Instant) -> EntryTimes {
         let clock = clock();
         let base = clock.raw();
-        EntryTimes {
+        let mut times = EntryTimes {
             clock,
             base,
-            base_ns: clock
-                .scaled(base)
-                .saturating_duration_since(started)
-                .as_nanos() as u64,
+            base_ns: 0,
             // A small run's chain (its layers and body) fits without growing.
             entries: Mutex::new(Gathered {
                 entries: Vec::with_capacity(8),
@@ -154,7 +154,74 @@ impl EntryTimes {
             }),
             turns: Mutex::new(Vec::new()),
             logs: Mutex::new((Vec::new(), 0)),
+        };
+        times.base_ns = times.since_start(started);
+        times
+    }
+}
+
+/// Finished runs' timings a thread keeps to use again, at most.
+const SPARE: usize = 32;
+/// Timings whose entries grew past these are not kept to be used again.
+const SPARE_ENTRIES: usize = 64;
+const SPARE_TEXT: usize = 4096;
+
+thread_local! {
+    /// Timings of runs this thread finished writing, emptied, for its next runs: a recorded
+    /// run then allocates none of its own (three allocations and their frees a run fewer).
+    static SPARES: RefCell<Vec<Arc<EntryTimes>>> = const { RefCell::new(Vec::new()) };
+}
+
+impl EntryTimes {
+    /// The timings of a run that started at `started`: ones a finished run gave back on this
+    /// thread ([`EntryTimes::give_back`]), else new ones.
+    pub fn start(started: Instant) -> Arc<EntryTimes> {
+        let spare = SPARES
+            .try_with(|spares| spares.borrow_mut().pop())
+            .ok()
+            .flatten();
+        if let Some(mut times) = spare
+            && let Some(emptied) = Arc::get_mut(&mut times)
+        {
+            emptied.base = emptied.clock.raw();
+            emptied.base_ns = emptied.since_start(started);
+            return times;
         }
+        Arc::new(EntryTimes::since(started))
+    }
+
+    /// Gives `times` back to be used again by a run this thread starts, emptied, once its run
+    /// is written; let go instead while something else still holds them, or when they grew
+    /// large.
+    pub fn give_back(mut times: Arc<EntryTimes>) {
+        let Some(held) = Arc::get_mut(&mut times) else {
+            return;
+        };
+        let gathered = held.entries.get_mut();
+        if gathered.entries.capacity() > SPARE_ENTRIES || gathered.text.capacity() > SPARE_TEXT {
+            return;
+        }
+        gathered.entries.clear();
+        gathered.text.clear();
+        gathered.last_skill = None;
+        held.turns.get_mut().clear();
+        let logs = held.logs.get_mut();
+        logs.0.clear();
+        logs.1 = 0;
+        let _ = SPARES.try_with(|spares| {
+            let mut spares = spares.borrow_mut();
+            if spares.len() < SPARE {
+                spares.push(times);
+            }
+        });
+    }
+
+    /// Nanoseconds from `started` to this timings' base reading.
+    fn since_start(&self, started: Instant) -> u64 {
+        self.clock
+            .scaled(self.base)
+            .saturating_duration_since(started)
+            .as_nanos() as u64
     }
 }
 
@@ -256,29 +323,43 @@ impl EntryTimes {
         Some((Value::Array(kept), logs.1))
     }
 
-    /// The entries in the order they started (outer layers before the ones they wrap), each
-    /// `{name, kind, skill, depth, startMs, durationMs, ok}` from the run's start.
-    pub fn to_json(&self) -> Value {
+    /// Appends the entries to `out` as a JSON array, in the order they started (outer layers
+    /// before the ones they wrap), each `{name, kind, skill, depth, startMs, durationMs, ok}`
+    /// from the run's start. Written as text rather than built as a `Value`: a sampled run
+    /// keeps a dozen entries, each a map of seven keys that would be made, written and freed.
+    pub fn write_json(&self, out: &mut String) {
         let gathered = self.entries.lock();
-        let mut entries = gathered.entries.clone();
-        entries.sort_by_key(|e| (e.start, e.depth));
-        Value::Array(
-            entries
-                .iter()
-                .map(|e| {
-                    let (start_us, end_us) = (self.us(e.start), self.us(e.end));
-                    json!({
-                        "name": gathered.name(e.name),
-                        "kind": e.kind,
-                        "skill": gathered.name(e.skill),
-                        "depth": e.depth,
-                        "startMs": start_us as f64 / 1000.0,
-                        "durationMs": end_us.saturating_sub(start_us) as f64 / 1000.0,
-                        "ok": e.ok,
-                    })
-                })
-                .collect(),
-        )
+        let mut order: Vec<&Timed> = gathered.entries.iter().collect();
+        order.sort_by_key(|e| (e.start, e.depth));
+        out.push('[');
+        for (n, e) in order.into_iter().enumerate() {
+            let (start_us, end_us) = (self.us(e.start), self.us(e.end));
+            out.push_str(if n == 0 { "{\"name\":" } else { ",{\"name\":" });
+            text::push_str(out, gathered.name(e.name));
+            out.push_str(",\"kind\":");
+            text::push_str(out, e.kind);
+            out.push_str(",\"skill\":");
+            text::push_str(out, gathered.name(e.skill));
+            out.push_str(",\"depth\":");
+            text::push_int(out, e.depth);
+            out.push_str(",\"startMs\":");
+            text::push_ms(out, start_us);
+            out.push_str(",\"durationMs\":");
+            text::push_ms(out, end_us.saturating_sub(start_us));
+            out.push_str(if e.ok {
+                ",\"ok\":true}"
+            } else {
+                ",\"ok\":false}"
+            });
+        }
+        out.push(']');
+    }
+
+    /// The entries as [`EntryTimes::write_json`] writes them, read back.
+    pub fn to_json(&self) -> Value {
+        let mut out = String::new();
+        self.write_json(&mut out);
+        serde_json::from_str(&out).unwrap_or(Value::Null)
     }
 }
 
@@ -315,6 +396,43 @@ mod tests {
         assert!((25.0..10_000.0).contains(&start_ms), "{kept}");
         assert!((30.0..10_000.0).contains(&duration_ms), "{kept}");
         assert!(times.now_us() >= 55_000, "{}", times.now_us());
+    }
+
+    #[test]
+    fn timings_given_back_serve_the_threads_next_run_emptied_and_timed_from_its_start() {
+        let entry = Entry {
+            name: "execute",
+            kind: "middleware",
+            skill: "hello",
+            depth: 1,
+            ok: true,
+        };
+        let first = EntryTimes::start(Instant::now());
+        first.done(entry, first.clock.raw());
+        first.log(&Arc::new(json!({ "message": "hi" })));
+        let memory = Arc::as_ptr(&first);
+        EntryTimes::give_back(first);
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        // The next run started 100 ms ago.
+        let started = Instant::now()
+            .checked_sub(std::time::Duration::from_millis(100))
+            .unwrap();
+        let next = EntryTimes::start(started);
+        assert_eq!(Arc::as_ptr(&next), memory, "the same timings, used again");
+        assert_eq!(next.to_json(), json!([]));
+        assert!(next.logs_json().is_none());
+        next.done(entry, next.clock.raw());
+        let start_ms = next.to_json()[0]["startMs"].as_f64().unwrap();
+        assert!((100.0..10_000.0).contains(&start_ms), "{start_ms}");
+    }
+
+    #[test]
+    fn timings_something_else_still_holds_are_not_used_again() {
+        let times = EntryTimes::start(Instant::now());
+        let held = times.clone();
+        EntryTimes::give_back(times);
+        let next = EntryTimes::start(Instant::now());
+        assert_ne!(Arc::as_ptr(&next), Arc::as_ptr(&held));
     }
 
     #[test]

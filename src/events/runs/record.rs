@@ -1,7 +1,6 @@
 //! One root run as a door saw it ([`RunRecord`]): begun when the door takes the request, ended
 //! with its outcome, and turned into the row the store keeps, redacted and capped.
 
-use std::cell::RefCell;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,6 +13,7 @@ use crate::events::records::StoredRun;
 use crate::events::runs::pending::{Head, Pending};
 use crate::events::runs::redact::{has_secrets, redact_in_place};
 use crate::failure::Failure;
+use crate::json_text::push_value;
 use crate::kernel::timings::EntryTimes;
 use crate::skills::tool::Tool;
 
@@ -247,6 +247,9 @@ impl RunRecord {
             args,
             result.map(|(span, _)| span),
         );
+        if let Some(times) = self.entries.take() {
+            EntryTimes::give_back(times);
+        }
     }
 
     /// The run's detail as JSON text, with only what is so (its error, event and trace are
@@ -287,6 +290,8 @@ impl RunRecord {
         if let Some(trace) = self.trace.take() {
             put("trace", Value::String(trace));
         }
+        // The entries, the bulk of a sampled run's detail, are written as text.
+        let mut entries: Option<String> = None;
         if let Some(gathered) = &self.entries {
             // What the run cost in tokens is always kept; its onion and logs for the runs
             // worth reading.
@@ -295,7 +300,10 @@ impl RunRecord {
                 put("tokens", tokens);
             }
             if keeps_entries {
-                put("entries", gathered.to_json());
+                let mut text = String::with_capacity(1024);
+                text.push_str("{\"entries\":");
+                gathered.write_json(&mut text);
+                entries = Some(text);
                 if let Some((logs, left_out)) = gathered.logs_json() {
                     put("logs", logs);
                     if left_out > 0 {
@@ -304,7 +312,20 @@ impl RunRecord {
                 }
             }
         }
-        detail.map(|detail| Value::Object(detail).to_string())
+        let rest = detail.map(|detail| Value::Object(detail).to_string());
+        match (entries, rest) {
+            (None, rest) => rest,
+            (Some(mut text), None) => {
+                text.push('}');
+                Some(text)
+            }
+            // `{"entries":[...]` and `{"error":...}` make `{"entries":[...],"error":...}`.
+            (Some(mut text), Some(rest)) => {
+                text.push(',');
+                text.push_str(&rest[1..]);
+                Some(text)
+            }
+        }
     }
 }
 
@@ -324,9 +345,9 @@ fn append_kept(text: &mut String, value: &Value, schema: Option<&Value>, max: us
     if redacted {
         let mut copy = value.clone();
         redact_in_place(&mut copy, schema);
-        append_json(text, &copy);
+        push_value(text, &copy);
     } else {
-        append_json(text, value);
+        push_value(text, value);
     }
     let len = text.len() - start;
     if len <= max {
@@ -346,30 +367,6 @@ fn append_kept(text: &mut String, value: &Value, schema: Option<&Value>, max: us
         redacted,
         cut: true,
     }
-}
-
-/// A thread's buffer for [`append_json`] that grew past this gives its memory back.
-const SCRATCH_KEEP: usize = 64 * 1024;
-
-/// Appends `value` as JSON text to `text`: written into a buffer the thread keeps and copied in
-/// once (through `Display`, each token of the text took a formatter's round trip: for the
-/// small values most runs have, several times the cost of the copy).
-fn append_json(text: &mut String, value: &Value) {
-    thread_local! {
-        static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
-    }
-    SCRATCH.with_borrow_mut(|scratch| {
-        scratch.clear();
-        // Neither fails: a `Value` is written whole into memory, as UTF-8.
-        if serde_json::to_writer(&mut *scratch, value).is_ok()
-            && let Ok(json) = std::str::from_utf8(scratch)
-        {
-            text.push_str(json);
-        }
-        if scratch.capacity() > SCRATCH_KEEP {
-            *scratch = Vec::new();
-        }
-    });
 }
 
 #[cfg(test)]
@@ -419,8 +416,7 @@ mod tests {
             "nested": [1, -2.5, null, true, { "k": [] }],
             "big": 12_345_678_901_234_i64,
         });
-        // One past the thread's kept buffer, then a small one on the same thread.
-        let large = json!({ "text": "x".repeat(SCRATCH_KEEP + 1) });
+        let large = json!({ "text": "x".repeat(100_000) });
         for value in [tricky, large, json!("short")] {
             let stored = RunRecord::begin("r", "http", "local", "echo", value.clone())
                 .end(Ok(Some(&Arc::new(value.clone()))))

@@ -362,6 +362,11 @@ async fn a_failed_run_keeps_its_entries_timings_and_a_quick_good_one_only_when_s
         .unwrap_or_else(|| panic!("`execute` among {entries:?}"));
     assert_eq!(execute["ok"], false);
     assert!(execute["durationMs"].as_f64().unwrap() >= 0.0);
+    // Kept beside what else its detail says: why it failed.
+    assert!(
+        boom["error"].as_str().is_some_and(|e| !e.is_empty()),
+        "{boom}"
+    );
     // The default sample (1%) leaves the first good, quick run out.
     let hello = whole(runs.iter().find(|r| r["skill"] == "hello").unwrap()).await;
     assert_eq!(hello.get("entries"), None, "{hello}");
