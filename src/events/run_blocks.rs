@@ -89,7 +89,11 @@ fn pack_placed<'a>(runs: impl Iterator<Item = (u16, NewRun<'a>)>, into: &mut Vec
         put_signed(into, run.duration_us);
         put_text(into, run.id);
         for name in [run.door, run.principal, run.skill] {
-            match names.iter().position(|n| *n == name) {
+            // A door is named by the program: the same text, not a copy of it.
+            match names
+                .iter()
+                .position(|n| std::ptr::eq(*n, name) || *n == name)
+            {
                 Some(at) => put_number(into, at as u64 + 1),
                 None => {
                     into.push(0);

@@ -7,23 +7,25 @@ use crate::events::records::NewRun;
 /// A range of [`Pending::text`].
 pub(super) type Span = (u32, u32);
 
-/// One run's row: its text fields as ranges of the buffer.
+/// One run's row: its text fields as ranges of the buffer, but for the ones the program names
+/// (its door, status and problem), which are not copied.
 #[derive(Debug, Clone, Copy)]
 struct Row {
     /// The order it was taken in, across every buffer ([`Pending::take`]).
     ticket: u64,
     id: Span,
-    door: Span,
+    door: &'static str,
     principal: Span,
     skill: Span,
     started_ms: i64,
     duration_us: i64,
-    status: Span,
-    problem: Option<Span>,
+    status: &'static str,
+    problem: Option<&'static str>,
     parent: Option<Span>,
     args: Span,
     result: Option<Span>,
-    detail: Span,
+    /// `None`: the detail of most runs, `{}`.
+    detail: Option<Span>,
 }
 
 /// A run's row but for its args and result, which are written into the buffer in place
@@ -31,15 +33,16 @@ struct Row {
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Head<'a> {
     pub id: &'a str,
-    pub door: &'a str,
+    pub door: &'static str,
     pub principal: &'a str,
     pub skill: &'a str,
     pub started_ms: i64,
     pub duration_us: i64,
-    pub status: &'a str,
-    pub problem: Option<&'a str>,
+    pub status: &'static str,
+    pub problem: Option<&'static str>,
     pub parent: Option<&'a str>,
-    pub detail: &'a str,
+    /// `None` for `{}`.
+    pub detail: Option<&'a str>,
 }
 
 /// Rows of runs, their text in one buffer.
@@ -74,17 +77,17 @@ impl Pending {
         let row = Row {
             ticket,
             id: self.keep(run.id),
-            door: self.keep(run.door),
+            door: run.door,
             principal: self.keep(run.principal),
             skill: self.keep(run.skill),
             started_ms: run.started_ms,
             duration_us: run.duration_us,
-            status: self.keep(run.status),
-            problem: run.problem.map(|p| self.keep(p)),
+            status: run.status,
+            problem: run.problem,
             parent: run.parent.map(|p| self.keep(p)),
             args,
             result,
-            detail: self.keep(run.detail),
+            detail: run.detail.map(|d| self.keep(d)),
         };
         self.rows.push(row);
     }
@@ -151,17 +154,17 @@ impl Pending {
     fn run(&self, row: &Row) -> NewRun<'_> {
         NewRun {
             id: self.span(row.id),
-            door: self.span(row.door),
+            door: row.door,
             principal: self.span(row.principal),
             skill: self.span(row.skill),
             started_ms: row.started_ms,
             duration_us: row.duration_us,
-            status: self.span(row.status),
-            problem: row.problem.map(|p| self.span(p)),
+            status: row.status,
+            problem: row.problem,
             parent: row.parent.map(|p| self.span(p)),
             args: self.span(row.args),
             result: row.result.map(|r| self.span(r)),
-            detail: self.span(row.detail),
+            detail: row.detail.map_or("{}", |d| self.span(d)),
         }
     }
 }

@@ -242,7 +242,7 @@ impl RunRecord {
                 status: ended.status.as_str(),
                 problem: ended.problem,
                 parent: self.parent.as_deref(),
-                detail: detail.as_deref().unwrap_or("{}"),
+                detail: detail.as_deref(),
             },
             args,
             result.map(|(span, _)| span),
