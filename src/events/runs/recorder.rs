@@ -30,7 +30,7 @@ const QUEUE_BYTES: u64 = 8 * 1024 * 1024;
 /// there are buffers.
 const SHARDS: usize = 16;
 /// Runs written in one transaction at most.
-const BATCH: usize = 1024;
+const BATCH: usize = 4096;
 /// How long the writer gathers runs after the first of a batch: a few larger transactions cost
 /// the store far less than one a run (the record may lag this much behind the runs).
 const LINGER: Duration = Duration::from_millis(50);
