@@ -590,13 +590,14 @@ impl Records for MemoryStore {
     }
 
     async fn runs(&self, filter: &RunFilter) -> StoreResult<Vec<StoredRun>> {
+        let test = filter.tester();
         Ok(self
             .inner
             .lock()
             .runs
             .iter()
             .rev()
-            .filter(|run| filter.matches(run))
+            .filter(|run| test.matches(run))
             .take(filter.limit)
             .cloned()
             .collect())

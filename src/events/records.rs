@@ -188,26 +188,44 @@ pub struct RunFilter {
 }
 
 impl RunFilter {
-    /// Whether `run` passes every condition but the limit (the memory store's filter, and the
-    /// meaning the SQL one has).
+    /// This filter made ready to test many runs: its text lowercased once, not for each run.
+    pub fn tester(&self) -> RunTest<'_> {
+        RunTest {
+            filter: self,
+            text: self.text.as_deref().map(str::to_lowercase),
+        }
+    }
+}
+
+/// A [`RunFilter`] testing runs one by one (the memory store's filter, a block's runs on the SQL
+/// stores, and the meaning the SQL one has).
+#[derive(Debug)]
+pub struct RunTest<'a> {
+    filter: &'a RunFilter,
+    /// The filter's text, lowercased.
+    text: Option<String>,
+}
+
+impl RunTest<'_> {
+    /// Whether `run` passes every condition but the limit.
     pub fn matches(&self, run: &StoredRun) -> bool {
         self.admits(run.seq, &run.as_new())
     }
 
     /// Whether the run `run`, at `seq`, passes every condition but the limit.
     pub fn admits(&self, seq: i64, run: &NewRun<'_>) -> bool {
+        let filter = self.filter;
         let same = |want: &Option<String>, have: &str| want.as_deref().is_none_or(|w| w == have);
-        same(&self.door, run.door)
-            && same(&self.skill, run.skill)
-            && same(&self.status, run.status)
-            && same(&self.principal, run.principal)
-            && self.since_ms.is_none_or(|t| run.started_ms >= t)
-            && self.until_ms.is_none_or(|t| run.started_ms < t)
-            && self.before.is_none_or(|b| seq < b)
-            && self.text.as_ref().is_none_or(|t| {
-                let t = t.to_lowercase();
-                run.args.to_lowercase().contains(&t)
-                    || run.result.is_some_and(|r| r.to_lowercase().contains(&t))
+        same(&filter.door, run.door)
+            && same(&filter.skill, run.skill)
+            && same(&filter.status, run.status)
+            && same(&filter.principal, run.principal)
+            && filter.since_ms.is_none_or(|t| run.started_ms >= t)
+            && filter.until_ms.is_none_or(|t| run.started_ms < t)
+            && filter.before.is_none_or(|b| seq < b)
+            && self.text.as_deref().is_none_or(|t| {
+                run.args.to_lowercase().contains(t)
+                    || run.result.is_some_and(|r| r.to_lowercase().contains(t))
             })
     }
 }

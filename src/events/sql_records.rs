@@ -14,7 +14,7 @@ use sqlx::{
 
 use crate::context::id::now_ms;
 use crate::events::records::{
-    KeyClaim, NewRun, Records, RunFilter, SessionEntry, StoredRun, StoredSchedule,
+    KeyClaim, NewRun, Records, RunFilter, RunTest, SessionEntry, StoredRun, StoredSchedule,
     StoredSubscription,
 };
 use crate::events::run_blocks::{self, BLOCK_RUNS, Packed};
@@ -459,6 +459,7 @@ where
         // may give fewer runs than it has rows (blocks none of whose runs match), so the
         // listing reads on until it has its runs or the rows run out.
         let mut found = Vec::new();
+        let test = filter.tester();
         let mut newest = filter.before.map(run_blocks::rows_before);
         loop {
             let rows = sqlx::query_as::<_, RunRow>(
@@ -490,7 +491,7 @@ where
             let read_all = rows.len() < filter.limit;
             newest = rows.last().map(|row| row.run.seq - 1);
             for row in rows {
-                row.runs_into(filter, &mut found)?;
+                row.runs_into(&test, &mut found)?;
                 if found.len() >= filter.limit {
                     found.truncate(filter.limit);
                     return Ok(found);
@@ -665,8 +666,8 @@ pub struct RunRow {
 }
 
 impl RunRow {
-    /// Adds the runs of this row `filter` lets through to `found`, newest first.
-    fn runs_into(self, filter: &RunFilter, found: &mut Vec<StoredRun>) -> StoreResult<()> {
+    /// Adds the runs of this row `test` lets through to `found`, newest first.
+    fn runs_into(self, test: &RunTest<'_>, found: &mut Vec<StoredRun>) -> StoreResult<()> {
         let row = self.run.seq;
         match &self.packed {
             None => found.push(StoredRun {
@@ -678,7 +679,7 @@ impl RunRow {
                 found.extend(
                     runs.iter()
                         .rev()
-                        .filter(|p| filter.admits(run_blocks::run_seq(row, Some(p.place)), &p.run))
+                        .filter(|p| test.admits(run_blocks::run_seq(row, Some(p.place)), &p.run))
                         .map(|p: &Packed<'_>| p.stored(row)),
                 );
             }
