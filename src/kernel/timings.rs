@@ -367,6 +367,15 @@ impl EntryTimes {
 mod tests {
     use super::*;
 
+    /// The entry of a skill's body layer, as a chain keeps it.
+    const EXECUTE: Entry<'static> = Entry {
+        name: "execute",
+        kind: "middleware",
+        skill: "hello",
+        depth: 1,
+        ok: true,
+    };
+
     #[test]
     fn an_entry_is_kept_in_milliseconds_from_the_runs_start_to_where_it_began_and_for_how_long() {
         let started = Instant::now();
@@ -376,13 +385,7 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(20));
         let start = times.clock.raw();
         std::thread::sleep(std::time::Duration::from_millis(30));
-        let entry = Entry {
-            name: "execute",
-            kind: "middleware",
-            skill: "hello",
-            depth: 1,
-            ok: true,
-        };
+        let entry = EXECUTE;
         times.done(entry, start);
         let kept = times.to_json();
         let kept = &kept[0];
@@ -400,13 +403,7 @@ mod tests {
 
     #[test]
     fn timings_given_back_serve_the_threads_next_run_emptied_and_timed_from_its_start() {
-        let entry = Entry {
-            name: "execute",
-            kind: "middleware",
-            skill: "hello",
-            depth: 1,
-            ok: true,
-        };
+        let entry = EXECUTE;
         let first = EntryTimes::start(Instant::now());
         first.done(entry, first.clock.raw());
         first.log(&Arc::new(json!({ "message": "hi" })));
