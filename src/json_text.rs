@@ -77,11 +77,12 @@ pub fn push_ms(out: &mut String, us: u64) {
         digits -= 1;
     }
     out.push('.');
-    let written = itoa::Buffer::new().format(frac).len();
-    for _ in written..digits {
+    let mut buffer = itoa::Buffer::new();
+    let frac = buffer.format(frac);
+    for _ in frac.len()..digits {
         out.push('0');
     }
-    push_int(out, frac);
+    out.push_str(frac);
 }
 
 #[cfg(test)]

@@ -355,8 +355,10 @@ impl EntryTimes {
         out.push(']');
     }
 
-    /// The entries as [`EntryTimes::write_json`] writes them, read back.
-    pub fn to_json(&self) -> Value {
+    /// The entries as [`EntryTimes::write_json`] writes them, read back (for tests: a run's
+    /// record takes the text).
+    #[cfg(test)]
+    fn to_json(&self) -> Value {
         let mut out = String::new();
         self.write_json(&mut out);
         serde_json::from_str(&out).unwrap_or(Value::Null)
