@@ -2,6 +2,8 @@
 //! its text appended to one buffer, so a run leaves nothing of its own behind (no allocation
 //! another thread must free) once it is recorded.
 
+use quanta::Instant;
+
 use crate::events::records::NewRun;
 
 /// A range of [`Pending::text`].
@@ -11,8 +13,9 @@ pub(super) type Span = (u32, u32);
 /// (its door, status and problem), which are not copied.
 #[derive(Debug, Clone, Copy)]
 struct Row {
-    /// The order it was taken in, across every buffer ([`Pending::take`]).
-    ticket: u64,
+    /// When the run ended: the order rows are written in, across every buffer
+    /// ([`Pending::take`]).
+    ended: Instant,
     id: Span,
     door: &'static str,
     principal: Span,
@@ -38,6 +41,8 @@ pub(super) struct Head<'a> {
     pub skill: &'a str,
     pub started_ms: i64,
     pub duration_us: i64,
+    /// When it ended, on the clock runs are timed by.
+    pub ended: Instant,
     pub status: &'static str,
     pub problem: Option<&'static str>,
     pub parent: Option<&'a str>,
@@ -71,11 +76,11 @@ impl Pending {
         ((start, self.text.len() as u32), written)
     }
 
-    /// Adds the run `run` heads, taken `ticket`-th, with its args and result already written
+    /// Adds the run `run` heads, with its args and result already written
     /// ([`Pending::write`]).
-    pub fn push(&mut self, ticket: u64, run: Head<'_>, args: Span, result: Option<Span>) {
+    pub fn push(&mut self, run: Head<'_>, args: Span, result: Option<Span>) {
         let row = Row {
-            ticket,
+            ended: run.ended,
             id: self.keep(run.id),
             door: run.door,
             principal: self.keep(run.principal),
@@ -141,13 +146,13 @@ impl Pending {
         }
     }
 
-    /// The rows of `buffers`, in the order they were taken.
+    /// The rows of `buffers`, in the order their runs ended.
     pub fn take(buffers: &[Pending]) -> Vec<NewRun<'_>> {
-        let mut rows: Vec<(u64, &Pending, &Row)> = buffers
+        let mut rows: Vec<(Instant, &Pending, &Row)> = buffers
             .iter()
-            .flat_map(|b| b.rows.iter().map(move |row| (row.ticket, b, row)))
+            .flat_map(|b| b.rows.iter().map(move |row| (row.ended, b, row)))
             .collect();
-        rows.sort_unstable_by_key(|(ticket, _, _)| *ticket);
+        rows.sort_by_key(|(ended, _, _)| *ended);
         rows.into_iter().map(|(_, b, row)| b.run(row)).collect()
     }
 

@@ -197,20 +197,14 @@ impl RunRecord {
     /// text (the detail says which were, so a retry knows it cannot repeat the run).
     pub fn stored(self: Box<Self>, max_bytes: usize) -> StoredRun {
         let mut pending = Pending::default();
-        self.write_to(&mut pending, 0, max_bytes);
+        self.write_to(&mut pending, max_bytes);
         Pending::take(std::slice::from_ref(&pending))[0].to_stored(0)
     }
 
-    /// Adds the row the store keeps of this run ([`RunRecord::stored`]) to `pending`, taken
-    /// `ticket`-th. The args and result are written into `pending` as JSON straight from the
+    /// Adds the row the store keeps of this run ([`RunRecord::stored`]) to `pending`. The args and result are written into `pending` as JSON straight from the
     /// values the run shares with its invocation and reply (copied only when something in
     /// them is redacted); what the run held is let go here, on the thread that ends it.
-    pub(super) fn write_to(
-        mut self: Box<Self>,
-        pending: &mut Pending,
-        ticket: u64,
-        max_bytes: usize,
-    ) {
+    pub(super) fn write_to(mut self: Box<Self>, pending: &mut Pending, max_bytes: usize) {
         let mut ended = self.ended.take().unwrap_or(Ended {
             duration: self.started.elapsed(),
             status: Status::Aborted,
@@ -231,7 +225,6 @@ impl RunRecord {
         let result_cut = result.is_some_and(|(_, kept)| kept.cut);
         let detail = self.detail(&mut ended, args_kept.redacted, args_kept.cut, result_cut);
         pending.push(
-            ticket,
             Head {
                 id: &self.id,
                 door: self.door,
@@ -239,6 +232,10 @@ impl RunRecord {
                 skill: &self.skill,
                 started_ms: self.started_ms,
                 duration_us: i64::try_from(ended.duration.as_micros()).unwrap_or(i64::MAX),
+                ended: self
+                    .started
+                    .checked_add(ended.duration)
+                    .unwrap_or(self.started),
                 status: ended.status.as_str(),
                 problem: ended.problem,
                 parent: self.parent.as_deref(),

@@ -83,7 +83,7 @@ struct Shared {
     max_bytes: AtomicUsize,
     /// The runs waiting to be written, in a buffer per thread.
     shards: Box<[Shard]>,
-    /// What every run writes, kept off the cache line of what every run only reads.
+    /// What the waiting runs hold of the bounds, kept off the cache line of what every run reads.
     taking: Taking,
     /// Wakes the writer: runs are waiting, or the recorder is gone ([`Shared::closed`]).
     wake: Notify,
@@ -100,25 +100,85 @@ struct Shared {
     feed: broadcast::Sender<Arc<Value>>,
 }
 
-/// The counts every run taken moves, on a cache line of their own: each write takes the line
-/// from the other cores, which would otherwise also miss on the settings beside it that every
-/// run reads.
+/// What the runs waiting to be written hold in all, as the buffers reserved it ([`Buffer`]),
+/// on a cache line of its own: the buffers move it once every [`CREDIT_RUNS`] runs or so, and
+/// the settings beside it, which every run reads, stay in every core's cache.
 #[repr(align(128))]
 #[derive(Default)]
 struct Taking {
-    /// Runs taken so far (each run's ticket).
-    sent: AtomicU64,
-    /// What the runs waiting to be written hold: runs, and bytes of their rows.
+    /// Runs and bytes of their rows: those waiting, and what the buffers reserved for their
+    /// next runs.
     queued: AtomicU64,
     queued_bytes: AtomicU64,
     /// Whether the writer was woken for runs it has not yet taken.
     woken: AtomicBool,
 }
 
+/// What a buffer reserves of [`QUEUE`] and [`QUEUE_BYTES`] at a time, for its next runs: a
+/// run then moves no count every core shares. The runs waiting can then fall short of the
+/// bounds by what the other buffers hold reserved, at most `SHARDS` times this.
+const CREDIT_RUNS: u64 = 64;
+const CREDIT_BYTES: u64 = 64 * 1024;
+
 /// One buffer of runs waiting to be written, on a cache line of its own.
 #[repr(align(128))]
 #[derive(Default)]
-struct Shard(Mutex<Pending>);
+struct Shard(Mutex<Buffer>);
+
+/// A buffer's runs waiting to be written, and what it may still add of the bounds it
+/// reserved.
+#[derive(Default)]
+struct Buffer {
+    pending: Pending,
+    runs_left: u64,
+    bytes_left: u64,
+    /// Runs this buffer has taken so far, dropped ones too.
+    taken: u64,
+}
+
+impl Buffer {
+    /// Reserves room for one more run of `bytes`: from what the buffer holds, else from the
+    /// bounds (a credit's worth, or only this run's when less is left); false when the bounds
+    /// are full. Wakes `full` when the runs reserved in all reach another batch.
+    fn reserve(&mut self, taking: &Taking, bytes: u64, full: &Notify) -> bool {
+        if self.runs_left == 0 || self.bytes_left < bytes {
+            let (runs, bytes_wanted) = (
+                CREDIT_RUNS.saturating_sub(self.runs_left),
+                CREDIT_BYTES.max(bytes).saturating_sub(self.bytes_left),
+            );
+            if !self.take_credit(taking, runs, bytes_wanted, full)
+                && !self.take_credit(
+                    taking,
+                    u64::from(self.runs_left == 0),
+                    bytes.saturating_sub(self.bytes_left),
+                    full,
+                )
+            {
+                return false;
+            }
+        }
+        self.runs_left -= 1;
+        self.bytes_left -= bytes;
+        true
+    }
+
+    /// Takes `runs` and `bytes` more of the bounds, if they hold them.
+    fn take_credit(&mut self, taking: &Taking, runs: u64, bytes: u64, full: &Notify) -> bool {
+        let before = taking.queued.fetch_add(runs, Ordering::Relaxed);
+        let before_bytes = taking.queued_bytes.fetch_add(bytes, Ordering::Relaxed);
+        if before + runs > QUEUE || before_bytes + bytes > QUEUE_BYTES {
+            taking.queued.fetch_sub(runs, Ordering::Relaxed);
+            taking.queued_bytes.fetch_sub(bytes, Ordering::Relaxed);
+            return false;
+        }
+        self.runs_left += runs;
+        self.bytes_left += bytes;
+        if (before + runs) / BATCH as u64 > before / BATCH as u64 {
+            full.notify_one();
+        }
+        true
+    }
+}
 
 /// Records finished runs into a store; off until [`Recorder::configure`] turns it on.
 pub struct Recorder {
@@ -217,37 +277,23 @@ impl Recorder {
             return;
         }
         let shared = &self.shared;
-        let ticket = shared.taking.sent.fetch_add(1, Ordering::Relaxed);
         let max_bytes = shared.max_bytes.load(Ordering::Relaxed);
-        let mut pending = shared.shards[shard()].0.lock();
-        let mark = pending.mark();
-        run.write_to(&mut pending, ticket, max_bytes);
-        let bytes = pending.bytes_since(mark);
-        let queued = shared.taking.queued.fetch_add(1, Ordering::Relaxed) + 1;
-        let queued_bytes = shared
-            .taking
-            .queued_bytes
-            .fetch_add(bytes, Ordering::Relaxed)
-            + bytes;
-        if queued > QUEUE || queued_bytes > QUEUE_BYTES {
-            pending.undo(mark);
-            drop(pending);
-            shared.taking.queued.fetch_sub(1, Ordering::Relaxed);
-            shared
-                .taking
-                .queued_bytes
-                .fetch_sub(bytes, Ordering::Relaxed);
+        let mut buffer = shared.shards[shard()].0.lock();
+        buffer.taken += 1;
+        let mark = buffer.pending.mark();
+        run.write_to(&mut buffer.pending, max_bytes);
+        let bytes = buffer.pending.bytes_since(mark);
+        if !buffer.reserve(&shared.taking, bytes, &shared.full) {
+            buffer.pending.undo(mark);
+            drop(buffer);
             self.dropped(1);
             return;
         }
-        drop(pending);
+        drop(buffer);
         if !shared.taking.woken.load(Ordering::Relaxed)
             && !shared.taking.woken.swap(true, Ordering::AcqRel)
         {
             shared.wake.notify_one();
-        }
-        if queued.is_multiple_of(BATCH as u64) {
-            shared.full.notify_one();
         }
     }
 
@@ -300,8 +346,8 @@ impl Recorder {
 
     /// Waits until every run taken so far is written or dropped.
     pub async fn settled(&self) {
-        self.settled_at_least(self.shared.taking.sent.load(Ordering::Relaxed))
-            .await;
+        let taken = self.shared.shards.iter().map(|s| s.0.lock().taken).sum();
+        self.settled_at_least(taken).await;
     }
 }
 
@@ -395,7 +441,7 @@ async fn write(store: Arc<dyn EventStore>, shared: Arc<Shared>) {
         // A run that comes after this wakes the writer again.
         shared.taking.woken.store(false, Ordering::Release);
         for (shard, taken) in shared.shards.iter().zip(&mut taken) {
-            std::mem::swap(&mut *shard.0.lock(), taken);
+            std::mem::swap(&mut shard.0.lock().pending, taken);
         }
         let (runs, bytes) = taken
             .iter()
@@ -425,7 +471,8 @@ async fn write(store: Arc<dyn EventStore>, shared: Arc<Shared>) {
             shared.settled.notify_waiters();
         }
         drop(rows);
-        // Counted until written: the batch being written holds its rows too.
+        // Counted until written: the batch being written holds its rows too. What the buffers
+        // reserved for their next runs stays theirs.
         shared.taking.queued.fetch_sub(runs, Ordering::Relaxed);
         shared
             .taking
@@ -435,5 +482,52 @@ async fn write(store: Arc<dyn EventStore>, shared: Arc<Shared>) {
         if closed {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs of `bytes` each that `buffer` takes before the bounds are full.
+    fn fill(buffer: &mut Buffer, taking: &Taking, bytes: u64, full: &Notify) -> u64 {
+        let mut taken = 0;
+        while buffer.reserve(taking, bytes, full) {
+            taken += 1;
+        }
+        taken
+    }
+
+    #[test]
+    fn buffers_reserving_by_credits_never_hold_more_than_the_bounds_together() {
+        let (taking, full) = (Taking::default(), Notify::new());
+        // 10 runs being written, which the buffers no longer hold.
+        taking.queued.store(10, Ordering::Relaxed);
+        let (mut a, mut b) = (Buffer::default(), Buffer::default());
+        // `a` takes a credit's worth, then `b` fills the bounds (its last runs one by one, as
+        // less than a credit is left), then `a` uses its credit.
+        assert!(a.reserve(&taking, 100, &full));
+        let by_b = fill(&mut b, &taking, 100, &full);
+        let by_a = 1 + fill(&mut a, &taking, 100, &full);
+        assert_eq!(
+            by_a, CREDIT_RUNS,
+            "a runs on what it reserved once the bounds are full"
+        );
+        assert_eq!(
+            10 + by_a + by_b,
+            QUEUE,
+            "together they take the bounds to the run"
+        );
+        assert_eq!(taking.queued.load(Ordering::Relaxed), QUEUE);
+    }
+
+    #[test]
+    fn a_buffer_takes_the_last_of_the_bytes_when_less_than_a_credit_is_left() {
+        let (taking, full) = (Taking::default(), Notify::new());
+        let mut buffer = Buffer::default();
+        // Runs of 100 KiB: more than a credit each, and 8 MiB holds 81 of them and a part.
+        let taken = fill(&mut buffer, &taking, 100 * 1024, &full);
+        assert_eq!(taken, QUEUE_BYTES / (100 * 1024));
+        assert!(taking.queued_bytes.load(Ordering::Relaxed) <= QUEUE_BYTES);
     }
 }
