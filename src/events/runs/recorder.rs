@@ -75,7 +75,7 @@ struct Shared {
     /// `None`: runs are not recorded.
     config: RwLock<Option<RecordConfig>>,
     /// What every run reads of the config, without a lock every core takes: whether runs are
-    /// recorded, and the detail sample (an `f64`'s bits).
+    /// recorded, and the detail sample (in [`WHOLE`]ths of a run).
     on: AtomicBool,
     sample: AtomicU64,
     /// Args and results longer than this are cut, before they wait or as they are written
@@ -219,7 +219,7 @@ impl Recorder {
         let sample = config.map_or(0.0, |c| c.detail_sample);
         self.shared
             .sample
-            .store(sample.to_bits(), Ordering::Relaxed);
+            .store(share_of_whole(sample), Ordering::Relaxed);
         if let Some(config) = config {
             self.shared
                 .max_bytes
@@ -270,7 +270,7 @@ impl Recorder {
         if !self.on() {
             return;
         }
-        if sampled(f64::from_bits(self.shared.sample.load(Ordering::Relaxed))) {
+        if sampled(self.shared.sample.load(Ordering::Relaxed)) {
             run.keep_entries();
         }
         if !self.writer_started() {
@@ -375,20 +375,31 @@ fn shard() -> usize {
 thread_local! {
     /// This thread's buffer of runs, once it recorded one.
     static SHARD: Cell<Option<usize>> = const { Cell::new(None) };
-    /// Runs this thread has taken, for the sample of entries' timings: counted per thread, so
-    /// no count is shared by every core on every run.
-    static TAKEN: Cell<u64> = const { Cell::new(0) };
+    /// The shares of a run this thread's runs have added up to since the last one sampled, for
+    /// the sample of entries' timings: kept per thread, so no count is shared by every core on
+    /// every run.
+    static SHARES: Cell<u64> = const { Cell::new(0) };
 }
 
-/// Whether the run taken now is in the share `sample` whose entries are kept: every run whose
-/// share reaches a new whole, evenly spread over each thread's runs.
-fn sampled(sample: f64) -> bool {
-    let n = TAKEN.with(|taken| {
-        let n = taken.get();
-        taken.set(n + 1);
-        n
-    }) as f64;
-    ((n + 1.0) * sample).floor() > (n * sample).floor()
+/// One run, in the shares [`sampled`] adds up.
+const WHOLE: u64 = 1 << 32;
+
+/// `share` (from 0 to 1) of a run, in [`WHOLE`]ths.
+fn share_of_whole(share: f64) -> u64 {
+    (share.clamp(0.0, 1.0) * WHOLE as f64).round() as u64
+}
+
+/// Whether the run taken now is in the share `sample` ([`share_of_whole`]) whose entries are
+/// kept: each run adds its share, and the run whose shares reach a whole is sampled, evenly
+/// spread over each thread's runs. In integers: a float's `floor` is a call on the baseline
+/// x86-64 target, and this runs for every run.
+fn sampled(sample: u64) -> bool {
+    SHARES.with(|shares| {
+        let sum = shares.get() + sample;
+        let whole = sum >= WHOLE;
+        shares.set(if whole { sum - WHOLE } else { sum });
+        whole
+    })
 }
 
 /// A listener of the runs feed ([`Recorder::feed`]).
@@ -488,6 +499,23 @@ async fn write(store: Arc<dyn EventStore>, shared: Arc<Shared>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_detail_sample_takes_every_run_whose_shares_reach_a_whole() {
+        let picked = |share: f64, runs: usize| -> Vec<usize> {
+            SHARES.with(|shares| shares.set(0));
+            let sample = share_of_whole(share);
+            (1..=runs).filter(|_| sampled(sample)).collect()
+        };
+        assert_eq!(
+            picked(0.01, 300),
+            [100, 200, 300],
+            "1%: every hundredth run"
+        );
+        assert_eq!(picked(0.25, 8), [4, 8]);
+        assert_eq!(picked(1.0, 3), [1, 2, 3], "all of them");
+        assert!(picked(0.0, 1000).is_empty(), "none of them");
+    }
 
     /// Runs of `bytes` each that `buffer` takes before the bounds are full.
     fn fill(buffer: &mut Buffer, taking: &Taking, bytes: u64, full: &Notify) -> u64 {
