@@ -99,12 +99,12 @@ pub async fn run(
     let runs = kernel.bus().runs();
     let record = runs.on().then(|| {
         let mut record = RunRecord::begin(
-            crate::context::id::format(id),
+            &crate::context::id::format(id),
             "cli",
             options
                 .authority
                 .as_ref()
-                .map_or("project".to_string(), |a| a.principal.id().to_string()),
+                .map_or("project", |a| a.principal.id()),
             name.as_str(),
             args.clone(),
         );

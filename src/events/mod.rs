@@ -801,7 +801,7 @@ impl Worker {
         let runs = self.bus.runs();
         let record = runs.on().then(|| {
             let mut record = runs::RunRecord::begin(
-                crate::context::id::format(id),
+                &crate::context::id::format(id),
                 "event",
                 authority.principal.id(),
                 self.reference.as_str(),

@@ -241,12 +241,11 @@ impl Gateway {
             }
             ToolRef::Def(tool) => Some(tool.clone()),
         };
-        let skill = inbound.skill.name().to_string();
         let mut record = RunRecord::begin(
             root_id,
             inbound.transport,
             inbound.authority.principal.id(),
-            skill,
+            inbound.skill.name(),
             args,
         );
         record.tool = tool;

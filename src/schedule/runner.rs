@@ -290,11 +290,11 @@ pub async fn run_firing(
     };
     let runs = kernel.bus().runs();
     let record = runs.on().then(|| {
-        let principal = spec.principal().map(|p| p.id().to_string());
+        let principal = spec.principal();
         let record = RunRecord::begin(
-            crate::context::id::format(id),
+            &crate::context::id::format(id),
             "schedule",
-            principal.unwrap_or_default(),
+            principal.as_ref().map_or("", |p| p.id()),
             spec.reference.as_str(),
             args.clone(),
         );

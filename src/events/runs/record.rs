@@ -1,6 +1,7 @@
 //! One root run as a door saw it ([`RunRecord`]): begun when the door takes the request, ended
 //! with its outcome, and turned into the row the store keeps, redacted and capped.
 
+use std::cell::RefCell;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -80,8 +81,8 @@ pub struct RunRecord {
     pub principal: String,
     pub skill: String,
     /// Shared with the running invocation, not copied: a run holds its args once however
-    /// large they are.
-    pub args: Arc<Value>,
+    /// large they are. `None` only in a record kept to be used again ([`RunRecord::begin`]).
+    args: Option<Arc<Value>>,
     /// The skill's params schema, whose `writeOnly` and `x-secret` fields are redacted: this
     /// one, else the `tool`'s own (kept whole rather than copied on the request's path).
     pub params: Option<Value>,
@@ -115,35 +116,97 @@ struct Ended {
     error: Option<String>,
 }
 
+/// Written records a thread keeps to use again, at most.
+const SPARE: usize = 32;
+/// A record whose names grew past this many bytes is not kept to be used again.
+const SPARE_TEXT: usize = 256;
+
+thread_local! {
+    /// Records of runs this thread wrote, emptied, for its next runs: a recorded run then
+    /// allocates no record and no names of its own (four allocations and their frees a run
+    /// fewer). Runs begin and end on one thread but for the few a task moves between them.
+    #[allow(clippy::vec_box, reason = "the boxes are what is used again")]
+    static SPARES: RefCell<Vec<Box<RunRecord>>> = const { RefCell::new(Vec::new()) };
+}
+
 impl RunRecord {
     /// A run of `skill` begun now. Boxed: a run's future holds it from its start to its end,
     /// and is moved whole (spawned, polled through its wrappers), as the record is to be
     /// written; boxed, each move is a pointer's rather than the record's few hundred bytes.
+    /// The box is one a written run left on this thread when there is one
+    /// ([`RunRecord::write_to`]), its names copied into the memory they had.
     pub fn begin(
-        id: impl Into<String>,
+        id: &str,
         door: &'static str,
-        principal: impl Into<String>,
-        skill: impl Into<String>,
+        principal: &str,
+        skill: &str,
         args: impl Into<Arc<Value>>,
     ) -> Box<RunRecord> {
-        Box::new(RunRecord {
-            id: id.into(),
-            door,
-            principal: principal.into(),
-            skill: skill.into(),
-            args: args.into(),
-            params: None,
-            tool: None,
-            entries: None,
-            keep_entries: false,
-            event: None,
-            parent: None,
-            trace: None,
-            project_level: false,
-            started_ms: now_ms() as i64,
-            started: Instant::now(),
-            ended: None,
-        })
+        let spare = SPARES
+            .try_with(|spares| spares.borrow_mut().pop())
+            .ok()
+            .flatten();
+        let (started_ms, started) = (now_ms() as i64, Instant::now());
+        let Some(mut run) = spare else {
+            return Box::new(RunRecord {
+                id: id.to_owned(),
+                door,
+                principal: principal.to_owned(),
+                skill: skill.to_owned(),
+                args: Some(args.into()),
+                params: None,
+                tool: None,
+                entries: None,
+                keep_entries: false,
+                event: None,
+                parent: None,
+                trace: None,
+                project_level: false,
+                started_ms,
+                started,
+                ended: None,
+            });
+        };
+        run.id.push_str(id);
+        run.door = door;
+        run.principal.push_str(principal);
+        run.skill.push_str(skill);
+        run.args = Some(args.into());
+        run.started_ms = started_ms;
+        run.started = started;
+        run
+    }
+
+    /// Keeps this written record, emptied, for the next run this thread begins; let go
+    /// instead when the thread keeps enough or its names grew large.
+    fn give_back(mut self: Box<Self>) {
+        if self.id.capacity() + self.principal.capacity() + self.skill.capacity() > SPARE_TEXT {
+            return;
+        }
+        self.id.clear();
+        self.principal.clear();
+        self.skill.clear();
+        self.args = None;
+        self.params = None;
+        self.tool = None;
+        self.entries = None;
+        self.keep_entries = false;
+        self.event = None;
+        self.parent = None;
+        self.trace = None;
+        self.project_level = false;
+        self.ended = None;
+        let _ = SPARES.try_with(|spares| {
+            let mut spares = spares.borrow_mut();
+            if spares.len() < SPARE {
+                spares.push(self);
+            }
+        });
+    }
+
+    /// The args it was invoked with.
+    pub fn args(&self) -> &Arc<Value> {
+        self.args.as_ref().expect("a record in use has its args")
     }
 
     /// This run, ended now with `outcome`.
@@ -217,7 +280,7 @@ impl RunRecord {
             .as_ref()
             .or_else(|| self.tool.as_ref().and_then(|t| t.params()));
         let (args, args_kept) =
-            pending.write(|text| append_kept(text, &self.args, schema, max_bytes));
+            pending.write(|text| append_kept(text, self.args(), schema, max_bytes));
         let result = ended
             .result
             .take()
@@ -247,6 +310,7 @@ impl RunRecord {
         if let Some(times) = self.entries.take() {
             EntryTimes::give_back(times);
         }
+        self.give_back();
     }
 
     /// The run's detail as JSON text, with only what is so (its error, event and trace are
@@ -440,11 +504,51 @@ mod tests {
     }
 
     #[test]
+    fn a_written_record_serves_the_threads_next_run_with_nothing_of_the_last_one_left() {
+        SPARES.with(|spares| spares.borrow_mut().clear());
+        let mut first = RunRecord::begin("first", "http", "alice", "hello", json!({ "a": 1 }));
+        first.parent = Some("p".into());
+        first.event = Some("e".into());
+        first.trace = Some("t".into());
+        first.project_level = true;
+        first.params = Some(json!({
+            "properties": { "a": { "x-secret": true }, "b": { "x-secret": true } }
+        }));
+        first.keep_entries();
+        first.entries = Some(Arc::new(EntryTimes::default()));
+        let first_at: *const RunRecord = &*first;
+        let stored = first.end(Ok(None)).stored(1024);
+        assert_eq!(stored.parent.as_deref(), Some("p"));
+        assert_ne!(stored.detail, "{}");
+        let mut second = RunRecord::begin("second", "ws", "bob", "echo", json!({ "b": 2 }));
+        assert!(
+            std::ptr::eq(&*second, first_at),
+            "the first run's box, used again"
+        );
+        // Gathered, but not sampled: a quick good run keeps no entries.
+        second.entries = Some(Arc::new(EntryTimes::default()));
+        let stored = second.end(Ok(None)).stored(1024);
+        assert_eq!(
+            (
+                stored.id.as_str(),
+                stored.door.as_str(),
+                stored.principal.as_str(),
+                stored.skill.as_str(),
+                stored.args.as_str(),
+                stored.parent,
+                stored.detail.as_str(),
+            ),
+            ("second", "ws", "bob", "echo", r#"{"b":2}"#, None, "{}"),
+            "nothing of the first run: its names, args, parent, event, trace, level, schema, entries"
+        );
+    }
+
+    #[test]
     fn a_running_invocation_and_its_record_hold_one_copy_of_its_args_and_result() {
         let args = Arc::new(json!({ "text": "x".repeat(100_000) }));
         let result = Arc::new(json!({ "echo": "y".repeat(100_000) }));
         let record = RunRecord::begin("r", "ws", "local", "echo", args.clone());
-        assert!(Arc::ptr_eq(&record.args, &args), "args shared, not copied");
+        assert!(Arc::ptr_eq(record.args(), &args), "args shared, not copied");
         let ended = record.end(Ok(Some(&result)));
         let kept = ended
             .ended

@@ -20,7 +20,8 @@ async fn the_record_keeps_up_with_runs_arriving_faster_than_a_batch_a_linger() {
     const BURST: usize = 500;
     for burst in 0..BURSTS {
         for i in 0..BURST {
-            let run = RunRecord::begin(format!("r{burst}-{i}"), "http", "local", "noop", json!({}));
+            let run =
+                RunRecord::begin(&format!("r{burst}-{i}"), "http", "local", "noop", json!({}));
             recorder.record(run.end(Ok(Some(&Arc::new(json!({ "ok": true }))))));
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -44,7 +45,7 @@ async fn runs_waiting_to_be_written_hold_at_most_eight_mib_of_args_past_which_th
     let args = json!({ "text": "x".repeat(100_000) });
     const RUNS: u64 = 2000;
     for i in 0..RUNS {
-        let run = RunRecord::begin(format!("big-{i}"), "ws", "local", "echo", args.clone());
+        let run = RunRecord::begin(&format!("big-{i}"), "ws", "local", "echo", args.clone());
         recorder.record(run.end(Ok(Some(&Arc::new(json!({ "ok": true }))))));
     }
     recorder.settled().await;
