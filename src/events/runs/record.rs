@@ -264,9 +264,10 @@ impl RunRecord {
         Pending::take(std::slice::from_ref(&pending))[0].to_stored(0)
     }
 
-    /// Adds the row the store keeps of this run ([`RunRecord::stored`]) to `pending`. The args and result are written into `pending` as JSON straight from the
-    /// values the run shares with its invocation and reply (copied only when something in
-    /// them is redacted); what the run held is let go here, on the thread that ends it.
+    /// Adds the row the store keeps of this run ([`RunRecord::stored`]) to `pending`. The args
+    /// and result are written into `pending` as JSON straight from the values the run shares
+    /// with its invocation and reply (copied only when something in them is redacted); what
+    /// the run held is let go here, on the thread that ends it.
     pub(super) fn write_to(mut self: Box<Self>, pending: &mut Pending, max_bytes: usize) {
         let mut ended = self.ended.take().unwrap_or(Ended {
             duration: self.started.elapsed(),
